@@ -1,0 +1,180 @@
+"""Typed experiment configuration loaded from YAML (pydantic, frozen, unknown keys forbidden).
+
+Every section maps 1:1 to the arguments of a factory; a bad value is reported as a
+:class:`ConfigError` that names the field (dotted path), what was given and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be run; the message names the file and the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
+
+
+class SyntheticEmnistConfig(_Section):
+    """The offline quick-start data: synthetic handwritten digits in TFF's EMNIST HDF5 layout."""
+
+    num_writers: int = Field(500, ge=2)
+    min_examples: int = Field(20, ge=2)
+    max_examples: int = Field(80, ge=2)
+    test_fraction: float = Field(0.15, gt=0, lt=1)
+    seed: int = 0
+
+
+class DataConfig(_Section):
+    source: Literal["synthetic_emnist", "emnist_h5"] = "synthetic_emnist"
+    path: Path = Field(
+        Path("data/synthetic_emnist"),
+        description="directory holding fed_emnist[_digitsonly]_{train,test}.h5",
+    )
+    only_digits: bool = True
+    synthetic: SyntheticEmnistConfig = SyntheticEmnistConfig()
+    eval_clients: int | None = Field(
+        200, ge=1, description="test clients evaluated (the first ones by id); null = all"
+    )
+
+
+class ModelConfig(_Section):
+    name: str = "emnist_small_cnn"
+
+
+class ClientConfig(_Section):
+    """Local training on each client: E epochs of minibatch SGD."""
+
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    max_examples: int | None = Field(None, ge=1, description="cap on a client's examples per round")
+
+
+class SamplingConfig(_Section):
+    """Give exactly one of ``clients_per_round`` (expected cohort m) or ``sampling_rate`` (q)."""
+
+    kind: Literal["poisson", "fixed"] = "poisson"
+    clients_per_round: float | None = Field(None, gt=0)
+    sampling_rate: float | None = Field(None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SamplingConfig:
+        if (self.clients_per_round is None) == (self.sampling_rate is None):
+            raise ValueError("give exactly one of clients_per_round or sampling_rate")
+        if self.kind == "fixed" and self.clients_per_round is not None:
+            if self.clients_per_round != int(self.clients_per_round):
+                raise ValueError("clients_per_round must be a whole number for fixed-size sampling")
+        return self
+
+
+class ServerOptimizerConfig(_Section):
+    name: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(1.0, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1, description="sgd only")
+    beta1: float = Field(0.9, ge=0, lt=1, description="adam only")
+    beta2: float = Field(0.99, ge=0, lt=1, description="adam only")
+    eps: float = Field(1e-3, gt=0, description="adam only")
+
+
+class DpFedAvgConfig(_Section):
+    """User-level DP-FedAvg (McMahan et al. 2018); momentum → DP-FedAvgM, adam → DP-FedAdam."""
+
+    name: Literal["dp_fedavg"] = "dp_fedavg"
+    clip_norm: float = Field(1.0, gt=0, description="L2 clip of each user's update; .inf = off")
+    noise_multiplier: float | None = Field(None, ge=0)
+    target_epsilon: float | None = Field(None, gt=0)
+    sampling: SamplingConfig = SamplingConfig(clients_per_round=50)
+    server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()
+
+    @model_validator(mode="after")
+    def _noise_or_target(self) -> DpFedAvgConfig:
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError("give exactly one of noise_multiplier or target_epsilon")
+        if math.isinf(self.clip_norm) and (self.noise_multiplier or self.target_epsilon):
+            raise ValueError("an infinite clip_norm only goes with noise_multiplier: 0")
+        return self
+
+
+class PrivacyConfig(_Section):
+    delta: float = Field(1e-5, gt=0, lt=1)
+    accountant: Literal["pld", "rdp"] = "pld"
+    budget_epsilon: float | None = Field(
+        None, gt=0, description="stop before the run's ε would exceed this"
+    )
+
+
+class ExperimentConfig(_Section):
+    name: str = Field("quickstart", pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = 0
+    rounds: int = Field(40, ge=1)
+    eval_every: int = Field(5, ge=1)
+    checkpoint_every: int = Field(5, ge=1)
+    output_dir: Path = Path("runs")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    client: ClientConfig = ClientConfig()
+    strategy: DpFedAvgConfig = DpFedAvgConfig(noise_multiplier=1.0)
+    privacy: PrivacyConfig = PrivacyConfig()
+
+
+def _section_keys(loc: tuple) -> list[str]:
+    """The keys allowed in the section at ``loc`` (the path of an unknown key, minus the key)."""
+    model: type[BaseModel] = ExperimentConfig
+    for part in loc:
+        annotation = model.model_fields[part].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def _describe(error: Any) -> str:
+    where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        allowed = ", ".join(_section_keys(error["loc"][:-1]))
+        return f"unknown key `{where}`; allowed keys here: {allowed}"
+    given = error.get("input")
+    shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    return f"field `{where}`: {error['msg']}{shown}"
+
+
+def parse_config(raw: Any, source: str = "<config>") -> ExperimentConfig:
+    """Validate a mapping (as read from YAML); raise ConfigError naming every bad field."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        lines = "\n".join(f"  - {_describe(e)}" for e in exc.errors())
+        raise ConfigError(f"{source}: invalid configuration\n{lines}") from None
+
+
+def load_config(path: Path) -> ExperimentConfig:
+    """Read and validate a YAML experiment file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_config(raw, str(path))
+
+
+def dump_config(config: ExperimentConfig) -> str:
+    """The resolved configuration as YAML (what a run writes next to its results)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,53 @@
+"""Per-user L2 clipping with a fixed norm: the sensitivity bound of user-level DP-FedAvg.
+
+Each row of the stacked cohort updates is scaled by min(1, C / ||Δ_k||) (McMahan et al. 2018,
+"Learning differentially private recurrent language models"). C lives in the state, so an
+adaptive-clipping step can replace it; the step hands C to later steps as the output ``clip_norm``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from fedpub import tree
+from fedpub.step import Step
+from fedpub.types import ClientUpdates, Params, RoundContext, StepResult
+
+
+def clip_factors(norms: torch.Tensor, clip_norm: float) -> torch.Tensor:
+    """min(1, C / norm) per row; rows with norm 0 are left as they are."""
+    if math.isinf(clip_norm):
+        return torch.ones_like(norms)
+    return torch.clamp(clip_norm / norms.clamp_min(torch.finfo(norms.dtype).tiny), max=1.0)
+
+
+def clip(clip_norm: float) -> Step:
+    """Clip every client's update to L2 norm ``clip_norm`` (``math.inf`` disables clipping)."""
+    if not clip_norm > 0:
+        raise ValueError(f"clip_norm must be > 0 (or inf), got {clip_norm}")
+
+    def init(params: Params) -> dict[str, float]:
+        return {"clip_norm": float(clip_norm)}
+
+    def update(
+        updates: ClientUpdates, state: dict[str, float], *, ctx: RoundContext, **_: Any
+    ) -> StepResult:
+        c = state["clip_norm"]
+        norms = tree.row_norms(updates)
+        clipped = tree.scale_rows(updates, clip_factors(norms, c))
+        if norms.numel():
+            metrics = {
+                "clip_norm": c,
+                "clipped_fraction": float((norms > c).double().mean()),
+                "norm_mean": float(norms.mean()),
+                "norm_median": float(norms.median()),
+                "norm_max": float(norms.max()),
+            }
+        else:
+            metrics = {"clip_norm": c, "clipped_fraction": 0.0}
+        return StepResult(clipped, dict(state), metrics, outputs={"clip_norm": c})
+
+    return Step(init, update)

@@ -1,0 +1,53 @@
+"""The Gaussian mechanism on the aggregated update (user-level DP-FedAvg, McMahan et al. 2018).
+
+The sum of C-clipped updates has L2 sensitivity C under adding or removing one user; this step
+adds N(0, (z·C)²) to that sum, which on the mean Σ/m is noise of std z·C/m. It reads C from the
+``clip_norm`` input (the clip step's output) and emits ``GaussianDpEvent(z)``. Its randomness
+comes from a torch generator whose state is the step's state, so a seed reproduces the noise on
+any backend and a checkpoint resumes it exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import dp_accounting
+import torch
+
+from fedpub.seeding import torch_generator
+from fedpub.step import Step
+from fedpub.types import Params, RoundContext, StepResult, Updates
+
+
+def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
+    """Add noise of std ``noise_multiplier``·C / m to the mean update (z·C on the sum)."""
+    if not (noise_multiplier >= 0 and math.isfinite(noise_multiplier)):
+        raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier}")
+
+    def init(params: Params) -> dict[str, torch.Tensor]:
+        return {"rng": torch_generator(seed, "gaussian_noise").get_state()}
+
+    def update(
+        updates: Updates,
+        state: dict[str, torch.Tensor],
+        *,
+        ctx: RoundContext,
+        clip_norm: float,
+        **_: Any,
+    ) -> StepResult:
+        if noise_multiplier > 0 and math.isinf(clip_norm):
+            raise ValueError("noise needs a finite clip_norm: the sensitivity is unbounded")
+        std_on_sum = noise_multiplier * clip_norm if noise_multiplier > 0 else 0.0
+        std_on_mean = std_on_sum / ctx.expected_cohort
+        gen = torch.Generator()
+        gen.set_state(state["rng"])
+        noisy = {}
+        for name, value in updates.items():
+            noise = torch.normal(0.0, 1.0, size=value.shape, generator=gen, dtype=value.dtype)
+            noisy[name] = value + noise.to(value.device) * std_on_mean
+        metrics = {"noise_multiplier": noise_multiplier, "noise_std": std_on_mean}
+        event = dp_accounting.GaussianDpEvent(noise_multiplier)
+        return StepResult(noisy, {"rng": gen.get_state()}, metrics, (event,))
+
+    return Step(init, update)

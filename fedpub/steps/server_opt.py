@@ -1,0 +1,55 @@
+"""Server optimizers applied to the (private) average update Δ̄, which points downhill.
+
+SGD with momentum gives DP-FedAvgM and Adam gives DP-FedAdam (Reddi et al. 2021, "Adaptive
+federated optimization"); both are post-processing of the noisy average and cost no privacy.
+The step's output is the increment to add to the global parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedpub import tree
+from fedpub.step import Step
+from fedpub.types import Params, RoundContext, StepResult, Updates
+
+
+def server_sgd(lr: float, momentum: float = 0.0) -> Step:
+    """w ← w + lr·v with v ← momentum·v + Δ̄ (plain FedAvg for lr=1, momentum=0)."""
+    if not lr > 0 or not 0 <= momentum < 1:
+        raise ValueError(f"server SGD needs lr > 0 and 0 <= momentum < 1, got {lr}, {momentum}")
+
+    def init(params: Params) -> dict[str, Any]:
+        return {"velocity": tree.zeros_like(params)} if momentum else {}
+
+    def update(updates: Updates, state: dict, *, ctx: RoundContext, **_: Any) -> StepResult:
+        if not momentum:
+            return StepResult(tree.scale(updates, lr), state)
+        velocity = tree.add(tree.scale(state["velocity"], momentum), updates)
+        return StepResult(tree.scale(velocity, lr), {"velocity": velocity})
+
+    return Step(init, update)
+
+
+def server_adam(lr: float, beta1: float = 0.9, beta2: float = 0.99, eps: float = 1e-3) -> Step:
+    """Adam on the pseudo-gradient −Δ̄ (FedAdam; ``eps`` is the adaptivity τ of Reddi et al.)."""
+    if not lr > 0 or not 0 <= beta1 < 1 or not 0 <= beta2 < 1 or not eps > 0:
+        raise ValueError(f"server Adam needs lr>0, 0<=beta<1, eps>0; got {lr}, {beta1}, {beta2}, {eps}")
+
+    def init(params: Params) -> dict[str, Any]:
+        return {"m": tree.zeros_like(params), "v": tree.zeros_like(params), "count": 0}
+
+    def update(updates: Updates, state: dict, *, ctx: RoundContext, **_: Any) -> StepResult:
+        count = state["count"] + 1
+        grad = tree.scale(updates, -1.0)
+        m = {k: beta1 * state["m"][k] + (1 - beta1) * g for k, g in grad.items()}
+        v = {k: beta2 * state["v"][k] + (1 - beta2) * g * g for k, g in grad.items()}
+        bias1, bias2 = 1 - beta1**count, 1 - beta2**count
+        increment = {
+            k: -lr * (m[k] / bias1) / (torch.sqrt(v[k] / bias2) + eps) for k in grad
+        }
+        return StepResult(increment, {"m": m, "v": v, "count": count})
+
+    return Step(init, update)

@@ -1,0 +1,100 @@
+"""The strategy core: a cohort rule plus a chain of server steps, shared by every backend.
+
+A strategy is a recipe, not a subclass (DESIGN.md §2): ``strategies/*.py`` build a
+:class:`StrategyCore` from config; the in-process engine and the Flower strategy both call
+:meth:`StrategyCore.aggregate` with the cohort's updates and compose the returned DP event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import dp_accounting
+import torch
+
+from fedpub import tree
+from fedpub.cohort import expected_cohort, sample_cohort
+from fedpub.privacy.events import Sampling, round_event
+from fedpub.seeding import numpy_generator
+from fedpub.step import Step
+from fedpub.types import Params, RoundContext, StepState, Updates
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """The new global parameters, the new strategy state, the round's metrics and DP event."""
+
+    params: Params
+    state: StepState
+    metrics: Mapping[str, float]
+    event: dp_accounting.DpEvent
+
+
+def usable_update(update: Updates, params: Params) -> bool:
+    """True when ``update`` has exactly the parameters' keys and shapes and only finite values."""
+    if update.keys() != params.keys():
+        return False
+    return all(
+        update[k].shape == params[k].shape and bool(torch.isfinite(update[k]).all())
+        for k in params
+    )
+
+
+@dataclass(frozen=True)
+class StrategyCore:
+    """``aggregator`` maps the stacked private updates to the increment of the global model."""
+
+    name: str
+    aggregator: Step
+    sampling: Sampling
+    population: int
+    seed: int
+
+    def init(self, params: Params) -> StepState:
+        return self.aggregator.init(params)
+
+    @property
+    def expected_cohort(self) -> float:
+        return expected_cohort(self.sampling, self.population)
+
+    def sample_cohort(self, private_ids: Sequence[str], round_index: int) -> list[str]:
+        """The private cohort of round ``round_index`` (depends only on seed and round)."""
+        if len(private_ids) != self.population:
+            raise ValueError(
+                f"strategy was built for {self.population} private users, got {len(private_ids)}"
+            )
+        rng = numpy_generator(self.seed, round_index, "cohort")
+        return sample_cohort(self.sampling, private_ids, rng)
+
+    def aggregate(
+        self,
+        params: Params,
+        updates: Sequence[Updates],
+        state: StepState,
+        round_index: int,
+    ) -> RoundOutcome:
+        """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes)
+        contribute nothing: the mechanism and its accounting stay those of the sampled cohort."""
+        usable = [u for u in updates if usable_update(u, params)]
+        stacked = (
+            tree.stack(usable)
+            if usable
+            else {k: torch.zeros((0, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
+        )
+        ctx = RoundContext(
+            round=round_index,
+            seed=self.seed,
+            population=self.population,
+            sampling_rate=self.expected_cohort / self.population,
+            expected_cohort=self.expected_cohort,
+            cohort_size=len(updates),
+        )
+        result = self.aggregator.update(stacked, state, ctx=ctx)
+        metrics = {
+            **result.metrics,
+            "cohort_sampled": float(len(updates)),
+            "cohort_failed": float(len(updates) - len(usable)),
+        }
+        new_params = tree.add(params, result.updates)
+        return RoundOutcome(new_params, result.state, metrics, round_event(self.sampling, result.events))

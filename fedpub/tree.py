@@ -1,0 +1,95 @@
+"""Pure maths on tensor dicts (``dict[str, Tensor]``); nothing here mutates its inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+Tree = dict[str, torch.Tensor]
+
+
+def map_tree(fn: Callable[[torch.Tensor], torch.Tensor], tree: Tree) -> Tree:
+    """Apply ``fn`` to every tensor."""
+    return {k: fn(v) for k, v in tree.items()}
+
+
+def _check_keys(a: Tree, b: Tree) -> None:
+    if a.keys() != b.keys():
+        raise KeyError(f"tensor dicts have different keys: {sorted(a)} vs {sorted(b)}")
+
+
+def add(a: Tree, b: Tree) -> Tree:
+    _check_keys(a, b)
+    return {k: a[k] + b[k] for k in a}
+
+
+def sub(a: Tree, b: Tree) -> Tree:
+    _check_keys(a, b)
+    return {k: a[k] - b[k] for k in a}
+
+
+def scale(a: Tree, factor: float | torch.Tensor) -> Tree:
+    return {k: v * factor for k, v in a.items()}
+
+
+def zeros_like(a: Tree) -> Tree:
+    return {k: torch.zeros_like(v) for k, v in a.items()}
+
+
+def clone(a: Tree) -> Tree:
+    return {k: v.detach().clone() for k, v in a.items()}
+
+
+def global_norm(a: Tree) -> torch.Tensor:
+    """The L2 norm of all tensors taken together as one vector."""
+    squares = [v.double().pow(2).sum() for v in a.values()]
+    return torch.stack(squares).sum().sqrt() if squares else torch.zeros((), dtype=torch.float64)
+
+
+def stack(trees: Sequence[Tree]) -> Tree:
+    """Stack trees with equal keys into one tree with a leading dimension (one row per tree)."""
+    if not trees:
+        raise ValueError("cannot stack an empty sequence of tensor dicts")
+    for t in trees[1:]:
+        _check_keys(trees[0], t)
+    return {k: torch.stack([t[k] for t in trees]) for k in trees[0]}
+
+
+def unstack(stacked: Tree) -> list[Tree]:
+    """Inverse of :func:`stack`."""
+    n = num_rows(stacked)
+    return [{k: v[i] for k, v in stacked.items()} for i in range(n)]
+
+
+def num_rows(stacked: Tree) -> int:
+    """The leading dimension of a stacked tree (0 for an empty tree)."""
+    sizes = {v.shape[0] for v in stacked.values()}
+    if len(sizes) > 1:
+        raise ValueError(f"stacked tensors disagree on the leading dimension: {sorted(sizes)}")
+    return sizes.pop() if sizes else 0
+
+
+def row_norms(stacked: Tree) -> torch.Tensor:
+    """Per-row global L2 norms of a stacked tree, shape ``(rows,)``."""
+    squares = [v.double().reshape(v.shape[0], -1).pow(2).sum(dim=1) for v in stacked.values()]
+    return torch.stack(squares).sum(dim=0).sqrt()
+
+
+def scale_rows(stacked: Tree, factors: torch.Tensor) -> Tree:
+    """Multiply row i of every tensor by ``factors[i]``."""
+    return {
+        k: v * factors.to(v.dtype).reshape((-1,) + (1,) * (v.dim() - 1)) for k, v in stacked.items()
+    }
+
+
+def sum_rows(stacked: Tree) -> Tree:
+    return {k: v.sum(dim=0) for k, v in stacked.items()}
+
+
+def mean(trees: Sequence[Tree]) -> Tree:
+    return {k: v.mean(dim=0) for k, v in stack(trees).items()}
+
+
+def all_finite(a: Tree) -> bool:
+    return all(bool(torch.isfinite(v).all()) for v in a.values())

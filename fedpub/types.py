@@ -1,0 +1,56 @@
+"""Shared types of the core: parameter trees, the frozen round context and a step's result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dp_accounting
+import torch
+
+Params = dict[str, torch.Tensor]
+"""Model parameters by name (a flat tensor dict)."""
+
+Updates = dict[str, torch.Tensor]
+"""One update (same keys and shapes as the parameters)."""
+
+ClientUpdates = dict[str, torch.Tensor]
+"""The cohort's updates stacked: every tensor has a leading dimension of one row per client."""
+
+StepState = Any
+"""A step's state: a (possibly nested) dict of tensors and Python scalars, picklable by ``torch.save``."""
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What a server step may know about the round, declared once and never mutated.
+
+    ``population`` is the number of *private* users N and ``expected_cohort`` the expected private
+    cohort m = qN (Poisson) or the fixed cohort size; both come from the dataset and the config,
+    never from how many clients happened to reply.
+    """
+
+    round: int
+    seed: int
+    population: int
+    sampling_rate: float
+    expected_cohort: float
+    cohort_size: int
+    num_public: int = 0
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a step's ``update`` returns.
+
+    ``outputs`` are named values later steps of a chain receive as keyword inputs (for example the
+    clip step's ``clip_norm`` read by the noise step); ``events`` are the DP events this step's
+    release costs, composed by the round loop.
+    """
+
+    updates: Any
+    state: StepState
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    events: tuple[dp_accounting.DpEvent, ...] = ()
+    outputs: Mapping[str, Any] = field(default_factory=dict)

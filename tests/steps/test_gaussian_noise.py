@@ -1,0 +1,56 @@
+import dp_accounting
+import pytest
+import torch
+
+from fedpub.steps.gaussian_noise import gaussian_noise
+from fedpub.types import RoundContext
+from tests.steps.step_contract import assert_step_contract
+
+
+def test_contract(params, ctx):
+    mean = {k: torch.ones_like(v) for k, v in params.items()}
+    assert_step_contract(
+        lambda: gaussian_noise(1.3, seed=7), params, mean, ctx, {k: v.shape for k, v in params.items()}, clip_norm=0.5
+    )
+
+
+def test_measured_std_on_the_mean_is_z_c_over_m():
+    z, c, m = 1.7, 0.8, 25.0
+    params = {"w": torch.zeros(400_000)}
+    ctx = RoundContext(round=0, seed=0, population=250, sampling_rate=0.1, expected_cohort=m, cohort_size=23)
+    step = gaussian_noise(z, seed=3)
+    result = step.update(params, step.init(params), ctx=ctx, clip_norm=c)
+    noise = result.updates["w"].double()
+    expected = z * c / m
+    # the sample std of 400k normals is within 0.5% of the truth with overwhelming probability
+    assert abs(noise.std().item() / expected - 1) < 0.01
+    assert abs(noise.mean().item()) < 5 * expected / 400_000**0.5
+    assert result.metrics["noise_std"] == pytest.approx(expected)
+    assert result.events == (dp_accounting.GaussianDpEvent(z),)
+
+
+def test_different_seeds_give_different_noise(params, ctx):
+    a, b = gaussian_noise(1.0, seed=1), gaussian_noise(1.0, seed=2)
+    ra = a.update(params, a.init(params), ctx=ctx, clip_norm=1.0)
+    rb = b.update(params, b.init(params), ctx=ctx, clip_norm=1.0)
+    assert not torch.equal(ra.updates["w"], rb.updates["w"])
+
+
+def test_successive_rounds_draw_fresh_noise(params, ctx):
+    step = gaussian_noise(1.0, seed=1)
+    first = step.update(params, step.init(params), ctx=ctx, clip_norm=1.0)
+    second = step.update(params, first.state, ctx=ctx, clip_norm=1.0)
+    assert not torch.equal(first.updates["w"], second.updates["w"])
+
+
+def test_zero_noise_is_the_identity_and_costs_a_non_private_event(params, ctx):
+    step = gaussian_noise(0.0, seed=1)
+    result = step.update(params, step.init(params), ctx=ctx, clip_norm=float("inf"))
+    for k in params:
+        assert torch.equal(result.updates[k], params[k])
+
+
+def test_noise_with_unbounded_sensitivity_is_refused(params, ctx):
+    step = gaussian_noise(1.0, seed=1)
+    with pytest.raises(ValueError, match="finite clip_norm"):
+        step.update(params, step.init(params), ctx=ctx, clip_norm=float("inf"))
