@@ -1,0 +1,51 @@
+"""User-level differential privacy accounting for fedpub, built on dp-accounting.
+
+events: the DpEvent of a round (McMahan et al. 2018 user-level DP-FedAvg); accountant: PLD by default,
+RDP as cross-check, and the budget; calibration: the noise multiplier for a target epsilon (cached);
+ledger: the composed event as JSON, so anyone can recompute epsilon.
+"""
+
+from fedpub.privacy.accountant import (
+    AccountantKind,
+    PrivacyBudget,
+    UserLevelAccountant,
+    check_first_round,
+    cross_check,
+    epsilon_for,
+    make_dp_accountant,
+)
+from fedpub.privacy.calibration import calibrate_noise_multiplier
+from fedpub.privacy.errors import BudgetExceededError, PrivacyError
+from fedpub.privacy.events import (
+    FixedSizeSampling,
+    PoissonSampling,
+    Sampling,
+    event_from_dict,
+    event_to_dict,
+    neighboring_relation,
+    round_event,
+)
+from fedpub.privacy.ledger import ledger_record, read_ledger_event, write_ledger
+
+__all__ = [
+    "AccountantKind",
+    "BudgetExceededError",
+    "FixedSizeSampling",
+    "PoissonSampling",
+    "PrivacyBudget",
+    "PrivacyError",
+    "Sampling",
+    "UserLevelAccountant",
+    "calibrate_noise_multiplier",
+    "check_first_round",
+    "cross_check",
+    "epsilon_for",
+    "event_from_dict",
+    "event_to_dict",
+    "ledger_record",
+    "make_dp_accountant",
+    "neighboring_relation",
+    "read_ledger_event",
+    "round_event",
+    "write_ledger",
+]

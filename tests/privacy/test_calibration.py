@@ -1,0 +1,92 @@
+"""Noise calibration pinned to accounting.md §4c, and its on-disk cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dp_accounting
+import pytest
+
+from fedpub.privacy import (
+    FixedSizeSampling,
+    PoissonSampling,
+    PrivacyError,
+    calibrate_noise_multiplier,
+    epsilon_for,
+)
+from fedpub.privacy.calibration import CACHE_FILE
+
+DELTA = 1e-5
+DOPE = PoissonSampling(100 / 68_600)  # EMNIST, 2% public writers, m=100
+FULL = PoissonSampling(1.0)  # full participation: cheap to account, for the cache tests
+
+
+@pytest.mark.parametrize(
+    ("sampling", "accountant", "expected"),
+    [(DOPE, "rdp", 0.8882), (DOPE, "pld", 0.6978), (FixedSizeSampling(68_600, 100), "rdp", 1.8634)],
+)
+def test_reproduces_dope_table(sampling, accountant: str, expected: float, tmp_path: Path) -> None:
+    z = calibrate_noise_multiplier(1.0, DELTA, sampling, 1500, accountant, cache_dir=tmp_path)
+    assert z == pytest.approx(expected, abs=1e-4)
+    assert epsilon_for(sampling, z, 1500, DELTA, accountant) <= 1.0
+    assert epsilon_for(sampling, z * 0.99, 1500, DELTA, accountant) > 1.0
+
+
+def test_second_call_hits_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sampling = FULL
+    z = calibrate_noise_multiplier(2.0, DELTA, sampling, 50, "rdp", cache_dir=tmp_path)
+    entries = json.loads((tmp_path / CACHE_FILE).read_text())
+    assert list(entries.values()) == [z]
+    key = json.loads(next(iter(entries)))
+    assert key["accountant"] == "rdp" and key["rounds"] == 50 and key["target_epsilon"] == 2.0
+    assert key["sampling"] == {"kind": "PoissonSampling", "sampling_rate": 1.0}
+
+    def forbidden(*args: object, **kwargs: object) -> float:
+        raise AssertionError("dp_accounting was called although the result is cached")
+
+    monkeypatch.setattr(dp_accounting, "calibrate_dp_mechanism", forbidden)
+    assert calibrate_noise_multiplier(2.0, DELTA, sampling, 50, "rdp", cache_dir=tmp_path) == z
+    with pytest.raises(AssertionError, match="cached"):  # any other input is a miss
+        calibrate_noise_multiplier(2.0, DELTA, sampling, 51, "rdp", cache_dir=tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name != CACHE_FILE]  # no temporary files left
+
+
+def test_cache_keeps_every_entry(tmp_path: Path) -> None:
+    z_rdp = calibrate_noise_multiplier(4.0, DELTA, FULL, 20, "rdp", cache_dir=tmp_path)
+    z_rdp_1e6 = calibrate_noise_multiplier(4.0, 1e-6, FULL, 20, "rdp", cache_dir=tmp_path)
+    assert z_rdp_1e6 > z_rdp
+    assert sorted(json.loads((tmp_path / CACHE_FILE).read_text()).values()) == [z_rdp, z_rdp_1e6]
+
+
+def test_corrupt_cache_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    (tmp_path / CACHE_FILE).write_text("{not json")
+    with pytest.warns(UserWarning, match="calibration cache"):
+        z = calibrate_noise_multiplier(3.0, DELTA, FULL, 10, "rdp", cache_dir=tmp_path)
+    assert list(json.loads((tmp_path / CACHE_FILE).read_text()).values()) == [z]
+
+
+def test_default_cache_dir_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEDPUB_CACHE_DIR", str(tmp_path / "cache"))
+    z = calibrate_noise_multiplier(3.0, DELTA, FULL, 10, "rdp")
+    assert list(json.loads((tmp_path / "cache" / CACHE_FILE).read_text()).values()) == [z]
+
+
+def test_unreachable_targets(tmp_path: Path) -> None:
+    with pytest.raises(PrivacyError, match="so weak"):
+        calibrate_noise_multiplier(1e4, DELTA, PoissonSampling(0.5), 1, "pld", cache_dir=tmp_path)
+    with pytest.raises(PrivacyError, match="rdp"):  # fixed-size sampling has no PLD accounting
+        calibrate_noise_multiplier(1.0, DELTA, FixedSizeSampling(100, 10), 10, "pld", cache_dir=tmp_path)
+    assert not (tmp_path / CACHE_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"target_epsilon": 0.0}, "epsilon"), ({"delta": 1.0}, "delta"), ({"rounds": 0}, "rounds"),
+     ({"accountant": "prv"}, "accountant"), ({"sampling": 0.1}, "sampling")],
+)
+def test_invalid_inputs_name_the_field(kwargs: dict, field: str, tmp_path: Path) -> None:
+    args = {"target_epsilon": 1.0, "delta": DELTA, "sampling": PoissonSampling(0.1), "rounds": 10,
+            "accountant": "rdp", "cache_dir": tmp_path, **kwargs}
+    with pytest.raises(PrivacyError, match=field):
+        calibrate_noise_multiplier(**args)
