@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from fedpub.models import MODELS
 
 
 class ConfigError(ValueError):
@@ -48,6 +50,13 @@ class DataConfig(_Section):
 
 class ModelConfig(_Section):
     name: str = "emnist_small_cnn"
+
+    @field_validator("name")
+    @classmethod
+    def _known_model(cls, name: str) -> str:
+        if name not in MODELS:
+            raise ValueError(f"unknown model; allowed: {', '.join(sorted(MODELS))}")
+        return name
 
 
 class ClientConfig(_Section):

@@ -72,7 +72,7 @@ def num_rows(stacked: Tree) -> int:
 
 def row_norms(stacked: Tree) -> torch.Tensor:
     """Per-row global L2 norms of a stacked tree, shape ``(rows,)``."""
-    squares = [v.double().reshape(v.shape[0], -1).pow(2).sum(dim=1) for v in stacked.values()]
+    squares = [v.double().flatten(start_dim=1).pow(2).sum(dim=1) for v in stacked.values()]
     return torch.stack(squares).sum(dim=0).sqrt()
 
 

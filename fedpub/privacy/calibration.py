@@ -25,7 +25,7 @@ from dp_accounting import dp_event
 from fedpub.privacy.accountant import AccountantKind, PrivacyBudget, UserLevelAccountant, make_dp_accountant
 from fedpub.privacy.errors import PrivacyError
 from fedpub.privacy.events import Sampling, neighboring_relation, round_event
-from fedpub.privacy.ledger import write_json_atomic
+from fedpub.atomic import write_json_atomic
 
 MIN_NOISE_MULTIPLIER = 0.05
 """The smallest z calibrated; a target that a smaller z would already reach is refused."""

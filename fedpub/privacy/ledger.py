@@ -10,37 +10,17 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from dp_accounting import dp_event
 
+from fedpub.atomic import write_json_atomic
 from fedpub.privacy.accountant import UserLevelAccountant, cross_check
 from fedpub.privacy.errors import PrivacyError
 from fedpub.privacy.events import event_from_dict, event_to_dict
 
 LEDGER_FORMAT = "fedpub.privacy.ledger/1"
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file and ``os.replace``: readers see the
-    old file or the new one, never a partial write."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a ledger is meant to be read by others
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def ledger_record(accountant: UserLevelAccountant, delta: float) -> dict[str, Any]:

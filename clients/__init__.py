@@ -1,0 +1,1 @@
+"""Client side: the one local-training function every backend uses."""

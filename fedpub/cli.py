@@ -1,0 +1,164 @@
+"""The `fedpub` command line: run an experiment, account for a mechanism, calibrate noise.
+
+    fedpub run [CONFIG.yaml]      run (or resume) an experiment; no CONFIG runs the quick-start
+    fedpub account ...            user-level ε of T rounds of the sampled Gaussian, PLD and RDP
+    fedpub calibrate ...          the noise multiplier z reaching a target ε
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from fedpub.config import ConfigError, load_config
+from fedpub.data.base import DatasetError
+from fedpub.privacy.errors import PrivacyError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
+console = Console()
+USER_ERRORS = (ConfigError, DatasetError, PrivacyError, ValueError, FileNotFoundError)
+
+
+def quickstart_config_path() -> Path:
+    return Path(str(resources.files("simulations.configs") / "quickstart.yaml"))
+
+
+def _fail(error: Exception) -> None:
+    console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[int]):
+    from fedpub.privacy.events import FixedSizeSampling, PoissonSampling
+
+    if q is not None and (population is None and cohort is None):
+        return PoissonSampling(q)
+    if q is None and population is not None and cohort is not None:
+        return FixedSizeSampling(population=population, cohort_size=cohort)
+    raise PrivacyError("give --q (Poisson sampling) or both --population and --cohort (fixed size)")
+
+
+@app.command()
+def run(
+    config: Annotated[Optional[Path], typer.Argument(help="experiment YAML; omit for the bundled quick-start")] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="discard an existing run of the same name")] = False,
+) -> None:
+    """Run an experiment in-process and write runs/<name>/ (resumes a checkpointed run)."""
+    from simulations.engine import RunDirectoryError, run_in_process
+    from simulations.experiment import build_experiment
+    from simulations.run_dir import RunDirectory
+
+    path = config or quickstart_config_path()
+    try:
+        cfg = load_config(path)
+        with console.status("preparing data, model and noise calibration"):
+            experiment = build_experiment(cfg)
+    except USER_ERRORS as error:
+        _fail(error)
+    strategy = experiment.strategy
+    console.print(
+        f"[bold]{cfg.name}[/]: {strategy.name}, N={strategy.population} private users, "
+        f"expected cohort {strategy.expected_cohort:g} (q={strategy.expected_cohort / strategy.population:.4g}), "
+        f"z={experiment.noise_multiplier:.4g}, C={cfg.strategy.clip_norm:g}, {cfg.rounds} rounds, "
+        f"device {experiment.device}",
+        highlight=False,
+    )
+    run_dir = RunDirectory(cfg.output_dir / cfg.name)
+    progress = Progress(
+        TextColumn("round {task.completed}/{task.total}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    status = {"acc": "–"}
+
+    def on_round(record: dict[str, Any]) -> None:
+        if "eval_accuracy" in record:
+            status["acc"] = f"{record['eval_accuracy']:.3f}"
+        progress.update(
+            task,
+            completed=record["round"] + 1,
+            status=f"acc {status['acc']}  ε {float(record['epsilon']):.3g}  cohort {int(record['cohort_sampled'])}",
+        )
+
+    with progress:
+        task = progress.add_task("rounds", total=cfg.rounds, status="")
+        try:
+            result = run_in_process(experiment, run_dir, fresh=fresh, on_round=on_round)
+        except (RunDirectoryError, *USER_ERRORS) as error:
+            progress.stop()
+            _fail(error)
+    if result.stopped_by_budget:
+        console.print(f"stopped after {result.rounds_done} rounds: the next round would exceed ε = {cfg.privacy.budget_epsilon}")
+    console.print(
+        f"final test accuracy [bold]{result.final_metrics['eval_accuracy']:.4f}[/] after {result.rounds_done} rounds; "
+        f"user-level (ε, δ) = ([bold]{result.epsilon:.4g}[/], {result.delta:g})",
+        highlight=False,
+    )
+    console.print(f"results in {run_dir.root}/ (summary.md, metrics.jsonl, ledger.json, accuracy.png)")
+
+
+@app.command()
+def account(
+    rounds: Annotated[int, typer.Option("--rounds", "-T", min=1, help="number of rounds T")],
+    noise_multiplier: Annotated[float, typer.Option("--noise-multiplier", "-z", min=0.0, help="z = noise std / C")],
+    delta: Annotated[float, typer.Option(help="δ")] = 1e-5,
+    q: Annotated[Optional[float], typer.Option("--q", help="Poisson sampling rate")] = None,
+    population: Annotated[Optional[int], typer.Option(help="N, for fixed-size sampling")] = None,
+    cohort: Annotated[Optional[int], typer.Option(help="m, for fixed-size sampling")] = None,
+) -> None:
+    """User-level ε after T rounds of the sampled Gaussian mechanism, with PLD and RDP."""
+    from fedpub.privacy.accountant import cross_check
+    import dp_accounting
+
+    from fedpub.privacy.events import neighboring_relation, round_event
+
+    try:
+        sampling = _sampling(q, population, cohort)
+        event = dp_accounting.SelfComposedDpEvent(
+            round_event(sampling, [dp_accounting.GaussianDpEvent(noise_multiplier)]), rounds
+        )
+        values = cross_check(event, delta, neighboring_relation(sampling))
+    except USER_ERRORS as error:
+        _fail(error)
+    table = Table(title=f"user-level ε at δ={delta:g} after {rounds} rounds, z={noise_multiplier:g}, {sampling}")
+    table.add_column("accountant")
+    table.add_column("ε", justify="right")
+    for name in ("pld", "rdp"):
+        value = values.get(name)
+        table.add_row(name.upper(), "unsupported for this sampling" if value is None else f"{value:.4f}")
+    console.print(table)
+
+
+@app.command()
+def calibrate(
+    target_epsilon: Annotated[float, typer.Option("--target-epsilon", "-e", help="target ε")],
+    rounds: Annotated[int, typer.Option("--rounds", "-T", min=1)],
+    delta: Annotated[float, typer.Option(help="δ")] = 1e-5,
+    q: Annotated[Optional[float], typer.Option("--q", help="Poisson sampling rate")] = None,
+    population: Annotated[Optional[int], typer.Option(help="N, for fixed-size sampling")] = None,
+    cohort: Annotated[Optional[int], typer.Option(help="m, for fixed-size sampling")] = None,
+    accountant: Annotated[str, typer.Option(help="pld or rdp")] = "pld",
+) -> None:
+    """The smallest noise multiplier z whose ε after T rounds is at most the target (cached)."""
+    from fedpub.privacy.calibration import calibrate_noise_multiplier
+
+    if accountant not in ("pld", "rdp"):
+        _fail(ValueError(f"--accountant must be pld or rdp, got {accountant!r}"))
+    try:
+        z = calibrate_noise_multiplier(target_epsilon, delta, _sampling(q, population, cohort), rounds, accountant=accountant)
+    except USER_ERRORS as error:
+        _fail(error)
+    console.print(f"noise multiplier z = [bold]{z!r}[/] ({accountant.upper()}, ε ≤ {target_epsilon:g}, δ = {delta:g}, T = {rounds})", highlight=False)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,39 @@
+"""The federated dataset protocol every reader implements, and the error readers raise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+class DatasetError(ValueError):
+    """A dataset file is missing or malformed; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """All examples of one client: inputs ``x`` (first axis = examples) and integer targets ``y``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+
+@runtime_checkable
+class FederatedDataset(Protocol):
+    """Examples grouped by client, read lazily one client at a time.
+
+    ``client_ids`` is sorted lexicographically (as TFF sorts them); ``num_examples`` is cheap (no example
+    data is read), ``client_data`` reads only the requested client.
+    """
+
+    client_ids: list[str]
+    num_classes: int
+
+    def client_data(self, client_id: str) -> ClientData: ...
+
+    def num_examples(self, client_id: str) -> int: ...

@@ -1,0 +1,157 @@
+"""Lazy reader for TFF's federated EMNIST HDF5 files (``/examples/<client_id>/{label,pixels}``).
+
+Pixels are returned as stored by TFF (float32 in [0, 1], background 1.0, ink 0.0: no inversion), reshaped to
+``(N, 1, 28, 28)``; labels as int64 ``(N,)``. See ``shared/reference/datasets.md`` §1.1 for the layout.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+
+from fedpub.data.base import ClientData, DatasetError
+
+TFF_DATASETS_URL = "https://storage.googleapis.com/tff-datasets-public"
+IMAGE_SHAPE = (28, 28)
+
+
+def _download_hint(path: Path) -> str:
+    archive = "fed_emnist_digitsonly.tar.bz2" if "digitsonly" in path.name else "fed_emnist.tar.bz2"
+    return (
+        f"download {TFF_DATASETS_URL}/{archive} and extract it into {path.parent}, "
+        "or run `fedpub run` to use the synthetic quick-start dataset"
+    )
+
+
+class EmnistH5:
+    """One TFF federated EMNIST HDF5 file (train or test) as a lazy :class:`FederatedDataset`.
+
+    The file stays open for the object's lifetime (``close()`` or use it as a context manager). Pickling keeps
+    only the path, class count and client ids, and a process that did not open the handle (unpickled or forked) opens
+    its own on first use.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], num_classes: int | None = None) -> None:
+        self.path = Path(path)
+        self.num_classes = num_classes if num_classes is not None else self._infer_num_classes(self.path)
+        if self.num_classes not in (10, 62):
+            raise ValueError(f"num_classes must be 10 or 62 for EMNIST, got {self.num_classes}")
+        self._file: h5py.File | None = None
+        self._pid = -1
+        self.client_ids: list[str] = sorted(self._examples().keys())
+
+    @staticmethod
+    def _infer_num_classes(path: Path) -> int:
+        return 10 if "digitsonly" in path.name else 62
+
+    def _handle(self) -> h5py.File:
+        if self._file is None or self._pid != os.getpid():
+            if not self.path.is_file():
+                raise DatasetError(f"EMNIST file {self.path} does not exist: {_download_hint(self.path)}")
+            try:
+                self._file = h5py.File(self.path, "r")
+            except OSError as exc:
+                raise DatasetError(
+                    f"{self.path} is not a readable HDF5 file (corrupt or truncated?): {exc}"
+                ) from exc
+            self._pid = os.getpid()
+        return self._file
+
+    def _examples(self) -> h5py.Group:
+        examples = self._handle().get("examples")
+        if not isinstance(examples, h5py.Group):
+            raise DatasetError(f"{self.path} has no 'examples' group: not a TFF federated EMNIST file")
+        return examples
+
+    def _datasets(self, client_id: str) -> tuple[h5py.Dataset, h5py.Dataset]:
+        """The client's (label, pixels) datasets, with shapes checked from metadata only."""
+        group = self._examples().get(client_id)
+        if group is None:
+            raise KeyError(f"client {client_id!r} is not in {self.path}")
+        where = f"{self.path}: client {client_id!r}"
+        found = {}
+        for name in ("label", "pixels"):
+            ds = group.get(name)
+            if not isinstance(ds, h5py.Dataset):
+                raise DatasetError(f"{where} has no '{name}' dataset")
+            found[name] = ds
+        label, pixels = found["label"], found["pixels"]
+        if pixels.ndim != 3 or pixels.shape[1:] != IMAGE_SHAPE:
+            raise DatasetError(f"{where} has pixels of shape {pixels.shape}, expected (N, 28, 28)")
+        if not (label.ndim == 1 or (label.ndim == 2 and label.shape[1] == 1)):
+            raise DatasetError(f"{where} has labels of shape {label.shape}, expected (N,) or (N, 1)")
+        if not np.issubdtype(label.dtype, np.integer):
+            raise DatasetError(f"{where} has labels of dtype {label.dtype}, expected integers")
+        if label.shape[0] != pixels.shape[0]:
+            raise DatasetError(
+                f"{where} has {label.shape[0]} labels but {pixels.shape[0]} pixel arrays (lengths must match)"
+            )
+        return label, pixels
+
+    def num_examples(self, client_id: str) -> int:
+        """Number of examples of ``client_id``, from the HDF5 metadata (no pixels are read)."""
+        return int(self._datasets(client_id)[0].shape[0])
+
+    def client_data(self, client_id: str) -> ClientData:
+        """Read one client: x float32 ``(N, 1, 28, 28)`` in [0, 1] (background 1.0), y int64 ``(N,)``."""
+        label, pixels = self._datasets(client_id)
+        try:
+            y = np.asarray(label[()], dtype=np.int64).reshape(-1)
+            x = np.asarray(pixels[()], dtype=np.float32)
+        except OSError as exc:
+            raise DatasetError(f"{self.path}: cannot read client {client_id!r} (corrupt file?): {exc}") from exc
+        if y.size and (y.min() < 0 or y.max() >= self.num_classes):
+            raise DatasetError(
+                f"{self.path}: client {client_id!r} has labels in [{y.min()}, {y.max()}], "
+                f"outside [0, {self.num_classes - 1}]"
+            )
+        if not np.all((x >= 0.0) & (x <= 1.0)):
+            raise DatasetError(f"{self.path}: client {client_id!r} has pixel values outside [0, 1] or NaN")
+        return ClientData(x=torch.from_numpy(x).unsqueeze(1), y=torch.from_numpy(y))
+
+    def close(self) -> None:
+        """Close the HDF5 handle (a later read reopens it)."""
+        if self._file is not None and self._pid == os.getpid():
+            self._file.close()
+        self._file = None
+
+    def __enter__(self) -> EmnistH5:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "num_classes": self.num_classes, "client_ids": self.client_ids}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        self.num_classes = state["num_classes"]
+        self.client_ids = state["client_ids"]
+        self._file = None
+        self._pid = -1
+
+    def __repr__(self) -> str:
+        return f"EmnistH5({str(self.path)!r}, num_classes={self.num_classes}, clients={len(self.client_ids)})"
+
+
+def load_emnist_split(directory: str | os.PathLike[str], only_digits: bool) -> tuple[EmnistH5, EmnistH5]:
+    """Open ``fed_emnist[_digitsonly]_{train,test}.h5`` in ``directory`` as (train, test)."""
+    stem = "fed_emnist_digitsonly" if only_digits else "fed_emnist"
+    num_classes = 10 if only_digits else 62
+    root = Path(directory)
+    train = EmnistH5(root / f"{stem}_train.h5", num_classes=num_classes)
+    try:
+        test = EmnistH5(root / f"{stem}_test.h5", num_classes=num_classes)
+    except BaseException:
+        train.close()
+        raise
+    return train, test

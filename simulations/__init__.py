@@ -1,0 +1,1 @@
+"""Running experiments: the in-process round loop, run directories, and (later) Flower runners."""

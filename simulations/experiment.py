@@ -1,0 +1,96 @@
+"""Everything an experiment needs, built from its config before any file is written.
+
+Both backends start here, so the same config gives the same data, model, strategy and noise.
+Failures (missing data, an unreachable ε target, a budget smaller than one round) surface here,
+before a run directory exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dp_accounting
+import torch
+
+from clients.local_training import LocalTrainingConfig, default_device
+from fedpub.config import ExperimentConfig
+from fedpub.data.base import FederatedDataset
+from fedpub.data.emnist import load_emnist_split
+from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
+from fedpub.models import build_model
+from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
+from fedpub.privacy.events import neighboring_relation, round_event
+from fedpub.seeding import torch_generator
+from fedpub.strategy import StrategyCore
+from strategies import dp_fedavg
+from strategies.common import make_sampling, resolve_noise_multiplier
+
+
+@dataclass(frozen=True)
+class Experiment:
+    config: ExperimentConfig
+    train: FederatedDataset
+    test: FederatedDataset
+    private_ids: list[str]
+    eval_ids: list[str]
+    strategy: StrategyCore
+    noise_multiplier: float
+    planned_round_event: dp_accounting.DpEvent
+    local_training: LocalTrainingConfig
+    device: torch.device
+
+    def new_accountant(self) -> UserLevelAccountant:
+        return UserLevelAccountant(
+            self.config.privacy.accountant, neighboring_relation(self.strategy.sampling)
+        )
+
+    def new_model(self) -> torch.nn.Module:
+        """The model with its seeded initial parameters, on the experiment's device."""
+        generator = torch_generator(self.config.seed, "model_init")
+        model = build_model(self.config.model.name, self.train.num_classes, generator=generator)
+        return model.to(self.device)
+
+
+def load_data(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
+    data = config.data
+    if data.source == "synthetic_emnist":
+        spec = SyntheticEmnistSpec(**data.synthetic.model_dump())
+        ensure_synthetic_emnist(data.path, spec)
+    return load_emnist_split(data.path, only_digits=data.only_digits)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda was asked for, but no CUDA device is available (use auto or cpu)")
+    return default_device() if name == "auto" else torch.device(name)
+
+
+def build_experiment(config: ExperimentConfig) -> Experiment:
+    train, test = load_data(config)
+    private_ids = list(train.client_ids)
+    eval_ids = list(test.client_ids)[: config.data.eval_clients]
+    strategy_cfg = config.strategy
+    sampling = make_sampling(strategy_cfg.sampling, len(private_ids))
+    z = resolve_noise_multiplier(
+        strategy_cfg.noise_multiplier, strategy_cfg.target_epsilon, sampling, config.rounds, config.privacy
+    )
+    strategy = dp_fedavg.build(
+        strategy_cfg, sampling=sampling, population=len(private_ids), noise_multiplier=z, seed=config.seed
+    )
+    planned = round_event(sampling, [dp_accounting.GaussianDpEvent(z)])
+    experiment = Experiment(
+        config=config,
+        train=train,
+        test=test,
+        private_ids=private_ids,
+        eval_ids=eval_ids,
+        strategy=strategy,
+        noise_multiplier=z,
+        planned_round_event=planned,
+        local_training=LocalTrainingConfig(**config.client.model_dump()),
+        device=resolve_device(config.device),
+    )
+    if config.privacy.budget_epsilon is not None:
+        budget = PrivacyBudget(config.privacy.budget_epsilon, config.privacy.delta)
+        check_first_round(budget, experiment.new_accountant(), planned)
+    return experiment

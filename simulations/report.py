@@ -1,0 +1,73 @@
+"""A run's plot (accuracy and ε by round) and its short markdown summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
+
+if TYPE_CHECKING:
+    from simulations.experiment import Experiment
+
+
+def write_plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Evaluation accuracy (left axis) and ε spent (right axis) against the round."""
+    evaluated = [r for r in records if "eval_accuracy" in r]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.plot([r["round"] + 1 for r in evaluated], [r["eval_accuracy"] for r in evaluated], "o-", color="C0")
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy", color="C0")
+    ax.grid(alpha=0.3)
+    eps = [(r["round"] + 1, float(r["epsilon"])) for r in records]  # inf is stored as "inf"
+    if eps and all(e < float("inf") for _, e in eps):
+        twin = ax.twinx()
+        twin.plot([t for t, _ in eps], [e for _, e in eps], "-", color="C3")
+        twin.set_ylabel("ε spent", color="C3")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def write_summary(
+    path: Path,
+    experiment: Experiment,
+    records: Sequence[Mapping[str, Any]],
+    final_eval: Mapping[str, float],
+    epsilon: float,
+    stopped_by_budget: bool,
+) -> None:
+    cfg = experiment.config
+    strategy = experiment.strategy
+    wall = sum(r.get("wall_time", 0.0) for r in records)
+    lines = [
+        f"# Run `{cfg.name}`",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| strategy | {strategy.name} |",
+        f"| rounds completed | {len(records)} of {cfg.rounds}"
+        + (" (stopped: the next round would exceed the privacy budget)" if stopped_by_budget else "")
+        + " |",
+        f"| final test accuracy | {final_eval['eval_accuracy']:.4f} |",
+        f"| final test loss | {final_eval['eval_loss']:.4f} |",
+        f"| user-level (ε, δ) | ({epsilon:.4g}, {cfg.privacy.delta:g}), {cfg.privacy.accountant.upper()} accountant |",
+        f"| private users N | {strategy.population} |",
+        f"| sampling | {type(strategy.sampling).__name__}, expected cohort m = {strategy.expected_cohort:g} |",
+        f"| noise multiplier z | {experiment.noise_multiplier:.4g} |",
+        f"| clip norm C | {cfg.strategy.clip_norm:g} |",
+        f"| training wall time | {wall:.1f} s |",
+        "",
+        "ε is for one user (all of a user's data) under add/remove-one neighbours"
+        " (replace-one for fixed-size sampling). Hyper-parameter tuning is not counted in ε.",
+        "The ledger (`ledger.json`) holds the composed DpEvent so anyone can recompute ε.",
+        "",
+    ]
+    write_text_atomic(path, "\n".join(lines))

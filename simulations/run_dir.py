@@ -1,0 +1,80 @@
+"""What a run leaves behind in ``runs/<name>/`` (DESIGN.md §8), each file written atomically.
+
+``config.yaml`` (resolved), ``metrics.jsonl`` (one record per round), ``ledger.json`` (the
+composed DpEvent and ε), ``checkpoint.pt`` (model, step states, accountant), ``accuracy.png`` and
+``summary.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedpub.atomic import atomic_path, write_text_atomic
+
+
+class RunDirectory:
+    """The files of one run; nothing is created until :meth:`start` is called."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    config_path = property(lambda self: self.root / "config.yaml")
+    metrics_path = property(lambda self: self.root / "metrics.jsonl")
+    ledger_path = property(lambda self: self.root / "ledger.json")
+    checkpoint_path = property(lambda self: self.root / "checkpoint.pt")
+    plot_path = property(lambda self: self.root / "accuracy.png")
+    summary_path = property(lambda self: self.root / "summary.md")
+
+    def start(self, resolved_config: str) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.config_path, resolved_config)
+
+    def stored_config(self) -> str | None:
+        return self.config_path.read_text() if self.config_path.exists() else None
+
+    # -- per-round metrics -------------------------------------------------------------
+    def append_metrics(self, record: Mapping[str, Any]) -> None:
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(_jsonable(record)) + "\n")
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics_path.exists():
+            return []
+        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+
+    def truncate_metrics(self, rounds_done: int) -> None:
+        """Keep only the records of rounds ``< rounds_done`` (those the checkpoint covers)."""
+        kept = [r for r in self.read_metrics() if r["round"] < rounds_done]
+        write_text_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    # -- checkpoints -------------------------------------------------------------------
+    def save_checkpoint(self, checkpoint: Mapping[str, Any]) -> None:
+        with atomic_path(self.checkpoint_path) as tmp:
+            torch.save(dict(checkpoint), tmp)
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        if not self.checkpoint_path.exists():
+            return None
+        return torch.load(self.checkpoint_path, weights_only=False)
+
+    def clear(self) -> None:
+        """Remove the files a run writes (for ``--fresh``); other files are left alone."""
+        for path in (self.config_path, self.metrics_path, self.ledger_path, self.checkpoint_path,
+                     self.plot_path, self.summary_path):
+            path.unlink(missing_ok=True)
+
+
+def _jsonable(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Floats that JSON cannot hold (inf, nan) become strings, the rest is kept."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            value = str(value)
+        out[key] = value
+    return out

@@ -1,0 +1,41 @@
+"""Pieces every recipe needs: the sampling rule from config and population, and the noise
+multiplier (given, or calibrated to a target ε with the accountant)."""
+
+from __future__ import annotations
+
+from fedpub.config import PrivacyConfig, SamplingConfig
+from fedpub.privacy.calibration import calibrate_noise_multiplier
+from fedpub.privacy.events import FixedSizeSampling, PoissonSampling, Sampling
+
+
+def make_sampling(config: SamplingConfig, population: int) -> Sampling:
+    """q = m / N for Poisson sampling, N being the *private* population of the dataset."""
+    if config.kind == "poisson":
+        q = config.sampling_rate if config.sampling_rate is not None else config.clients_per_round / population
+        if q > 1:
+            raise ValueError(
+                f"strategy.sampling.clients_per_round={config.clients_per_round} exceeds the "
+                f"{population} private users"
+            )
+        return PoissonSampling(q)
+    m = config.clients_per_round if config.clients_per_round is not None else round(config.sampling_rate * population)
+    if m > population:
+        raise ValueError(f"strategy.sampling.clients_per_round={m} exceeds the {population} private users")
+    return FixedSizeSampling(population=population, cohort_size=int(m))
+
+
+def resolve_noise_multiplier(
+    noise_multiplier: float | None,
+    target_epsilon: float | None,
+    sampling: Sampling,
+    rounds: int,
+    privacy: PrivacyConfig,
+) -> float:
+    """The configured z, or the smallest z reaching ``target_epsilon`` after ``rounds`` rounds."""
+    if noise_multiplier is not None:
+        return noise_multiplier
+    if target_epsilon is None:
+        raise ValueError("give one of noise_multiplier or target_epsilon")
+    return calibrate_noise_multiplier(
+        target_epsilon, privacy.delta, sampling, rounds, accountant=privacy.accountant
+    )

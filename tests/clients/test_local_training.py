@@ -1,0 +1,56 @@
+import torch
+
+from clients.local_training import LocalTrainingConfig, default_device, model_params, train_client
+from fedpub.data.base import ClientData
+from fedpub.models import build_model
+
+
+def _data(n=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return ClientData(torch.rand(n, 1, 28, 28, generator=g), torch.randint(10, (n,), generator=g))
+
+
+def test_the_update_is_trained_minus_global_and_the_global_params_are_untouched():
+    model = build_model("emnist_small_cnn", 10)
+    params = model_params(model)
+    before = {k: v.clone() for k, v in params.items()}
+    result = train_client(model, params, _data(), LocalTrainingConfig(epochs=2, batch_size=4, lr=0.1), torch.Generator().manual_seed(1))
+    trained = model_params(model)
+    for k in params:
+        assert torch.equal(params[k], before[k])
+        torch.testing.assert_close(result.update[k], trained[k] - params[k])
+    assert result.num_examples == 10 and 0 <= result.metrics["train_accuracy"] <= 1
+    assert any(float(v.abs().sum()) > 0 for v in result.update.values())
+
+
+def test_the_same_generator_seed_gives_the_same_update_even_with_dropout():
+    model = build_model("emnist_cnn_dropout", 10)
+    params = model_params(model)
+    cfg = LocalTrainingConfig(epochs=1, batch_size=5, lr=0.05)
+    a = train_client(model, params, _data(), cfg, torch.Generator().manual_seed(3)).update
+    b = train_client(model, params, _data(), cfg, torch.Generator().manual_seed(3)).update
+    c = train_client(model, params, _data(), cfg, torch.Generator().manual_seed(4)).update
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_the_resident_model_is_reset_between_clients():
+    model = build_model("emnist_small_cnn", 10)
+    params = model_params(model)
+    cfg = LocalTrainingConfig(epochs=1, batch_size=4, lr=0.1)
+    first = train_client(model, params, _data(seed=1), cfg, torch.Generator().manual_seed(0)).update
+    train_client(model, params, _data(seed=2), cfg, torch.Generator().manual_seed(0))
+    again = train_client(model, params, _data(seed=1), cfg, torch.Generator().manual_seed(0)).update
+    assert all(torch.equal(first[k], again[k]) for k in first)
+
+
+def test_max_examples_caps_the_local_data():
+    model = build_model("emnist_small_cnn", 10)
+    result = train_client(
+        model, model_params(model), _data(n=30), LocalTrainingConfig(max_examples=8), torch.Generator().manual_seed(0)
+    )
+    assert result.num_examples == 8
+
+
+def test_the_device_is_cuda_when_present_else_cpu():
+    assert default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")

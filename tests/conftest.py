@@ -1,0 +1,51 @@
+"""Shared fixtures: a tiny synthetic EMNIST-layout dataset written once per session, and small configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedpub.config import ExperimentConfig, parse_config
+from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
+
+TINY_SYNTHETIC = {"num_writers": 16, "min_examples": 6, "max_examples": 12, "seed": 1}
+
+
+@pytest.fixture(scope="session")
+def tiny_emnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tiny_emnist")
+    write_synthetic_emnist(directory, SyntheticEmnistSpec(**TINY_SYNTHETIC))
+    return directory
+
+
+@pytest.fixture(autouse=True)
+def _calibration_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibrations are cached in a per-session folder, never in the user's home."""
+    monkeypatch.setenv("FEDPUB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fedpub_cache"))
+
+
+def tiny_config(data_dir: Path, out_dir: Path, **overrides: Any) -> ExperimentConfig:
+    """A 3-round DP-FedAvg run on the tiny dataset; ``overrides`` are merged section by section."""
+    raw: dict[str, Any] = {
+        "name": "tiny",
+        "seed": 3,
+        "rounds": 3,
+        "eval_every": 1,
+        "checkpoint_every": 1,
+        "output_dir": str(out_dir),
+        "device": "cpu",
+        "data": {"source": "synthetic_emnist", "path": str(data_dir), "synthetic": TINY_SYNTHETIC, "eval_clients": 4},
+        "model": {"name": "emnist_small_cnn"},
+        "client": {"epochs": 1, "batch_size": 4, "lr": 0.05},
+        "strategy": {"name": "dp_fedavg", "clip_norm": 0.5, "noise_multiplier": 0.8,
+                     "sampling": {"kind": "poisson", "clients_per_round": 4}},
+        "privacy": {"delta": 1e-5},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return parse_config(raw)

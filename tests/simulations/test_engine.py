@@ -1,0 +1,101 @@
+"""The in-process round loop end to end on the tiny synthetic dataset (real HDF5, real accountant)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedpub.privacy.accountant import epsilon_for
+from fedpub.privacy.errors import BudgetExceededError
+from fedpub.privacy.events import PoissonSampling
+from fedpub.privacy.ledger import read_ledger_event
+from simulations.engine import RunDirectoryError, run_in_process
+from simulations.experiment import build_experiment
+from simulations.run_dir import RunDirectory
+from tests.conftest import tiny_config
+
+
+def _run(cfg, **kwargs):
+    experiment = build_experiment(cfg)
+    return run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name), **kwargs)
+
+
+def _assert_same_params(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_a_run_writes_every_result_and_accounts_each_round(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path)
+    result = _run(cfg)
+    root = tmp_path / "tiny"
+    for name in ("config.yaml", "metrics.jsonl", "ledger.json", "checkpoint.pt", "accuracy.png", "summary.md"):
+        assert (root / name).stat().st_size > 0, name
+    records = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [0, 1, 2]
+    assert all("eval_accuracy" in r for r in records)
+    # ε after each round equals dp_accounting's ε for that many Poisson rounds with q = m / N
+    q = 4 / 16
+    for r in records:
+        expected = epsilon_for(PoissonSampling(q), 0.8, r["round"] + 1, 1e-5)
+        assert r["epsilon"] == pytest.approx(expected, rel=1e-9)
+    assert result.epsilon == pytest.approx(records[-1]["epsilon"])
+    assert read_ledger_event(root / "ledger.json") is not None
+    assert "final test accuracy" in (root / "summary.md").read_text()
+
+
+def test_the_same_seed_gives_the_same_model_twice_and_another_seed_does_not(tiny_emnist_dir, tmp_path):
+    first = _run(tiny_config(tiny_emnist_dir, tmp_path / "a"))
+    second = _run(tiny_config(tiny_emnist_dir, tmp_path / "b"))
+    _assert_same_params(first.params, second.params)
+    other = _run(tiny_config(tiny_emnist_dir, tmp_path / "c", seed=4))
+    assert not torch.equal(first.params["0.weight"], other.params["0.weight"])
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_resuming_from_a_checkpoint_gives_the_uninterrupted_model(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path / "whole", rounds=4, checkpoint_every=2)
+    whole = _run(cfg)
+
+    cut_cfg = tiny_config(tiny_emnist_dir, tmp_path / "cut", rounds=4, checkpoint_every=2)
+
+    def stop_in_round_three(record):
+        if record["round"] == 2:  # after round 3's metrics are written, before its checkpoint
+            raise _Interrupt
+
+    with pytest.raises(_Interrupt):
+        _run(cut_cfg, on_round=stop_in_round_three)
+    resumed = _run(cut_cfg)
+    _assert_same_params(whole.params, resumed.params)
+    assert resumed.epsilon == pytest.approx(whole.epsilon)
+    rounds = [json.loads(line)["round"] for line in (tmp_path / "cut/tiny/metrics.jsonl").read_text().splitlines()]
+    assert rounds == [0, 1, 2, 3]  # no round counted twice, none lost
+
+
+def test_a_directory_holding_another_config_is_refused(tiny_emnist_dir, tmp_path):
+    _run(tiny_config(tiny_emnist_dir, tmp_path, rounds=1))
+    with pytest.raises(RunDirectoryError, match="different config"):
+        _run(tiny_config(tiny_emnist_dir, tmp_path, rounds=2))
+    _run(tiny_config(tiny_emnist_dir, tmp_path, rounds=2), fresh=True)
+
+
+def test_the_budget_stops_the_run_before_it_is_exceeded(tiny_emnist_dir, tmp_path):
+    q, z, delta = 4 / 16, 0.8, 1e-5
+    budget = (epsilon_for(PoissonSampling(q), z, 2, delta) + epsilon_for(PoissonSampling(q), z, 3, delta)) / 2
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=5, privacy={"delta": delta, "budget_epsilon": budget})
+    result = _run(cfg)
+    assert result.stopped_by_budget and result.rounds_done == 2
+    assert result.epsilon <= budget
+
+
+def test_a_budget_smaller_than_one_round_is_refused_before_anything_is_written(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, privacy={"delta": 1e-5, "budget_epsilon": 0.01})
+    with pytest.raises(BudgetExceededError):
+        build_experiment(cfg)
+    assert not (tmp_path / "tiny").exists()

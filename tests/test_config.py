@@ -1,0 +1,71 @@
+import math
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedpub.config import ConfigError, dump_config, load_config, parse_config
+
+
+def test_defaults_and_round_trip_through_yaml():
+    cfg = parse_config({"strategy": {"noise_multiplier": 0, "clip_norm": math.inf}})
+    again = parse_config(yaml.safe_load(dump_config(cfg)))
+    assert again == cfg and math.isinf(again.strategy.clip_norm)
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ({"rounds": "many"}, "field `rounds`"),
+        ({"rounds": 0}, "field `rounds`: Input should be greater than or equal to 1"),
+        ({"strategy": {"noise_multiplier": 1, "clip": 1}}, "unknown key `strategy.clip`; allowed keys here: name, clip_norm"),
+        ({"colour": "red"}, "unknown key `colour`"),
+        ({"strategy": {"noise_multiplier": 1, "sampling": {"kind": "uniform", "clients_per_round": 2}}}, "'poisson' or 'fixed'"),
+        ({"strategy": {"noise_multiplier": 1, "target_epsilon": 2}}, "exactly one of noise_multiplier or target_epsilon"),
+        ({"strategy": {"noise_multiplier": 1, "sampling": {"clients_per_round": 2, "sampling_rate": 0.1}}}, "exactly one of clients_per_round"),
+        ({"model": {"name": "resnet"}}, "allowed: emnist_cnn_dropout, emnist_mlp, emnist_small_cnn"),
+        ({"privacy": {"accountant": "gdp"}}, "'pld' or 'rdp'"),
+        ({"data": {"source": "mnist"}}, "'synthetic_emnist' or 'emnist_h5'"),
+    ],
+)
+def test_bad_values_name_the_field_and_what_is_allowed(raw, expected):
+    with pytest.raises(ConfigError, match=None) as info:
+        parse_config(raw, "exp.yaml")
+    assert expected in str(info.value) and "exp.yaml" in str(info.value)
+
+
+def test_unreadable_and_invalid_yaml_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rounds: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(listy)
+
+
+yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["rounds", "seed", "strategy", "data", "client", "privacy", "x"]), yaml_values, max_size=4))
+def test_random_configs_either_load_or_raise_a_config_error(raw):
+    try:
+        parse_config(raw)
+    except ConfigError as error:
+        assert "invalid configuration" in str(error)
+
+
+def test_the_bundled_quickstart_config_is_valid():
+    from fedpub.cli import quickstart_config_path
+
+    cfg = load_config(quickstart_config_path())
+    assert cfg.strategy.target_epsilon == 4.0 and cfg.data.source == "synthetic_emnist"

@@ -1,0 +1,160 @@
+"""Tests of the mechanism itself, not only of the code (DESIGN.md §2.8, §5)."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedpub import tree
+from fedpub.config import DpFedAvgConfig, PrivacyConfig, SamplingConfig
+from fedpub.privacy.events import FixedSizeSampling, PoissonSampling
+from fedpub.seeding import torch_generator
+from fedpub.strategy import StrategyCore
+from strategies import dp_fedavg
+from strategies.common import make_sampling
+
+
+def _strategy(clip_norm, z, sampling, population, server=None, seed=0) -> StrategyCore:
+    cfg = DpFedAvgConfig(clip_norm=clip_norm, noise_multiplier=z, server_optimizer=server or {})
+    return dp_fedavg.build(cfg, sampling=sampling, population=population, noise_multiplier=z, seed=seed)
+
+
+def _random_tree(shapes, seed, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return {k: scale * torch.randn(s, generator=g) for k, s in shapes.items()}
+
+
+SHAPES = {"w": (6, 4), "b": (4,)}
+
+
+def test_infinite_clip_and_no_noise_is_plain_fedavg_of_deltas():
+    params = _random_tree(SHAPES, 0)
+    updates = [_random_tree(SHAPES, s, scale=10.0) for s in range(1, 6)]
+    core = _strategy(math.inf, 0.0, FixedSizeSampling(population=5, cohort_size=5), 5)
+    outcome = core.aggregate(params, updates, core.init(params), 0)
+    for k in params:
+        torch.testing.assert_close(outcome.params[k], params[k] + torch.stack([u[k] for u in updates]).mean(0))
+    assert isinstance(outcome.event, dp_accounting.NonPrivateDpEvent)
+
+
+def test_one_example_clients_with_one_local_step_is_dp_sgd():
+    """DP-FedAvg with 1-example users, one local SGD step of lr η, clip C = η·C' and server lr 1
+    equals one DP-SGD step with per-example clip C', noise z·C' on the summed gradients, ÷ m."""
+    from clients.local_training import LocalTrainingConfig, model_params, train_client
+    from fedpub.data.base import ClientData
+    from fedpub.models import build_model
+
+    eta, c_grad, z, m, population = 0.1, 0.05, 1.3, 4.0, 40
+    model = build_model("emnist_mlp", 10, generator=torch.Generator().manual_seed(0))
+    params = model_params(model)
+    g = torch.Generator().manual_seed(5)
+    xs, ys = torch.rand(5, 1, 28, 28, generator=g), torch.randint(10, (5,), generator=g)
+
+    local = LocalTrainingConfig(epochs=1, batch_size=1, lr=eta)
+    updates = [
+        train_client(model, params, ClientData(xs[i : i + 1], ys[i : i + 1]), local, torch.Generator().manual_seed(i)).update
+        for i in range(5)
+    ]
+    core = _strategy(eta * c_grad, z, PoissonSampling(m / population), population, seed=11)
+    fed = core.aggregate(params, updates, core.init(params), 0).params
+
+    # DP-SGD, written out: per-example gradients, clip to C', sum, add N(0, (zC')²), ÷ m, step η
+    clipped_sum = {k: torch.zeros_like(v) for k, v in params.items()}
+    for i in range(5):
+        model.zero_grad()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(params[name])
+        torch.nn.functional.cross_entropy(model(xs[i : i + 1]), ys[i : i + 1]).backward()
+        grad = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+        factor = min(1.0, c_grad / float(tree.global_norm(grad)))
+        clipped_sum = tree.add(clipped_sum, tree.scale(grad, factor))
+    # ξ = −z·C'·n with n the noise step's standard normal draws (ξ has the law of N(0, (zC')²)):
+    # the update points downhill, the gradient uphill, so the same draws enter with opposite signs
+    noise_gen = torch_generator(11, "gaussian_noise")
+    noisy = {k: v - z * c_grad * torch.normal(0.0, 1.0, size=v.shape, generator=noise_gen) for k, v in clipped_sum.items()}
+    sgd = {k: params[k] - eta * noisy[k] / m for k in params}
+    for k in params:
+        torch.testing.assert_close(fed[k], sgd[k], rtol=1e-5, atol=1e-7)
+
+
+def test_noise_on_the_mean_has_std_z_c_over_m_with_population_driven_m():
+    population, m, z, c = 1000, 40.0, 1.1, 0.7
+    params = {"w": torch.zeros(300_000)}
+    core = _strategy(c, z, PoissonSampling(m / population), population, seed=2)
+    outcome = core.aggregate(params, [], core.init(params), 0)  # an empty cohort: only noise
+    measured = outcome.params["w"].double().std().item()
+    assert measured == pytest.approx(z * c / m, rel=0.01)
+    assert outcome.metrics["noise/noise_std"] == pytest.approx(z * c / m)
+    assert outcome.event == dp_accounting.PoissonSampledDpEvent(m / population, dp_accounting.GaussianDpEvent(z))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    scale=st.floats(min_value=1e-3, max_value=1e8),
+    seed=st.integers(0, 10_000),
+    clip_norm=st.floats(min_value=0.01, max_value=10.0),
+)
+def test_adding_one_user_with_any_update_moves_the_pre_noise_sum_by_at_most_c(scale, seed, clip_norm):
+    params = {k: torch.zeros(s) for k, s in SHAPES.items()}  # so the new model *is* the released mean
+    cohort = [_random_tree(SHAPES, seed + i, scale=3.0) for i in range(4)]
+    newcomer = _random_tree(SHAPES, seed + 100, scale=scale)
+    m = 4.0
+    core = _strategy(clip_norm, 0.0, PoissonSampling(m / 100), 100)
+    without = core.aggregate(params, cohort, core.init(params), 0).params
+    with_user = core.aggregate(params, cohort + [newcomer], core.init(params), 0).params
+    moved = float(tree.global_norm(tree.sub(with_user, without))) * m  # the mean is the sum ÷ m
+    assert moved <= clip_norm * (1 + 1e-5)
+
+
+def test_failed_replies_contribute_nothing_and_do_not_change_the_mechanism():
+    params = _random_tree(SHAPES, 0)
+    good = [_random_tree(SHAPES, s) for s in range(3)]
+    bad = [{k: torch.full_like(v, float("nan")) for k, v in params.items()}, {"w": torch.zeros(6, 4)}]
+    core = _strategy(1.0, 0.5, PoissonSampling(0.1), 30)
+    clean = core.aggregate(params, good, core.init(params), 0)
+    faulty = core.aggregate(params, good + bad, core.init(params), 0)
+    for k in params:
+        torch.testing.assert_close(clean.params[k], faulty.params[k])
+    assert faulty.metrics["cohort_failed"] == 2.0 and faulty.event == clean.event
+
+
+def test_the_sampling_rate_comes_from_the_population():
+    sampling = make_sampling(SamplingConfig(clients_per_round=50), population=500)
+    assert sampling == PoissonSampling(0.1)
+    with pytest.raises(ValueError, match="exceeds the 30 private users"):
+        make_sampling(SamplingConfig(clients_per_round=50), population=30)
+
+
+def test_poisson_cohorts_really_vary_with_mean_qn():
+    population, q = 400, 0.05
+    core = _strategy(1.0, 1.0, PoissonSampling(q), population)
+    ids = [f"u{i:03d}" for i in range(population)]
+    sizes = np.array([len(core.sample_cohort(ids, t)) for t in range(2000)])
+    assert sizes.std() > 0
+    # mean of 2000 Binomial(400, 0.05) draws: std of the mean is about 0.1
+    assert sizes.mean() == pytest.approx(q * population, abs=0.5)
+    assert sizes.var() == pytest.approx(population * q * (1 - q), rel=0.15)
+    assert core.sample_cohort(ids, 7) == core.sample_cohort(ids, 7)
+
+
+def test_fixed_size_cohorts_have_exactly_m_users():
+    core = _strategy(1.0, 1.0, FixedSizeSampling(population=50, cohort_size=7), 50)
+    ids = [str(i) for i in range(50)]
+    assert {len(core.sample_cohort(ids, t)) for t in range(50)} == {7}
+
+
+def test_target_epsilon_calibrates_the_noise():
+    from strategies.common import resolve_noise_multiplier
+    from fedpub.privacy.accountant import epsilon_for
+
+    sampling = PoissonSampling(0.1)
+    z = resolve_noise_multiplier(None, 3.0, sampling, 20, PrivacyConfig(delta=1e-5))
+    assert epsilon_for(sampling, z, 20, 1e-5) <= 3.0
+    assert epsilon_for(sampling, z * 0.98, 20, 1e-5) > 3.0
