@@ -73,9 +73,13 @@ class StrategyCore:
         updates: Sequence[Updates],
         state: StepState,
         round_index: int,
+        *,
+        sampled: int | None = None,
     ) -> RoundOutcome:
-        """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes)
-        contribute nothing: the mechanism and its accounting stay those of the sampled cohort."""
+        """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes) and
+        missing ones (``sampled`` users were asked, default ``len(updates)``) contribute nothing:
+        the mechanism and its accounting stay those of the sampled cohort."""
+        sampled = len(updates) if sampled is None else sampled
         usable = [u for u in updates if usable_update(u, params)]
         stacked = (
             tree.stack(usable)
@@ -88,13 +92,13 @@ class StrategyCore:
             population=self.population,
             sampling_rate=self.expected_cohort / self.population,
             expected_cohort=self.expected_cohort,
-            cohort_size=len(updates),
+            cohort_size=sampled,
         )
         result = self.aggregator.update(stacked, state, ctx=ctx)
         metrics = {
             **result.metrics,
-            "cohort_sampled": float(len(updates)),
-            "cohort_failed": float(len(updates) - len(usable)),
+            "cohort_sampled": float(sampled),
+            "cohort_failed": float(sampled - len(usable)),
         }
         new_params = tree.add(params, result.updates)
         return RoundOutcome(new_params, result.state, metrics, round_event(self.sampling, result.events))

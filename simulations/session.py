@@ -1,0 +1,151 @@
+"""The bookkeeping of one run, shared by every backend (in-process, Flower simulation, deployment).
+
+A :class:`RunSession` restores a checkpointed run (or starts a new one), holds the global model,
+the strategy state and the accountant, and after each round writes the metrics record, evaluates
+every k rounds and checkpoints atomically; at the end it writes the ledger, plot and summary.
+The backends only decide how the cohort is trained and when the round's event is composed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dp_accounting
+import torch
+
+from clients.local_training import model_params
+from fedpub.config import dump_config
+from fedpub.privacy.accountant import UserLevelAccountant
+from fedpub.privacy.ledger import write_ledger
+from fedpub.strategy import RoundOutcome
+from fedpub.types import Params
+from simulations.evaluation import EvaluationSet, evaluate
+from simulations.experiment import Experiment
+from simulations.report import write_plot, write_summary
+from simulations.run_dir import RunDirectory
+
+
+class RunDirectoryError(RuntimeError):
+    """The run directory holds a different experiment; choose another name or start fresh."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: RunDirectory
+    params: Params
+    rounds_done: int
+    epsilon: float
+    delta: float
+    stopped_by_budget: bool
+    final_metrics: dict[str, Any]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+class RunSession:
+    """Restore-or-start, then :meth:`record` each round and :meth:`finish` once."""
+
+    def __init__(self, experiment: Experiment, run_dir: RunDirectory, *, fresh: bool = False) -> None:
+        cfg = experiment.config
+        resolved = dump_config(cfg)
+        stored = run_dir.stored_config()
+        if fresh:
+            run_dir.clear()
+        elif stored is not None and stored != resolved:
+            raise RunDirectoryError(
+                f"{run_dir.root} holds a run with a different config; use another `name` or --fresh"
+            )
+        self.experiment, self.run_dir = experiment, run_dir
+        self.model = experiment.new_model()
+        self.params = model_params(self.model)
+        self.state = experiment.strategy.init(self.params)
+        self.accountant = experiment.new_accountant()
+        self.rounds_done = 0
+        checkpoint = None if fresh else run_dir.load_checkpoint()
+        if checkpoint is not None:
+            self.params, self.state = checkpoint["params"], checkpoint["strategy_state"]
+            self.accountant = UserLevelAccountant.from_dict(checkpoint["accountant"])
+            self.rounds_done = checkpoint["rounds_done"]
+            run_dir.truncate_metrics(self.rounds_done)
+        run_dir.start(resolved)
+        self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
+        self.last_eval: dict[str, float] = {}
+        self.last_eval_round = -1
+        self._round_started = time.perf_counter()
+
+    @property
+    def delta(self) -> float:
+        return self.experiment.config.privacy.delta
+
+    def exceeds_budget(self, event: dp_accounting.DpEvent) -> bool:
+        """Whether composing ``event`` would take ε past the configured budget."""
+        budget = self.experiment.config.privacy.budget_epsilon
+        return budget is not None and self.accountant.epsilon_if(event, self.delta) > budget
+
+    def start_round(self) -> None:
+        self._round_started = time.perf_counter()
+
+    def record(
+        self,
+        round_index: int,
+        outcome: RoundOutcome,
+        client_metrics: Sequence[Mapping[str, float]],
+        examples: int,
+    ) -> dict[str, Any]:
+        """Adopt the round's outcome (its event already composed into ``self.accountant``),
+        write its metrics record, evaluate and checkpoint when due; return the record."""
+        cfg = self.experiment.config
+        self.params, self.state, self.rounds_done = outcome.params, outcome.state, round_index + 1
+        record: dict[str, Any] = {
+            "round": round_index,
+            "epsilon": self.accountant.epsilon(self.delta),
+            "delta": self.delta,
+            **outcome.metrics,
+            "train_loss": _mean([m["train_loss"] for m in client_metrics]),
+            "train_accuracy": _mean([m["train_accuracy"] for m in client_metrics]),
+            "examples": examples,
+        }
+        if self.rounds_done % cfg.eval_every == 0 or self.rounds_done == cfg.rounds:
+            record.update(self._evaluate())
+        record["wall_time"] = time.perf_counter() - self._round_started
+        self.run_dir.append_metrics(record)
+        if self.rounds_done % cfg.checkpoint_every == 0 or self.rounds_done == cfg.rounds:
+            self.checkpoint()
+        return record
+
+    def _evaluate(self) -> dict[str, float]:
+        self.last_eval = evaluate(self.model, self.params, self.eval_set)
+        self.last_eval_round = self.rounds_done
+        return self.last_eval
+
+    def checkpoint(self) -> None:
+        self.run_dir.save_checkpoint(
+            {
+                "rounds_done": self.rounds_done,
+                "params": {k: v.detach().cpu() for k, v in self.params.items()},
+                "strategy_state": self.state,
+                "accountant": self.accountant.to_dict(),
+                "torch_version": torch.__version__,
+            }
+        )
+        write_ledger(self.run_dir.ledger_path, self.accountant, self.delta)
+
+    def finish(self, stopped_by_budget: bool) -> RunResult:
+        """Final evaluation (if the last round had none), checkpoint, ledger, plot and summary."""
+        if self.last_eval_round != self.rounds_done:
+            self._evaluate()
+        self.checkpoint()
+        epsilon = self.accountant.epsilon(self.delta)
+        records = self.run_dir.read_metrics()
+        write_plot(records, self.run_dir.plot_path)
+        write_summary(
+            self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, stopped_by_budget
+        )
+        return RunResult(
+            self.run_dir, self.params, self.rounds_done, epsilon, self.delta, stopped_by_budget, self.last_eval
+        )
