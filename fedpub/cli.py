@@ -48,11 +48,16 @@ def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[in
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="experiment YAML; omit for the bundled quick-start")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="discard an existing run of the same name")] = False,
+    backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
 ) -> None:
-    """Run an experiment in-process and write runs/<name>/ (resumes a checkpointed run)."""
+    """Run an experiment and write runs/<name>/ (resumes a checkpointed run)."""
     from simulations.engine import RunDirectoryError, run_in_process
     from simulations.experiment import build_experiment
+    from simulations.flower_simulation import run_flower_simulation
     from simulations.run_dir import RunDirectory
+
+    if backend not in ("inprocess", "flower"):
+        _fail(ValueError(f"--backend must be inprocess or flower, got {backend!r}"))
 
     path = config or quickstart_config_path()
     try:
@@ -66,7 +71,7 @@ def run(
         f"[bold]{cfg.name}[/]: {strategy.name}, N={strategy.population} private users, "
         f"expected cohort {strategy.expected_cohort:g} (q={strategy.expected_cohort / strategy.population:.4g}), "
         f"z={experiment.noise_multiplier:.4g}, C={cfg.strategy.clip_norm:g}, {cfg.rounds} rounds, "
-        f"device {experiment.device}",
+        f"device {experiment.device}, backend {backend}",
         highlight=False,
     )
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
@@ -92,7 +97,10 @@ def run(
     with progress:
         task = progress.add_task("rounds", total=cfg.rounds, status="")
         try:
-            result = run_in_process(experiment, run_dir, fresh=fresh, on_round=on_round)
+            if backend == "flower":
+                result = run_flower_simulation(cfg, len(experiment.private_ids), fresh=fresh, on_round=on_round)
+            else:
+                result = run_in_process(experiment, run_dir, fresh=fresh, on_round=on_round)
         except (RunDirectoryError, *USER_ERRORS) as error:
             progress.stop()
             _fail(error)

@@ -122,6 +122,16 @@ class PrivacyConfig(_Section):
     )
 
 
+class FlowerConfig(_Section):
+    """How the Flower backends run (``fedpub run --backend flower``, ``flwr run``)."""
+
+    client_num_cpus: float = Field(1.0, gt=0, description="CPUs per simulated client (Ray actor)")
+    client_num_gpus: float = Field(0.0, ge=0, description="GPU fraction per simulated client, e.g. 0.25")
+    ray_num_cpus: int | None = Field(None, ge=1, description="CPUs given to Ray; null = all")
+    node_wait_timeout: float = Field(120.0, gt=0, description="seconds to wait for the expected nodes")
+    round_timeout: float = Field(3600.0, gt=0, description="seconds to wait for a round's replies")
+
+
 class ExperimentConfig(_Section):
     name: str = Field("quickstart", pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
@@ -135,6 +145,7 @@ class ExperimentConfig(_Section):
     client: ClientConfig = ClientConfig()
     strategy: DpFedAvgConfig = DpFedAvgConfig(noise_multiplier=1.0)
     privacy: PrivacyConfig = PrivacyConfig()
+    flower: FlowerConfig = FlowerConfig()
 
 
 def _section_keys(loc: tuple) -> list[str]:
