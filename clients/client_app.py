@@ -14,13 +14,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
+import yaml
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients.local_training import LocalTrainingConfig, train_client
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.data.base import FederatedDataset
+from fedpub.models import build_model
 from fedpub.seeding import torch_generator
+from simulations.configs import quickstart_config_path
+from simulations.experiment import load_data, resolve_device
 
 
 @dataclass(frozen=True)
@@ -35,11 +39,6 @@ class ClientRuntime:
 
 @lru_cache(maxsize=4)
 def _runtime_for(resolved_config: str) -> ClientRuntime:
-    import yaml
-
-    from simulations.experiment import load_data, resolve_device
-    from fedpub.models import build_model
-
     config = parse_config(yaml.safe_load(resolved_config))
     train, _ = load_data(config)
     model = build_model(config.model.name, train.num_classes).to(resolve_device(config.device))
@@ -48,8 +47,6 @@ def _runtime_for(resolved_config: str) -> ClientRuntime:
 
 def experiment_config(context: Context) -> ExperimentConfig:
     """The config named by the run config key ``config`` (the bundled quick-start when empty)."""
-    from fedpub.cli import quickstart_config_path
-
     path = str(context.run_config.get("config", "") or "")
     return load_config(path or quickstart_config_path())
 

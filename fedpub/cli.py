@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -19,14 +18,11 @@ from rich.table import Table
 from fedpub.config import ConfigError, load_config
 from fedpub.data.base import DatasetError
 from fedpub.privacy.errors import PrivacyError
+from simulations.configs import quickstart_config_path
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
 console = Console()
 USER_ERRORS = (ConfigError, DatasetError, PrivacyError, ValueError, FileNotFoundError)
-
-
-def quickstart_config_path() -> Path:
-    return Path(str(resources.files("simulations.configs") / "quickstart.yaml"))
 
 
 def _fail(error: Exception) -> None:

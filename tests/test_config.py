@@ -65,7 +65,7 @@ def test_random_configs_either_load_or_raise_a_config_error(raw):
 
 
 def test_the_bundled_quickstart_config_is_valid():
-    from fedpub.cli import quickstart_config_path
+    from simulations.configs import quickstart_config_path
 
     cfg = load_config(quickstart_config_path())
     assert cfg.strategy.target_epsilon == 4.0 and cfg.data.source == "synthetic_emnist"
