@@ -23,6 +23,7 @@ from fedpub.config import ExperimentConfig, dump_config, load_config, parse_conf
 from fedpub.data.base import FederatedDataset
 from fedpub.models import build_model
 from fedpub.seeding import torch_generator
+from fedpub.tasks import Task, get_task
 from simulations.configs import quickstart_config_path
 from simulations.experiment import load_data, resolve_device
 
@@ -35,6 +36,7 @@ class ClientRuntime:
     train: FederatedDataset
     model: torch.nn.Module
     local_training: LocalTrainingConfig
+    task: Task
 
 
 @lru_cache(maxsize=4)
@@ -42,7 +44,9 @@ def _runtime_for(resolved_config: str) -> ClientRuntime:
     config = parse_config(yaml.safe_load(resolved_config))
     train, _ = load_data(config)
     model = build_model(config.model.name, train.num_classes).to(resolve_device(config.device))
-    return ClientRuntime(config, train, model, LocalTrainingConfig(**config.client.model_dump()))
+    return ClientRuntime(
+        config, train, model, LocalTrainingConfig(**config.client.model_dump()), get_task(config.task)
+    )
 
 
 def experiment_config(context: Context) -> ExperimentConfig:
@@ -78,6 +82,7 @@ def train_reply(msg: Message, context: Context, config: ExperimentConfig) -> Mes
     result = train_client(
         rt.model, params, rt.train.client_data(cid), rt.local_training,
         torch_generator(rt.config.seed, round_index, "client", cid),
+        rt.task,
     )
     metrics = MetricRecord({**result.metrics, "num-examples": result.num_examples})
     content = RecordDict(

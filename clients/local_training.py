@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from fedpub.data.base import ClientData
+from fedpub.tasks import CLASSIFICATION, Task
 from fedpub.types import Params, Updates
 
 
@@ -56,8 +56,10 @@ def train_client(
     data: ClientData,
     config: LocalTrainingConfig,
     generator: torch.Generator,
+    task: Task = CLASSIFICATION,
 ) -> ClientResult:
-    """Train ``model`` from ``params`` on one user's data; return the update and metrics.
+    """Train ``model`` from ``params`` on one user's data, minimising ``task.loss``; return the
+    update and metrics (``train_loss`` and ``train_<task.headline>``).
 
     ``generator`` (CPU) drives the shuffling and seeds any stochastic layer (dropout), so the
     same generator seed gives the same update.
@@ -71,7 +73,7 @@ def train_client(
     x, y = x.to(device), y.to(device)
     n = len(y)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
-    loss_sum, correct, seen = 0.0, 0, 0
+    loss_sum, hits, total, seen = 0.0, 0.0, 0.0, 0
     layer_seed = int(torch.randint(2**62, (1,), generator=generator))
     model.train()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -81,15 +83,18 @@ def train_client(
             for start in range(0, n, config.batch_size):
                 batch = order[start : start + config.batch_size]
                 logits = model(x[batch])
-                loss = F.cross_entropy(logits, y[batch])
+                loss = task.loss(logits, y[batch])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
                 loss_sum += loss.detach() * len(batch)
-                correct += (logits.detach().argmax(dim=1) == y[batch]).sum()
-                seen += len(batch)
+                numerator, denominator = task.counts(logits.detach(), y[batch])[task.headline]
+                hits, total, seen = hits + numerator, total + denominator, seen + len(batch)
     update = {
         name: p.detach().to("cpu") - params[name].to("cpu") for name, p in model.named_parameters()
     }
-    metrics = {"train_loss": float(loss_sum) / max(seen, 1), "train_accuracy": float(correct) / max(seen, 1)}
+    metrics = {
+        "train_loss": float(loss_sum) / max(seen, 1),
+        f"train_{task.headline}": float(hits) / max(float(total), 1.0),
+    }
     return ClientResult(update, n, metrics)

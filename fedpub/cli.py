@@ -79,15 +79,16 @@ def run(
         TimeRemainingColumn(),
         console=console,
     )
+    metric = experiment.task.headline
     status = {"acc": "–"}
 
     def on_round(record: dict[str, Any]) -> None:
-        if "eval_accuracy" in record:
-            status["acc"] = f"{record['eval_accuracy']:.3f}"
+        if f"eval_{metric}" in record:
+            status["acc"] = f"{record[f'eval_{metric}']:.3f}"
         progress.update(
             task,
             completed=record["round"] + 1,
-            status=f"acc {status['acc']}  ε {float(record['epsilon']):.3g}  cohort {int(record['cohort_sampled'])}",
+            status=f"{metric} {status['acc']}  ε {float(record['epsilon']):.3g}  cohort {int(record['cohort_sampled'])}",
         )
 
     with progress:
@@ -103,7 +104,7 @@ def run(
     if result.stopped_by_budget:
         console.print(f"stopped after {result.rounds_done} rounds: the next round would exceed ε = {cfg.privacy.budget_epsilon}")
     console.print(
-        f"final test accuracy [bold]{result.final_metrics['eval_accuracy']:.4f}[/] after {result.rounds_done} rounds; "
+        f"final test {metric} [bold]{result.final_metrics[f'eval_{metric}']:.4f}[/] after {result.rounds_done} rounds; "
         f"user-level (ε, δ) = ([bold]{result.epsilon:.4g}[/], {result.delta:g})",
         highlight=False,
     )

@@ -140,6 +140,7 @@ class ExperimentConfig(_Section):
     checkpoint_every: int = Field(5, ge=1)
     output_dir: Path = Path("runs")
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    task: Literal["classification"] = Field("classification", description="loss and metrics")
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     client: ClientConfig = ClientConfig()

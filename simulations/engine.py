@@ -43,6 +43,7 @@ def run_in_process(
                 experiment.train.client_data(cid),
                 experiment.local_training,
                 torch_generator(cfg.seed, t, "client", cid),
+                experiment.task,
             )
             for cid in cohort
         ]

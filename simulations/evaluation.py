@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from clients.local_training import load_params_
 from fedpub.data.base import FederatedDataset
+from fedpub.tasks import CLASSIFICATION, Task
 from fedpub.types import Params
 
 
@@ -32,17 +32,26 @@ class EvaluationSet:
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, params: Params, data: EvaluationSet, batch_size: int = 1024
+    model: torch.nn.Module,
+    params: Params,
+    data: EvaluationSet,
+    task: Task = CLASSIFICATION,
+    batch_size: int = 1024,
 ) -> dict[str, float]:
-    """Mean cross-entropy and accuracy of ``params`` on ``data``."""
+    """``eval_loss`` (the task's loss, averaged over batches weighted by size) and every task
+    metric as ``eval_<metric>`` for ``params`` on ``data``."""
     load_params_(model, params)
     model.eval()
-    loss_sum = torch.zeros((), device=data.y.device)
-    correct = torch.zeros((), device=data.y.device)
+    loss_sum = 0.0
+    sums: dict[str, list[float]] = {}
     for start in range(0, len(data.y), batch_size):
         logits = model(data.x[start : start + batch_size])
         target = data.y[start : start + batch_size]
-        loss_sum += F.cross_entropy(logits, target, reduction="sum")
-        correct += (logits.argmax(dim=1) == target).sum()
-    n = max(len(data.y), 1)
-    return {"eval_loss": float(loss_sum) / n, "eval_accuracy": float(correct) / n}
+        loss_sum += float(task.loss(logits, target)) * len(target)
+        for name, (numerator, denominator) in task.counts(logits, target).items():
+            acc = sums.setdefault(name, [0.0, 0.0])
+            acc[0] += float(numerator)
+            acc[1] += float(denominator)
+    result = {"eval_loss": loss_sum / max(len(data.y), 1)}
+    result.update({f"eval_{name}": num / max(den, 1.0) for name, (num, den) in sums.items()})
+    return result

@@ -22,6 +22,7 @@ from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_
 from fedpub.privacy.events import neighboring_relation, round_event
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
+from fedpub.tasks import Task, get_task
 from strategies import dp_fedavg
 from strategies.common import make_sampling, resolve_noise_multiplier
 
@@ -37,6 +38,7 @@ class Experiment:
     noise_multiplier: float
     planned_round_event: dp_accounting.DpEvent
     local_training: LocalTrainingConfig
+    task: Task
     device: torch.device
 
     def new_accountant(self) -> UserLevelAccountant:
@@ -88,6 +90,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         noise_multiplier=z,
         planned_round_event=planned,
         local_training=LocalTrainingConfig(**config.client.model_dump()),
+        task=get_task(config.task),
         device=resolve_device(config.device),
     )
     if config.privacy.budget_epsilon is not None:

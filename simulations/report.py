@@ -1,4 +1,4 @@
-"""A run's plot (accuracy and ε by round) and its short markdown summary."""
+"""A run's plot (the task's headline metric and ε by round) and its short markdown summary."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ if TYPE_CHECKING:
     from simulations.experiment import Experiment
 
 
-def write_plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Evaluation accuracy (left axis) and ε spent (right axis) against the round."""
-    evaluated = [r for r in records if "eval_accuracy" in r]
+def write_plot(records: Sequence[Mapping[str, Any]], path: Path, metric: str = "accuracy") -> None:
+    """The test ``metric`` (left axis) and ε spent (right axis) against the round."""
+    key = f"eval_{metric}"
+    evaluated = [r for r in records if key in r]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    ax.plot([r["round"] + 1 for r in evaluated], [r["eval_accuracy"] for r in evaluated], "o-", color="C0")
+    ax.plot([r["round"] + 1 for r in evaluated], [r[key] for r in evaluated], "o-", color="C0")
     ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy", color="C0")
+    ax.set_ylabel(f"test {metric}", color="C0")
     ax.grid(alpha=0.3)
     eps = [(r["round"] + 1, float(r["epsilon"])) for r in records]  # inf is stored as "inf"
     if eps and all(e < float("inf") for _, e in eps):
@@ -46,6 +47,7 @@ def write_summary(
 ) -> None:
     cfg = experiment.config
     strategy = experiment.strategy
+    metric = experiment.task.headline
     wall = sum(r.get("wall_time", 0.0) for r in records)
     lines = [
         f"# Run `{cfg.name}`",
@@ -56,7 +58,7 @@ def write_summary(
         f"| rounds completed | {len(records)} of {cfg.rounds}"
         + (" (stopped: the next round would exceed the privacy budget)" if stopped_by_budget else "")
         + " |",
-        f"| final test accuracy | {final_eval['eval_accuracy']:.4f} |",
+        f"| final test {metric} | {final_eval[f'eval_{metric}']:.4f} |",
         f"| final test loss | {final_eval['eval_loss']:.4f} |",
         f"| user-level (ε, δ) | ({epsilon:.4g}, {cfg.privacy.delta:g}), {cfg.privacy.accountant.upper()} accountant |",
         f"| private users N | {strategy.population} |",

@@ -101,13 +101,13 @@ class RunSession:
         write its metrics record, evaluate and checkpoint when due; return the record."""
         cfg = self.experiment.config
         self.params, self.state, self.rounds_done = outcome.params, outcome.state, round_index + 1
+        headline = self.experiment.task.headline
         record: dict[str, Any] = {
             "round": round_index,
             "epsilon": self.accountant.epsilon(self.delta),
             "delta": self.delta,
             **outcome.metrics,
-            "train_loss": _mean([m["train_loss"] for m in client_metrics]),
-            "train_accuracy": _mean([m["train_accuracy"] for m in client_metrics]),
+            **{k: _mean([m[k] for m in client_metrics]) for k in ("train_loss", f"train_{headline}")},
             "examples": examples,
         }
         if self.rounds_done % cfg.eval_every == 0 or self.rounds_done == cfg.rounds:
@@ -119,7 +119,7 @@ class RunSession:
         return record
 
     def _evaluate(self) -> dict[str, float]:
-        self.last_eval = evaluate(self.model, self.params, self.eval_set)
+        self.last_eval = evaluate(self.model, self.params, self.eval_set, self.experiment.task)
         self.last_eval_round = self.rounds_done
         return self.last_eval
 
@@ -142,7 +142,7 @@ class RunSession:
         self.checkpoint()
         epsilon = self.accountant.epsilon(self.delta)
         records = self.run_dir.read_metrics()
-        write_plot(records, self.run_dir.plot_path)
+        write_plot(records, self.run_dir.plot_path, self.experiment.task.headline)
         write_summary(
             self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, stopped_by_budget
         )
