@@ -21,6 +21,7 @@ from flwr.clientapp import ClientApp
 from clients.local_training import LocalTrainingConfig, train_client
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.data.base import FederatedDataset
+from fedpub.data.public_split import split_public
 from fedpub.models import build_model
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
@@ -37,6 +38,7 @@ class ClientRuntime:
     model: torch.nn.Module
     local_training: LocalTrainingConfig
     task: Task
+    public_ids: frozenset[str]
 
 
 @lru_cache(maxsize=4)
@@ -44,8 +46,10 @@ def _runtime_for(resolved_config: str) -> ClientRuntime:
     config = parse_config(yaml.safe_load(resolved_config))
     train, _ = load_data(config)
     model = build_model(config.model.name, train.num_classes).to(resolve_device(config.device))
+    _, public_ids = split_public(train.client_ids, config.data.public.fraction, config.data.public.seed)
     return ClientRuntime(
-        config, train, model, LocalTrainingConfig(**config.client.model_dump()), get_task(config.task)
+        config, train, model, LocalTrainingConfig(**config.client.model_dump()), get_task(config.task),
+        frozenset(public_ids),
     )
 
 
@@ -67,9 +71,10 @@ def node_client_id(context: Context, train: FederatedDataset) -> str:
 
 
 def query_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
-    """Tell the server which user this node holds (public users come with a later issue)."""
+    """Tell the server which user this node holds and whether that user opted out of privacy."""
     rt = runtime(config)
-    info = ConfigRecord({"client-id": node_client_id(context, rt.train), "is-public": False})
+    cid = node_client_id(context, rt.train)
+    info = ConfigRecord({"client-id": cid, "is-public": cid in rt.public_ids})
     return Message(RecordDict({"info": info}), reply_to=msg)
 
 

@@ -17,10 +17,12 @@ from rich.table import Table
 
 from fedpub.config import ConfigError, load_config
 from fedpub.data.base import DatasetError
+from fedpub.data_cli import data_app
 from fedpub.privacy.errors import PrivacyError
 from simulations.configs import quickstart_config_path
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
+app.add_typer(data_app, name="data", help="Inspect, verify and download TFF's federated EMNIST and StackOverflow files.")
 console = Console()
 USER_ERRORS = (ConfigError, DatasetError, PrivacyError, ValueError, FileNotFoundError)
 
@@ -95,7 +97,7 @@ def run(
         task = progress.add_task("rounds", total=cfg.rounds, status="")
         try:
             if backend == "flower":
-                result = run_flower_simulation(cfg, len(experiment.private_ids), fresh=fresh, on_round=on_round)
+                result = run_flower_simulation(cfg, len(experiment.train.client_ids), fresh=fresh, on_round=on_round)
             else:
                 result = run_in_process(experiment, run_dir, fresh=fresh, on_round=on_round)
         except (RunDirectoryError, *USER_ERRORS) as error:

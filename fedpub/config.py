@@ -35,14 +35,25 @@ class SyntheticEmnistConfig(_Section):
     seed: int = 0
 
 
+class PublicUsersConfig(_Section):
+    """Which users opted out of privacy; they never count in the private population N."""
+
+    fraction: float = Field(0.0, ge=0, lt=1, description="seeded fraction of the training users made public")
+    seed: int = 0
+
+
 class DataConfig(_Section):
-    source: Literal["synthetic_emnist", "emnist_h5"] = "synthetic_emnist"
+    source: Literal["synthetic_emnist", "emnist_h5", "emnist_sqlite"] = "synthetic_emnist"
     path: Path = Field(
         Path("data/synthetic_emnist"),
-        description="directory holding fed_emnist[_digitsonly]_{train,test}.h5",
+        description="directory with fed_emnist[_digitsonly]_{train,test}.h5, or emnist_all.sqlite[.lzma]",
     )
     only_digits: bool = True
     synthetic: SyntheticEmnistConfig = SyntheticEmnistConfig()
+    uniform_users: int | None = Field(
+        None, ge=2, description="DOPE's construction: pool the training examples and deal them to K users"
+    )
+    public: PublicUsersConfig = PublicUsersConfig()
     eval_clients: int | None = Field(
         200, ge=1, description="test clients evaluated (the first ones by id); null = all"
     )

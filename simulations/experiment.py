@@ -16,6 +16,8 @@ from clients.local_training import LocalTrainingConfig, default_device
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
 from fedpub.data.emnist import load_emnist_split
+from fedpub.data.emnist_sqlite import load_emnist_sqlite
+from fedpub.data.public_split import UniformUsers, split_public
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
 from fedpub.models import build_model
 from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
@@ -33,6 +35,7 @@ class Experiment:
     train: FederatedDataset
     test: FederatedDataset
     private_ids: list[str]
+    public_ids: list[str]
     eval_ids: list[str]
     strategy: StrategyCore
     noise_multiplier: float
@@ -54,11 +57,18 @@ class Experiment:
 
 
 def load_data(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
+    """The training users (after DOPE's uniform construction when configured) and the test split."""
     data = config.data
     if data.source == "synthetic_emnist":
         spec = SyntheticEmnistSpec(**data.synthetic.model_dump())
         ensure_synthetic_emnist(data.path, spec)
-    return load_emnist_split(data.path, only_digits=data.only_digits)
+    if data.source == "emnist_sqlite":
+        train, test = load_emnist_sqlite(data.path, only_digits=data.only_digits)
+    else:
+        train, test = load_emnist_split(data.path, only_digits=data.only_digits)
+    if data.uniform_users is not None:
+        train = UniformUsers(train, data.uniform_users, seed=config.seed)
+    return train, test
 
 
 def resolve_device(name: str) -> torch.device:
@@ -69,7 +79,7 @@ def resolve_device(name: str) -> torch.device:
 
 def build_experiment(config: ExperimentConfig) -> Experiment:
     train, test = load_data(config)
-    private_ids = list(train.client_ids)
+    private_ids, public_ids = split_public(train.client_ids, config.data.public.fraction, config.data.public.seed)
     eval_ids = list(test.client_ids)[: config.data.eval_clients]
     strategy_cfg = config.strategy
     sampling = make_sampling(strategy_cfg.sampling, len(private_ids))
@@ -85,6 +95,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         train=train,
         test=test,
         private_ids=private_ids,
+        public_ids=public_ids,
         eval_ids=eval_ids,
         strategy=strategy,
         noise_multiplier=z,

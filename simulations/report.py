@@ -61,7 +61,7 @@ def write_summary(
         f"| final test {metric} | {final_eval[f'eval_{metric}']:.4f} |",
         f"| final test loss | {final_eval['eval_loss']:.4f} |",
         f"| user-level (ε, δ) | ({epsilon:.4g}, {cfg.privacy.delta:g}), {cfg.privacy.accountant.upper()} accountant |",
-        f"| private users N | {strategy.population} |",
+        f"| private users N | {strategy.population} (public users, not in N: {len(experiment.public_ids)}) |",
         f"| sampling | {type(strategy.sampling).__name__}, expected cohort m = {strategy.expected_cohort:g} |",
         f"| noise multiplier z | {experiment.noise_multiplier:.4g} |",
         f"| clip norm C | {cfg.strategy.clip_norm:g} |",

@@ -50,6 +50,7 @@ class FedpubStrategy(Strategy):
         *,
         state: StepState,
         private_ids: Sequence[str],
+        public_ids: Sequence[str] = (),
         planned_round_event: dp_accounting.DpEvent,
         delta: float,
         budget_epsilon: float | None = None,
@@ -58,7 +59,7 @@ class FedpubStrategy(Strategy):
         on_round: RoundCallback | None = None,
     ) -> None:
         self.core, self.accountant, self.state = core, accountant, state
-        self.private_ids = sorted(private_ids)
+        self.private_ids, self.public_ids = sorted(private_ids), sorted(public_ids)
         self.planned_round_event, self.delta, self.budget_epsilon = planned_round_event, delta, budget_epsilon
         self.first_round, self.node_wait_timeout, self.on_round = first_round, node_wait_timeout, on_round
         self.node_of: dict[str, int] = {}
@@ -71,10 +72,11 @@ class FedpubStrategy(Strategy):
     def discover_nodes(self, grid: Grid) -> None:
         """Wait for the expected nodes, ask each which user it holds and whether it is public."""
         deadline = time.monotonic() + self.node_wait_timeout
-        while len(grid.get_node_ids()) < len(self.private_ids):
+        expected = len(self.private_ids) + len(self.public_ids)
+        while len(grid.get_node_ids()) < expected:
             if time.monotonic() > deadline:
                 raise NodeDiscoveryError(
-                    f"only {len(list(grid.get_node_ids()))} of {len(self.private_ids)} expected nodes "
+                    f"only {len(list(grid.get_node_ids()))} of {expected} expected nodes "
                     f"connected within {self.node_wait_timeout:g} s"
                 )
             time.sleep(0.5)

@@ -99,3 +99,29 @@ def test_a_budget_smaller_than_one_round_is_refused_before_anything_is_written(t
     with pytest.raises(BudgetExceededError):
         build_experiment(cfg)
     assert not (tmp_path / "tiny").exists()
+
+
+def test_public_users_are_never_sampled_and_do_not_count_in_the_population(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=2, data={"public": {"fraction": 0.25, "seed": 0}})
+    experiment = build_experiment(cfg)
+    assert len(experiment.public_ids) == 4 and len(experiment.private_ids) == 12
+    assert not set(experiment.public_ids) & set(experiment.private_ids)
+    for t in range(50):
+        assert not set(experiment.strategy.sample_cohort(experiment.private_ids, t)) & set(experiment.public_ids)
+    result = run_in_process(experiment, RunDirectory(tmp_path / "tiny"))
+    # q = m / N with N = 12 private users, not the 16 in the file
+    assert result.epsilon == pytest.approx(epsilon_for(PoissonSampling(4 / 12), 0.8, 2, 1e-5))
+
+
+def test_the_same_data_as_sqlite_trains_the_same_model_as_hdf5(tiny_emnist_dir, tmp_path):
+    from fedpub.data.emnist import load_emnist_split
+    from fedpub.data.emnist_writers import read_emnist_clients, write_emnist_sqlite
+
+    train, test = load_emnist_split(tiny_emnist_dir, only_digits=True)
+    sqlite_path = write_emnist_sqlite(
+        tmp_path / "emnist_all.sqlite",
+        {"digits_only_train": read_emnist_clients(train), "digits_only_test": read_emnist_clients(test)},
+    )
+    h5 = _run(tiny_config(tiny_emnist_dir, tmp_path / "h5", rounds=2))
+    sql = _run(tiny_config(tiny_emnist_dir, tmp_path / "sql", rounds=2, data={"source": "emnist_sqlite", "path": str(sqlite_path), "eval_clients": 4}))
+    _assert_same_params(h5.params, sql.params)

@@ -1,0 +1,364 @@
+"""TFF's public federated dataset files: a registry, resumable verified downloads, safe extraction, lzma caching.
+
+URLs and SHA-256 digests are the ones TFF's loaders use (google-parfait/tensorflow-federated,
+``tensorflow_federated/python/simulation/datasets/{emnist,stackoverflow,download}.py``, and the HDF5-era loaders
+before commit 7bb20162f), with FedML's S3 mirror (FedML-AI/FedML ``python/fedml/data/*/download_*.sh``) where it
+holds the file; see ``shared/reference/datasets.md`` §1.1, §1.2 and §2.1-2.3. Where the reference has no digest
+(the ``.sqlite.lzma`` files) a download is checked by size and format only; where it has only the first and last
+hex digits (``stackoverflow.{word,tag}_count.tar.bz2``) only those are compared. ``.lzma`` files are decompressed
+the way TFF's ``download.get_compressed_file`` does it: streamed through ``lzma.LZMADecompressor``.
+
+Downloads go to ``<name>.part`` (resumed with an HTTP ``Range`` request when present) and are renamed to the final
+name only after the checksum matched; archives are extracted member by member after every member was checked to be
+a regular file or folder inside the target directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import os
+import re
+import shutil
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.client import HTTPException
+from pathlib import Path, PurePosixPath
+from urllib.error import HTTPError, URLError
+from urllib.request import Request, urlopen
+
+from fedpub.atomic import atomic_path
+from fedpub.data.base import DatasetError
+
+TFF_BASE = "https://storage.googleapis.com/tff-datasets-public"
+FEDML_BASE = "https://fedml.s3-us-west-1.amazonaws.com"
+CHUNK = 1 << 20
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+ProgressCallback = Callable[[int, "int | None"], None]
+"""Called as ``progress(bytes_done, bytes_total)`` while downloading; the total is None when the server omits it."""
+
+
+@dataclass(frozen=True)
+class Sha256:
+    """A SHA-256 digest (64 hex digits), or only its first and last digits where that is all that is published."""
+
+    prefix: str
+    suffix: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return len(self.prefix) == 64
+
+    def matches(self, digest: str) -> bool:
+        return len(digest) == 64 and digest.startswith(self.prefix) and digest.endswith(self.suffix)
+
+    def __str__(self) -> str:
+        return self.prefix if self.complete else f"{self.prefix}…{self.suffix}"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One downloadable file: where it is (first URL first, then mirrors), its digest, what an archive holds."""
+
+    name: str
+    urls: tuple[str, ...]
+    sha256: Sha256 | None
+    members: tuple[str, ...] = ()  # files a .tar.bz2 extracts to
+
+    @property
+    def is_archive(self) -> bool:
+        return self.name.endswith(".tar.bz2")
+
+    def checksum_note(self) -> str:
+        """How a download of this file is checked, in words."""
+        if self.sha256 is None:
+            return "no published SHA-256: checked by size and format only"
+        if not self.sha256.complete:
+            return f"only part of its SHA-256 is published ({self.sha256}): the first and last digits are compared"
+        return f"SHA-256 {self.sha256}"
+
+
+def _entry(name: str, sha256: Sha256 | None, *, mirror: bool, members: tuple[str, ...] = ()) -> RemoteFile:
+    urls = (f"{TFF_BASE}/{name}",) + ((f"{FEDML_BASE}/{name}",) if mirror else ())
+    return RemoteFile(name=name, urls=urls, sha256=sha256, members=members)
+
+
+REGISTRY: dict[str, RemoteFile] = {
+    entry.name: entry
+    for entry in (
+        _entry(
+            "fed_emnist.tar.bz2",
+            Sha256("fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0"),
+            mirror=True,
+            members=("fed_emnist_train.h5", "fed_emnist_test.h5"),
+        ),
+        _entry(
+            "fed_emnist_digitsonly.tar.bz2",
+            Sha256("55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b"),
+            mirror=False,
+            members=("fed_emnist_digitsonly_train.h5", "fed_emnist_digitsonly_test.h5"),
+        ),
+        _entry("emnist_all.sqlite.lzma", None, mirror=False),
+        _entry(
+            "stackoverflow.tar.bz2",
+            Sha256("99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2"),
+            mirror=True,
+            members=("stackoverflow_train.h5", "stackoverflow_held_out.h5", "stackoverflow_test.h5"),
+        ),
+        _entry(
+            "stackoverflow.word_count.tar.bz2",
+            Sha256("1dc00256", "0c519c"),
+            mirror=True,
+            members=("stackoverflow.word_count",),
+        ),
+        _entry(
+            "stackoverflow.tag_count.tar.bz2",
+            Sha256("6fe281ce", "96772d"),
+            mirror=True,
+            members=("stackoverflow.tag_count",),
+        ),
+        _entry("stackoverflow.sqlite.lzma", None, mirror=False),
+    )
+}
+
+
+def registry_entry(name: str) -> RemoteFile:
+    """The registry entry of file ``name`` (e.g. ``fed_emnist.tar.bz2``); a DatasetError lists the known names."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise DatasetError(f"unknown dataset file {name!r}; known files: {', '.join(REGISTRY)}") from None
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_lzma_sqlite_header(path: str | os.PathLike[str]) -> None:
+    """Check that ``path`` is an lzma/xz stream whose decompressed content starts like a SQLite database."""
+    try:
+        with open(path, "rb") as f:
+            head = lzma.LZMADecompressor().decompress(f.read(1 << 16), max_length=len(SQLITE_HEADER))
+    except lzma.LZMAError as exc:
+        raise DatasetError(f"{path} is not an lzma/xz file: {exc}") from None
+    if not head.startswith(SQLITE_HEADER):
+        raise DatasetError(f"{path} decompresses to something that is not a SQLite database (starts {head[:16]!r})")
+
+
+def ensure_decompressed(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Decompress ``X.lzma`` once to ``X`` (beside it, or in ``cache_dir``), atomically; returns the cache path.
+
+    The cache is reused while it is at least as new as the compressed file; a compressed file that is gone is not
+    needed when its cache is there.
+    """
+    source = Path(path)
+    target = Path(cache_dir if cache_dir is not None else source.parent) / source.name.removesuffix(".lzma")
+    if target.is_file() and (not source.exists() or target.stat().st_mtime >= source.stat().st_mtime):
+        return target
+    if not source.is_file():
+        raise DatasetError(f"{source} does not exist (nor its decompressed copy {target})")
+    decompressor = lzma.LZMADecompressor()
+    with open(source, "rb") as src, atomic_path(target) as tmp, open(tmp, "wb") as dst:
+        while not decompressor.eof and (chunk := src.read(CHUNK)):
+            try:
+                dst.write(decompressor.decompress(chunk))
+            except lzma.LZMAError as exc:
+                raise DatasetError(f"{source} is not a valid lzma/xz file (corrupt?): {exc}") from None
+        if not decompressor.eof:
+            raise DatasetError(f"{source} ends before its lzma stream does (truncated download?)")
+    return target
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Extraction.
+
+
+def _safe_member(member: tarfile.TarInfo, archive: Path, root: Path) -> Path | None:
+    """Where a member goes under ``root`` (None for a folder); a DatasetError for anything unsafe."""
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or ".." in name.parts or "\\" in member.name or not name.parts:
+        raise DatasetError(f"{archive} holds {member.name!r}, a path outside the target directory: refused")
+    if not (member.isfile() or member.isdir()):
+        raise DatasetError(
+            f"{archive} holds {member.name!r}, which is not a regular file or folder (a link or device): refused"
+        )
+    target = root.joinpath(*name.parts)
+    if not target.resolve().is_relative_to(root.resolve()):
+        raise DatasetError(f"{archive} holds {member.name!r}, which resolves outside {root}: refused")
+    return target if member.isfile() else None
+
+
+def check_tar_bz2(archive: str | os.PathLike[str]) -> list[tuple[str, int]]:
+    """(name, size) of the regular files of a ``.tar.bz2``, after checking every member as extraction would."""
+    archive = Path(archive)
+    try:
+        with tarfile.open(archive, "r:bz2") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, EOFError) as exc:
+        raise DatasetError(f"{archive} is not a readable .tar.bz2 archive (corrupt or truncated?): {exc}") from None
+    return [(m.name, m.size) for m in members if _safe_member(m, archive, archive.parent) is not None]
+
+
+def extract_tar_bz2(archive: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[Path]:
+    """Extract the regular files of a ``.tar.bz2`` into ``directory``; returns them in archive order.
+
+    Every member is checked before anything is written: absolute paths, ``..``, links and devices are refused.
+    Each file is written under a temporary name and renamed into place when complete.
+    """
+    archive, root = Path(archive), Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    written = []
+    try:
+        with tarfile.open(archive, "r:bz2") as tar:
+            members = tar.getmembers()
+            targets = [(m, _safe_member(m, archive, root)) for m in members]
+            for member, target in targets:
+                if target is None:
+                    continue
+                source = tar.extractfile(member)
+                assert source is not None  # a regular file always has content
+                with source, atomic_path(target) as tmp, open(tmp, "wb") as out:
+                    shutil.copyfileobj(source, out, CHUNK)
+                written.append(target)
+    except (tarfile.TarError, EOFError) as exc:
+        raise DatasetError(f"{archive} is not a readable .tar.bz2 archive (corrupt or truncated?): {exc}") from None
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Download.
+
+
+class _FetchError(Exception):
+    """One URL could not be fetched (network, HTTP status, or a connection that closed early)."""
+
+
+def _total_from_content_range(value: str | None, offset: int) -> int | None:
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", (value or "").strip())
+    if match is None or int(match.group(1)) != offset:
+        raise _FetchError(f"the server answered the resume request with Content-Range {value!r}")
+    return None if match.group(3) == "*" else int(match.group(3))
+
+
+def _fetch(url: str, part: Path, progress: ProgressCallback | None, timeout: float) -> None:
+    """Append the rest of ``url`` to ``part`` (or write it whole when the server ignores the Range)."""
+    offset = part.stat().st_size if part.is_file() else 0
+    headers = {"User-Agent": "fedpub"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:
+        response = urlopen(Request(url, headers=headers), timeout=timeout)
+    except HTTPError as exc:
+        if exc.code == 416 and offset:
+            return  # nothing past what we have: the checksum decides whether the .part is the whole file
+        raise _FetchError(f"HTTP {exc.code} {exc.reason}") from None
+    except (URLError, OSError, HTTPException) as exc:
+        raise _FetchError(str(getattr(exc, "reason", exc))) from None
+    with response:
+        if offset and response.status == 206:
+            total = _total_from_content_range(response.headers.get("Content-Range"), offset)
+            mode = "ab"
+        else:
+            offset, mode = 0, "wb"
+            length = response.headers.get("Content-Length")
+            total = int(length) if length is not None and length.isdigit() else None
+        done = offset
+        if progress is not None:
+            progress(done, total)
+        with open(part, mode) as out:
+            while True:
+                try:
+                    chunk = response.read(CHUNK)
+                except (OSError, HTTPException) as exc:
+                    raise _FetchError(f"connection lost after {done} bytes ({exc}); run again to resume") from None
+                if not chunk:
+                    break
+                out.write(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+    if total is not None and done != total:
+        raise _FetchError(f"connection closed after {done} of {total} bytes; run again to resume")
+
+
+def _check_download(entry: RemoteFile, path: Path, source: str) -> None:
+    """The digest (or, without one, the format) of a finished download; a mismatch deletes it."""
+    if entry.sha256 is not None:
+        digest = sha256_of(path)
+        if not entry.sha256.matches(digest):
+            path.unlink()
+            raise DatasetError(
+                f"{entry.name} from {source}: SHA-256 {digest} does not match the expected {entry.sha256}; "
+                "the download was deleted"
+            )
+    elif entry.name.endswith(".sqlite.lzma"):
+        try:
+            check_lzma_sqlite_header(path)
+        except DatasetError as exc:
+            path.unlink()
+            raise DatasetError(f"{entry.name} from {source}: {exc}; the download was deleted") from None
+
+
+def _manual_alternative(entry: RemoteFile, root: Path, failures: list[str]) -> DatasetError:
+    tried = "; ".join(failures)
+    extract = (
+        f"; then `fedpub data download {entry.name} --dir {root}` extracts it without downloading again"
+        if entry.is_archive
+        else ""
+    )
+    return DatasetError(
+        f"could not download {entry.name} ({tried}). Manual alternative: download {entry.name} on a machine "
+        f"with internet access (from {' or '.join(entry.urls)}), copy it into {root}, then run "
+        f"`fedpub data verify {root}`{extract}"
+    )
+
+
+def download(
+    name: str,
+    directory: str | os.PathLike[str],
+    *,
+    url: str | None = None,
+    progress: ProgressCallback | None = None,
+    timeout: float = 60.0,
+) -> list[Path]:
+    """Download registry file ``name`` into ``directory``, verify it, and extract it if it is an archive.
+
+    ``url`` replaces the registry's URLs (a local mirror); otherwise the URLs are tried in order. A final file that
+    is already there and verifies is reused without any network access. Returns the files produced: the archive's
+    members for a ``.tar.bz2``, else the downloaded file. Raises :class:`DatasetError` when no URL could be
+    fetched (the message names each URL, why it failed, and the manual alternative) or the checksum does not match.
+    """
+    entry = registry_entry(name)
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / entry.name
+    if final.is_file():
+        if entry.sha256 is not None and not entry.sha256.matches(sha256_of(final)):
+            raise DatasetError(
+                f"{final} is already there but its SHA-256 does not match the expected {entry.sha256}; "
+                "delete it to download it again"
+            )
+        if entry.sha256 is None and entry.name.endswith(".sqlite.lzma"):
+            check_lzma_sqlite_header(final)
+    else:
+        part = root / f"{entry.name}.part"
+        failures = []
+        for candidate in (url,) if url is not None else entry.urls:
+            try:
+                _fetch(candidate, part, progress, timeout)
+            except _FetchError as exc:
+                failures.append(f"{candidate}: {exc}")
+                continue
+            _check_download(entry, part, candidate)
+            os.replace(part, final)
+            break
+        else:
+            raise _manual_alternative(entry, root, failures)
+    return extract_tar_bz2(final, root) if entry.is_archive else [final]

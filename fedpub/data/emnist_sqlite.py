@@ -1,0 +1,235 @@
+"""Lazy reader for TFF's federated EMNIST SQLite database (``emnist_all.sqlite``, published as ``.sqlite.lzma``).
+
+TFF's ``SqlClientData`` (google-parfait/tensorflow-federated, ``tensorflow_federated/python/simulation/datasets/
+sql_client_data.py`` and ``emnist.py``, since commit 7bb20162f) reads two tables:
+``examples(split_name, client_id, serialized_example_proto)`` and ``client_metadata(client_id, split_name,
+num_examples)``. Client ids are ``SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?`` sorted in
+Python; a client's rows are selected without ORDER BY; each row is a serialised ``tf.train.Example`` with ``pixels``
+(784 floats, row-major 28x28) and ``label`` (one int64), parsed as ``emnist._add_proto_parsing`` does. One file holds
+the splits ``all_train``, ``all_test``, ``digits_only_train`` and ``digits_only_test``. See
+``shared/reference/datasets.md`` §1.2-1.3.
+
+Arrays come back exactly as from :class:`~fedpub.data.emnist.EmnistH5`: x float32 ``(N, 1, 28, 28)`` in [0, 1]
+(background 1.0, no inversion), y int64 ``(N,)``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpub.data.base import ClientData, DatasetError
+from fedpub.data.download import SQLITE_HEADER, ensure_decompressed
+from fedpub.data.emnist import IMAGE_SHAPE
+from fedpub.data.tf_example import ExampleDecodeError, decode_example
+
+SPLITS: dict[str, int] = {"all_train": 62, "all_test": 62, "digits_only_train": 10, "digits_only_test": 10}
+"""EMNIST split name -> number of classes."""
+TFF_TABLES: dict[str, tuple[str, ...]] = {
+    "examples": ("split_name", "client_id", "serialized_example_proto"),
+    "client_metadata": ("client_id", "split_name", "num_examples"),
+}
+"""The tables and columns TFF's SqlClientData requires (extra ones are allowed)."""
+NUM_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
+SQLITE_HINT = (
+    "download https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma "
+    "(`fedpub data download emnist_all.sqlite.lzma`)"
+)
+
+
+def connect_tff_sqlite(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open a TFF SqlClientData database read-only, after checking it has TFF's tables and columns."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"SQLite file {path} does not exist")
+    with open(path, "rb") as f:
+        header = f.read(len(SQLITE_HEADER))
+    if header != SQLITE_HEADER:
+        raise DatasetError(f"{path} is not a SQLite database (its first bytes are {header!r})")
+    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table, required in TFF_TABLES.items():
+            if table not in tables:
+                raise DatasetError(
+                    f"{path} has no '{table}' table (tables: {', '.join(sorted(tables)) or 'none'}): "
+                    "not a TFF SqlClientData database"
+                )
+            columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+            missing = [c for c in required if c not in columns]
+            if missing:
+                raise DatasetError(
+                    f"{path}: table '{table}' lacks column(s) {', '.join(missing)} "
+                    f"(it has {', '.join(sorted(columns))}; TFF needs {', '.join(required)})"
+                )
+    except sqlite3.DatabaseError as exc:
+        connection.close()
+        raise DatasetError(f"{path} is not a readable SQLite database (corrupt?): {exc}") from None
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+class EmnistSqlite:
+    """One split of TFF's ``emnist_all.sqlite`` as a lazy :class:`FederatedDataset`.
+
+    ``path`` may be the ``.sqlite`` file or the published ``.sqlite.lzma``, which is decompressed once (streamed)
+    to ``cache_dir`` (default: beside it) and reused afterwards. Client ids and example counts come from
+    ``client_metadata`` when the object is made; ``client_data`` reads one client's rows. The connection stays
+    open until ``close()`` (or the end of a ``with`` block); pickling keeps the path, split and metadata, and a
+    process that did not open the connection (unpickled or forked) opens its own on first use.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        split: str,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        given = Path(path)
+        if split not in SPLITS:
+            raise DatasetError(f"unknown EMNIST split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}")
+        if given.name.endswith(".lzma"):
+            self.path = ensure_decompressed(given, cache_dir)
+        elif not given.is_file():
+            raise DatasetError(f"EMNIST SQLite file {given} does not exist: {SQLITE_HINT}")
+        else:
+            self.path = given
+        self.split = split
+        self.num_classes = SPLITS[split]
+        self._connection: sqlite3.Connection | None = None
+        self._pid = -1
+        self._counts = self._read_metadata()
+        self.client_ids: list[str] = sorted(self._counts)
+
+    def _handle(self) -> sqlite3.Connection:
+        if self._connection is None or self._pid != os.getpid():
+            self._connection = connect_tff_sqlite(self.path)
+            self._pid = os.getpid()
+        return self._connection
+
+    def _query(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
+        try:
+            return self._handle().execute(sql, tuple(parameters)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise DatasetError(f"{self.path}: cannot read split {self.split!r} (corrupt database?): {exc}") from None
+
+    def _read_metadata(self) -> dict[str, int]:
+        rows = self._query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
+        if not rows:
+            present = [r[0] for r in self._query("SELECT DISTINCT split_name FROM client_metadata", ())]
+            raise DatasetError(
+                f"{self.path} has no clients in split {self.split!r} "
+                f"(splits present: {', '.join(sorted(map(str, present))) or 'none'})"
+            )
+        counts: dict[str, int] = {}
+        for client_id, num in rows:
+            if not isinstance(client_id, str) or not isinstance(num, int) or num < 0:
+                raise DatasetError(
+                    f"{self.path}: client_metadata row ({client_id!r}, {num!r}) of split {self.split!r} "
+                    "is not (text client id, non-negative integer count)"
+                )
+            if counts.setdefault(client_id, num) != num:
+                raise DatasetError(
+                    f"{self.path}: client {client_id!r} of split {self.split!r} has conflicting counts "
+                    f"{counts[client_id]} and {num} in client_metadata"
+                )
+        return counts
+
+    def num_examples(self, client_id: str) -> int:
+        """Number of examples of ``client_id``, from ``client_metadata`` (no example is read)."""
+        try:
+            return self._counts[client_id]
+        except KeyError:
+            raise KeyError(f"client {client_id!r} is not in split {self.split!r} of {self.path}") from None
+
+    def _parse(self, blob: object, where: str) -> tuple[np.ndarray, int]:
+        if not isinstance(blob, bytes):
+            raise DatasetError(f"{where} is a {type(blob).__name__}, not a serialised tf.train.Example")
+        try:
+            features = decode_example(blob)
+        except ExampleDecodeError as exc:
+            raise DatasetError(f"{where} is not a valid tf.train.Example: {exc}") from None
+        pixels, label = features.get("pixels"), features.get("label")
+        if pixels is None or label is None:
+            raise DatasetError(
+                f"{where} is not an EMNIST tf.train.Example: it needs 'pixels' and 'label' features, "
+                f"it has {sorted(features) or 'none'}"
+            )
+        if len(pixels) != NUM_PIXELS or not isinstance(pixels[0], float):
+            raise DatasetError(f"{where} has {len(pixels)} 'pixels' values, expected 784 floats (28x28)")
+        if len(label) != 1 or not isinstance(label[0], int):
+            raise DatasetError(f"{where} has 'label' {label[:4]!r}, expected one int64")
+        return np.asarray(pixels, dtype=np.float32).reshape(IMAGE_SHAPE), label[0]
+
+    def client_data(self, client_id: str) -> ClientData:
+        """Read one client: x float32 ``(N, 1, 28, 28)`` in [0, 1] (background 1.0), y int64 ``(N,)``."""
+        expected = self.num_examples(client_id)
+        rows = self._query(
+            "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ?",
+            (client_id, self.split),
+        )
+        where = f"{self.path}: split {self.split!r}, client {client_id!r}"
+        if len(rows) != expected:
+            raise DatasetError(f"{where} has {len(rows)} examples but client_metadata says {expected}")
+        x = np.empty((len(rows), *IMAGE_SHAPE), dtype=np.float32)
+        y = np.empty(len(rows), dtype=np.int64)
+        for i, (blob,) in enumerate(rows):
+            x[i], y[i] = self._parse(blob, f"{where}, example {i}")
+        if y.size and (y.min() < 0 or y.max() >= self.num_classes):
+            raise DatasetError(f"{where} has labels in [{y.min()}, {y.max()}], outside [0, {self.num_classes - 1}]")
+        if not np.all((x >= 0.0) & (x <= 1.0)):
+            raise DatasetError(f"{where} has pixel values outside [0, 1] or NaN")
+        return ClientData(x=torch.from_numpy(x).unsqueeze(1), y=torch.from_numpy(y))
+
+    def close(self) -> None:
+        """Close the connection (a later read reopens it)."""
+        if self._connection is not None and self._pid == os.getpid():
+            self._connection.close()
+        self._connection = None
+
+    def __enter__(self) -> EmnistSqlite:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "split": self.split, "counts": self._counts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        self.split = state["split"]
+        self.num_classes = SPLITS[self.split]
+        self._counts = state["counts"]
+        self.client_ids = sorted(self._counts)
+        self._connection = None
+        self._pid = -1
+
+    def __repr__(self) -> str:
+        return f"EmnistSqlite({str(self.path)!r}, {self.split!r}, clients={len(self.client_ids)})"
+
+
+def load_emnist_sqlite(
+    path: str | os.PathLike[str], only_digits: bool, *, cache_dir: str | os.PathLike[str] | None = None
+) -> tuple[EmnistSqlite, EmnistSqlite]:
+    """Open the train and test splits of ``emnist_all.sqlite[.lzma]`` (``digits_only_*`` or ``all_*``)."""
+    prefix = "digits_only" if only_digits else "all"
+    train = EmnistSqlite(path, f"{prefix}_train", cache_dir=cache_dir)
+    try:
+        test = EmnistSqlite(path, f"{prefix}_test", cache_dir=cache_dir)
+    except BaseException:
+        train.close()
+        raise
+    return train, test

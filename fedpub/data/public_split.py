@@ -1,0 +1,155 @@
+"""Public users, kept out of the private population (DESIGN.md §5): the split is data, fixed by a seed.
+
+Three constructions:
+
+- :func:`split_public`: a seeded fraction of the writers are public (EMNIST; DOPE-SGD uses 2%).
+- :func:`heldout_as_public`: StackOverflow's held-out split (users with ``user_id % 10 == 0``, datasets.md §2) is
+  the public pool and the train split the private population; the two must not share a user.
+- :class:`UniformUsers`: DOPE-SGD's federated EMNIST setting (Nasr et al., ICML'23, "Effectively Using Public Data
+  in Privacy Preserving ML", §"Extending to Federated Learning with User-Level Privacy", Table 7: "the EMNIST dataset
+  which has 70,000 users and we uniformly divide the instances between the users and we assume a fixed 2% of the
+  users are non-private"). No code was published (datasets.md §6); this is our construction: pool every example of
+  a federated dataset, shuffle them with a seed, and deal them out as K synthetic users whose sizes differ by at
+  most one. Which EMNIST split the paper pooled is unknown; combine with :func:`split_public` for the 2%.
+
+Randomness comes only from ``fedpub.seeding.numpy_generator(seed, purpose)``, so a seed fixes the split.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpub.data.base import ClientData, FederatedDataset
+from fedpub.seeding import numpy_generator
+
+
+def split_public(client_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """Choose ``round(fraction * N)`` public users uniformly at random; returns sorted (private, public).
+
+    The result depends only on the set of ids, ``fraction`` and ``seed`` (not on the input order). ``round`` is
+    Python's (halves to even). Raises ValueError for a fraction outside [0, 1), duplicate ids, or a split that
+    leaves no private user.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"the public fraction must be in [0, 1), got {fraction}")
+    ids = sorted(client_ids)
+    if len(set(ids)) != len(ids):
+        raise ValueError("client ids must be unique")
+    num_public = round(fraction * len(ids))
+    if num_public >= len(ids):
+        raise ValueError(
+            f"a public fraction of {fraction} of {len(ids)} users makes {num_public} public and leaves no private user"
+        )
+    chosen = numpy_generator(seed, "public_split").permutation(len(ids))[:num_public]
+    is_public = np.zeros(len(ids), dtype=bool)
+    is_public[chosen] = True
+    return [c for c, p in zip(ids, is_public) if not p], [c for c, p in zip(ids, is_public) if p]
+
+
+def heldout_as_public(train_ids: Sequence[str], heldout_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    """StackOverflow: the train users are private, the held-out users public; returns sorted (private, public).
+
+    Raises ValueError when the lists share a user (a public user must not be in the private population) or when
+    there is no private user.
+    """
+    private, public = sorted(set(train_ids)), sorted(set(heldout_ids))
+    if not private:
+        raise ValueError("no private users: the train id list is empty")
+    overlap = sorted(set(private) & set(public))
+    if overlap:
+        shown = ", ".join(overlap[:5]) + (", ..." if len(overlap) > 5 else "")
+        raise ValueError(f"{len(overlap)} user(s) are both train (private) and held-out (public): {shown}")
+    return private, public
+
+
+class UniformUsers:
+    """A :class:`FederatedDataset` of ``num_users`` synthetic users holding a seeded uniform deal of all examples.
+
+    Every example of ``source`` goes to exactly one user; user sizes differ by at most one (the first
+    ``M mod K`` users, in id order, get the extra example). Only an index of (source client, row) per user is
+    kept; ``client_data`` loads the source clients it needs, keeping the last ``cache_clients`` of them.
+    User ids are ``u0``, ``u1``, ... zero-padded so that lexicographic order is numeric order.
+    """
+
+    def __init__(self, source: FederatedDataset, num_users: int, seed: int, *, cache_clients: int = 32) -> None:
+        counts = np.array([source.num_examples(c) for c in source.client_ids], dtype=np.int64)
+        total = int(counts.sum())
+        if not 1 <= num_users <= total:
+            raise ValueError(f"num_users must be in [1, {total}] (the number of examples), got {num_users}")
+        if cache_clients < 1:
+            raise ValueError(f"cache_clients must be >= 1, got {cache_clients}")
+        self.source = source
+        self.num_classes = source.num_classes
+        self.cache_clients = cache_clients
+        starts = np.cumsum(counts) - counts
+        source_index = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        row = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        order = numpy_generator(seed, "uniform_users").permutation(total)
+        self._source_index = source_index[order]
+        self._row = row[order]
+        base, extra = divmod(total, num_users)
+        sizes = np.full(num_users, base, dtype=np.int64)
+        sizes[:extra] += 1
+        self._bounds = np.concatenate([[0], np.cumsum(sizes)])
+        width = len(str(num_users - 1))
+        self.client_ids: list[str] = [f"u{k:0{width}d}" for k in range(num_users)]
+        self._position = {c: k for k, c in enumerate(self.client_ids)}
+        self._cache: OrderedDict[str, ClientData] = OrderedDict()
+
+    def _slice(self, client_id: str) -> slice:
+        try:
+            k = self._position[client_id]
+        except KeyError:
+            raise KeyError(f"user {client_id!r} is not one of the {len(self.client_ids)} uniform users") from None
+        return slice(int(self._bounds[k]), int(self._bounds[k + 1]))
+
+    def num_examples(self, client_id: str) -> int:
+        """Number of examples dealt to ``client_id`` (nothing is read)."""
+        s = self._slice(client_id)
+        return s.stop - s.start
+
+    def origin(self, client_id: str) -> list[tuple[str, int]]:
+        """(source client id, row in that client) of each of the user's examples, in the user's order."""
+        s = self._slice(client_id)
+        ids = self.source.client_ids
+        return [(ids[i], int(r)) for i, r in zip(self._source_index[s], self._row[s])]
+
+    def _load(self, source_id: str) -> ClientData:
+        if source_id in self._cache:
+            self._cache.move_to_end(source_id)
+        else:
+            self._cache[source_id] = self.source.client_data(source_id)
+            if len(self._cache) > self.cache_clients:
+                self._cache.popitem(last=False)
+        return self._cache[source_id]
+
+    def client_data(self, client_id: str) -> ClientData:
+        """The user's examples, in dealt order, gathered from the source clients."""
+        s = self._slice(client_id)
+        source_index, rows = self._source_index[s], self._row[s]
+        x: torch.Tensor | None = None
+        y: torch.Tensor | None = None
+        for i in np.unique(source_index):
+            positions = np.flatnonzero(source_index == i)
+            data = self._load(self.source.client_ids[i])
+            if x is None or y is None:
+                x = data.x.new_empty((len(rows), *data.x.shape[1:]))
+                y = data.y.new_empty((len(rows), *data.y.shape[1:]))
+            take = torch.from_numpy(rows[positions])
+            x[torch.from_numpy(positions)] = data.x[take]
+            y[torch.from_numpy(positions)] = data.y[take]
+        assert x is not None and y is not None  # every user holds at least one example
+        return ClientData(x=x, y=y)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_cache"] = OrderedDict()
+        return state
+
+    def __repr__(self) -> str:
+        return f"UniformUsers({self.source!r}, num_users={len(self.client_ids)})"
