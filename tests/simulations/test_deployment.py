@@ -1,0 +1,217 @@
+"""A real Flower deployment on 127.0.0.1: flower-superlink, flower-supernode processes and `flwr run`.
+
+The insecure test runs 2 rounds of DP-FedAvg with 3 SuperNodes (one per user) end to end (~60 s on
+2 cores); the TLS test checks SuperNode authentication (a registered key gets in, an unregistered
+one is refused, ~10 s). A full run over TLS + authentication takes about as long as the insecure
+one and runs only when asked for: ``pytest -m deployment_tls``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from clients.local_training import model_params
+from fedpub.config import load_config
+from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
+from fedpub.privacy.accountant import epsilon_for
+from fedpub.privacy.events import PoissonSampling
+from simulations.deploy_local import (
+    MARKER_VAR,
+    REPO_ROOT,
+    VENV_BIN,
+    LocalDeployment,
+    ProcessRegistry,
+    deployment_env,
+    free_ports,
+    list_supernodes,
+    make_node_key,
+    make_tls_certificates,
+    marked_pids,
+    pid_alive,
+    register_supernode,
+    start_superlink,
+    start_supernode,
+    write_connection,
+)
+from simulations.experiment import build_experiment
+
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX-only"),
+    pytest.mark.skipif(
+        not (VENV_BIN / "flower-superlink").exists(), reason="flower-superlink is not installed next to python"
+    ),
+]
+needs_tls_tools = pytest.mark.skipif(
+    shutil.which("openssl") is None or shutil.which("ssh-keygen") is None, reason="needs openssl and ssh-keygen"
+)
+
+THREE_USERS = {"num_writers": 3, "min_examples": 6, "max_examples": 12, "seed": 1}
+NOISE, USERS, COHORT, DELTA = 1.0, 3, 2, 1e-5
+
+
+@pytest.fixture(scope="module")
+def three_user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("three_users")
+    write_synthetic_emnist(directory, SyntheticEmnistSpec(**THREE_USERS))
+    return directory
+
+
+def write_experiment(path: Path, data_dir: Path, out_dir: Path, rounds: int) -> Path:
+    raw = {
+        "name": "deploy",
+        "seed": 3,
+        "rounds": rounds,
+        "eval_every": 1,
+        "checkpoint_every": 1,
+        "output_dir": str(out_dir.resolve()),
+        "device": "cpu",
+        "data": {"source": "synthetic_emnist", "path": str(data_dir.resolve()), "synthetic": THREE_USERS,
+                 "eval_clients": 3},
+        "model": {"name": "emnist_small_cnn"},
+        "client": {"epochs": 1, "batch_size": 4, "lr": 0.05},
+        "strategy": {"name": "dp_fedavg", "clip_norm": 0.5, "noise_multiplier": NOISE,
+                     "sampling": {"kind": "poisson", "clients_per_round": COHORT}},
+        "privacy": {"delta": DELTA},
+        "flower": {"node_wait_timeout": 60, "round_timeout": 120},
+    }
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def still_ours(pid: int, marker: str) -> bool:
+    """``pid`` runs and is still one of ours (its environment has the marker; a PID the system
+    reused for another process does not count). Without /proc: just whether it runs."""
+    if not Path("/proc").is_dir():
+        return pid_alive(pid)
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{MARKER_VAR}={marker}".encode() in environ and pid_alive(pid)
+
+
+def assert_all_stopped(registry: ProcessRegistry) -> None:
+    assert registry.seen_pids, "no process was recorded"
+    alive = sorted(pid for pid in registry.seen_pids if still_ours(pid, registry.marker))
+    assert alive == [], f"processes still running: {alive}"
+    assert marked_pids(registry.marker) == set()
+
+
+def check_completed_run(config_path: Path, rounds: int) -> None:
+    """metrics.jsonl has ε per round as dp_accounting computes it; the model moved away from its init."""
+    cfg = load_config(config_path)
+    root = cfg.output_dir / cfg.name
+    for name in ("config.yaml", "metrics.jsonl", "ledger.json", "checkpoint.pt", "summary.md"):
+        assert (root / name).stat().st_size > 0, name
+    records = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == list(range(rounds))
+    sampling = PoissonSampling(COHORT / USERS)
+    for r in records:
+        assert r["epsilon"] == pytest.approx(epsilon_for(sampling, NOISE, r["round"] + 1, DELTA), rel=1e-9)
+    assert records[-1]["epsilon"] == pytest.approx(epsilon_for(sampling, NOISE, rounds, DELTA), rel=1e-9)
+
+    checkpoint = torch.load(root / "checkpoint.pt", weights_only=False)
+    assert checkpoint["rounds_done"] == rounds
+    initial = model_params(build_experiment(cfg).new_model())
+    trained = checkpoint["params"]
+    assert trained.keys() == initial.keys()
+    assert any(not torch.equal(trained[k].cpu(), initial[k].cpu()) for k in initial), "the model did not change"
+
+
+def test_two_rounds_on_a_real_superlink_with_three_supernodes(three_user_dir: Path, tmp_path: Path) -> None:
+    config_path = write_experiment(tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=2)
+    pyproject_before = _sha256(REPO_ROOT / "pyproject.toml")
+    started = time.monotonic()
+    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=USERS, cwd=tmp_path)
+    with deployment:
+        assert len(deployment.supernodes) == USERS
+        result = deployment.run(config_path, timeout=300, echo=False)
+    wall = time.monotonic() - started
+    print(f"deployment: flwr run {result.wall_time:.1f} s, total {wall:.1f} s")
+
+    assert result.returncode == 0, result.output[-3000:]
+    assert result.run_id is not None
+    assert result.status == "finished:completed", result.output[-3000:]
+    check_completed_run(config_path, rounds=2)
+    # stopped: the 5 processes started here and their children (SuperExecs, app processes)
+    assert len(deployment.registry.processes) == 1 + USERS + 1
+    assert len(deployment.registry.seen_pids) > len(deployment.registry.processes)
+    assert_all_stopped(deployment.registry)
+    assert _sha256(REPO_ROOT / "pyproject.toml") == pyproject_before, "flwr run rewrote pyproject.toml"
+
+
+@needs_tls_tools
+def test_tls_superlink_admits_a_registered_supernode_and_refuses_an_unregistered_one(tmp_path: Path) -> None:
+    registry = ProcessRegistry()
+    try:
+        tls = make_tls_certificates(tmp_path / "certs")
+        cli_env = deployment_env(tmp_path / "flwr-home", registry.marker)
+        link_port, good_port, bad_port = free_ports(3)
+        address = f"127.0.0.1:{link_port}"
+        start_superlink(registry, port=link_port, env=deployment_env(tmp_path / "link-home", registry.marker),
+                        log_dir=tmp_path / "logs", tls=tls, enable_supernode_auth=True, cwd=tmp_path)
+        write_connection(tmp_path / "flwr-home", address, root_certificates=tls.ca_cert)
+        good = make_node_key(tmp_path / "keys", "registered")
+        bad = make_node_key(tmp_path / "keys", "unregistered")
+        node_id = register_supernode(good.public, env=cli_env)
+        assert [(int(n["node-id"]), n["status"]) for n in list_supernodes(env=cli_env)] == [(node_id, "registered")]
+
+        def node(name: str, key: Path, port: int, partition: int):
+            return start_supernode(
+                registry, superlink=address, port=port, node_config=f"partition-id={partition} num-partitions=2",
+                env=deployment_env(tmp_path / name, registry.marker), log_path=tmp_path / "logs" / f"{name}.log",
+                root_certificates=tls.ca_cert, auth_key=key, max_retries=1, cwd=tmp_path, name=name,
+            )
+
+        registered = node("registered", good.private, good_port, 0)
+        intruder = node("unregistered", bad.private, bad_port, 1)
+        deadline = time.monotonic() + 45
+        nodes: list[dict] = []
+        while time.monotonic() < deadline:
+            nodes = list_supernodes(env=cli_env)
+            if intruder.popen.poll() is not None and any(n["status"] == "online" for n in nodes):
+                break
+            time.sleep(1)
+        assert [(int(n["node-id"]), n["status"]) for n in nodes] == [(node_id, "online")]
+        assert registered.alive(), registered.log_tail()
+        assert intruder.popen.poll() not in (None, 0), "the unregistered SuperNode was not refused"
+        assert "Failed to activate SuperNode" in intruder.log_tail(60)
+    finally:
+        registry.stop_all()
+    assert_all_stopped(registry)
+
+
+def _selected(config: pytest.Config, marker: str) -> bool:
+    expression = str(config.getoption("markexpr") or "")
+    return marker in expression and f"not {marker}" not in expression
+
+
+@needs_tls_tools
+@pytest.mark.deployment_tls
+def test_a_run_completes_over_tls_with_authenticated_supernodes(
+    three_user_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if not _selected(request.config, "deployment_tls"):
+        pytest.skip("a full TLS deployment run (~60 s); select it with -m deployment_tls")
+    config_path = write_experiment(tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=1)
+    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=USERS, tls=True, cwd=tmp_path)
+    with deployment:
+        nodes = list_supernodes(env=deployment.cli_env)
+        assert len(nodes) == USERS
+        result = deployment.run(config_path, timeout=300, echo=False)
+    assert result.status == "finished:completed", result.output[-3000:]
+    check_completed_run(config_path, rounds=1)
+    assert_all_stopped(deployment.registry)
