@@ -35,6 +35,27 @@ class SyntheticEmnistConfig(_Section):
     seed: int = 0
 
 
+class SyntheticStackOverflowConfig(_Section):
+    """Offline look-alike StackOverflow files (TFF's HDF5 layout and count files)."""
+
+    num_clients: int = Field(400, ge=2)
+    test_clients: int = Field(100, ge=1)
+    min_examples: int = Field(5, ge=1)
+    max_examples: int = Field(30, ge=1)
+    seed: int = 0
+
+
+class StackOverflowConfig(_Section):
+    """TFF's StackOverflow tasks: vocabularies from the count files, features as TFF builds them."""
+
+    tag_vocab_size: int = Field(500, ge=1)
+    normalization: Literal["in_vocab", "all_tokens"] = Field(
+        "in_vocab", description="bag of words ÷ in-vocabulary tokens (TFF now) or ÷ all tokens (older TFF, AdaDPS)"
+    )
+    max_elements: int | None = Field(1000, ge=1, description="cap on a user's examples (TFF: 1,000)")
+    test_split: Literal["test", "heldout"] = "test"
+
+
 class PublicUsersConfig(_Section):
     """Which users opted out of privacy; they never count in the private population N."""
 
@@ -43,13 +64,18 @@ class PublicUsersConfig(_Section):
 
 
 class DataConfig(_Section):
-    source: Literal["synthetic_emnist", "emnist_h5", "emnist_sqlite"] = "synthetic_emnist"
+    source: Literal[
+        "synthetic_emnist", "emnist_h5", "emnist_sqlite", "stackoverflow", "synthetic_stackoverflow"
+    ] = "synthetic_emnist"
     path: Path = Field(
         Path("data/synthetic_emnist"),
-        description="directory with fed_emnist[_digitsonly]_{train,test}.h5, or emnist_all.sqlite[.lzma]",
+        description="directory with fed_emnist[_digitsonly]_{train,test}.h5, or emnist_all.sqlite[.lzma], "
+        "or (StackOverflow) stackoverflow_*.h5 or stackoverflow.sqlite[.lzma] with the two count files",
     )
     only_digits: bool = True
     synthetic: SyntheticEmnistConfig = SyntheticEmnistConfig()
+    synthetic_stackoverflow: SyntheticStackOverflowConfig = SyntheticStackOverflowConfig()
+    stackoverflow: StackOverflowConfig = StackOverflowConfig()
     uniform_users: int | None = Field(
         None, ge=2, description="DOPE's construction: pool the training examples and deal them to K users"
     )
@@ -151,13 +177,25 @@ class ExperimentConfig(_Section):
     checkpoint_every: int = Field(5, ge=1)
     output_dir: Path = Path("runs")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    task: Literal["classification"] = Field("classification", description="loss and metrics")
+    task: Literal["classification", "so_tag", "so_tag_single", "so_nwp"] = Field(
+        "classification", description="loss and metrics; the so_* tasks need StackOverflow data"
+    )
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     client: ClientConfig = ClientConfig()
     strategy: DpFedAvgConfig = DpFedAvgConfig(noise_multiplier=1.0)
     privacy: PrivacyConfig = PrivacyConfig()
     flower: FlowerConfig = FlowerConfig()
+
+
+def _check_task_and_data(config: ExperimentConfig) -> None:
+    stackoverflow = config.data.source in ("stackoverflow", "synthetic_stackoverflow")
+    if stackoverflow != config.task.startswith("so_"):
+        raise ConfigError(
+            f"task `{config.task}` does not go with data.source `{config.data.source}`: the so_* tasks "
+            "(so_tag, so_tag_single, so_nwp) need stackoverflow or synthetic_stackoverflow data, "
+            "classification needs EMNIST data"
+        )
 
 
 def _section_keys(loc: tuple) -> list[str]:
@@ -188,10 +226,15 @@ def parse_config(raw: Any, source: str = "<config>") -> ExperimentConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
     try:
-        return ExperimentConfig.model_validate(raw)
+        config = ExperimentConfig.model_validate(raw)
     except pydantic.ValidationError as exc:
         lines = "\n".join(f"  - {_describe(e)}" for e in exc.errors())
         raise ConfigError(f"{source}: invalid configuration\n{lines}") from None
+    try:
+        _check_task_and_data(config)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: invalid configuration\n  - {error}") from None
+    return config
 
 
 def load_config(path: Path) -> ExperimentConfig:

@@ -1,4 +1,4 @@
-"""How a model's outputs are scored: the training loss and the metrics, per task.
+"""How a model's outputs are scored: the training loss and the metrics, per task (TFF's baselines).
 
 EMNIST character recognition and the StackOverflow tasks differ only here: softmax
 cross-entropy and accuracy; sigmoid cross-entropy with recall@5 and precision at 0.5 for the
@@ -14,6 +14,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from fedpub.data.stackoverflow_tasks import (
+    WORD_VOCAB_SIZE,
+    next_word_metrics,
+    precision_at_threshold,
+    recall_at_k,
+)
 
 Counts = dict[str, tuple[torch.Tensor, torch.Tensor]]
 
@@ -36,10 +43,43 @@ def _classification_counts(logits: torch.Tensor, y: torch.Tensor) -> Counts:
 
 CLASSIFICATION = Task("classification", F.cross_entropy, _classification_counts, "accuracy")
 
-TASKS: dict[str, Task] = {CLASSIFICATION.name: CLASSIFICATION}
+
+def _tag_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Sigmoid cross-entropy summed over the tags, averaged over the examples."""
+    return F.binary_cross_entropy_with_logits(logits, y, reduction="none").sum(dim=-1).mean()
 
 
-def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; allowed: {', '.join(sorted(TASKS))}")
-    return TASKS[name]
+def _tag_counts(logits: torch.Tensor, y: torch.Tensor) -> Counts:
+    return {"recall_at_5": recall_at_k(logits, y, 5), "precision": precision_at_threshold(logits, y, 0.5)}
+
+
+TAG_PREDICTION = Task("so_tag", _tag_loss, _tag_counts, "recall_at_5")
+
+
+def _next_word_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Token cross-entropy, padding (id 0) ignored."""
+    return F.cross_entropy(logits.flatten(0, -2), y.flatten(), ignore_index=0)
+
+
+def next_word_task(vocab_size: int) -> Task:
+    """Next-word prediction over ``vocab_size`` words plus pad, OOV, BOS and EOS."""
+    return Task(
+        "so_nwp",
+        _next_word_loss,
+        lambda logits, y: next_word_metrics(logits, y, vocab_size),
+        "accuracy_without_out_of_vocab_or_end_of_sentence",
+    )
+
+
+TASK_NAMES = ("classification", "so_tag", "so_tag_single", "so_nwp")
+
+
+def get_task(name: str, word_vocab_size: int = WORD_VOCAB_SIZE) -> Task:
+    """The task called ``name`` (``so_tag_single``, AdaDPS's single-label tags, is a classification)."""
+    if name in ("classification", "so_tag_single"):
+        return CLASSIFICATION
+    if name == "so_tag":
+        return TAG_PREDICTION
+    if name == "so_nwp":
+        return next_word_task(word_vocab_size)
+    raise ValueError(f"unknown task {name!r}; allowed: {', '.join(TASK_NAMES)}")

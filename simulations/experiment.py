@@ -8,6 +8,7 @@ before a run directory exists.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import dp_accounting
 import torch
@@ -18,9 +19,13 @@ from fedpub.data.base import FederatedDataset
 from fedpub.data.emnist import load_emnist_split
 from fedpub.data.emnist_sqlite import load_emnist_sqlite
 from fedpub.data.public_split import UniformUsers, split_public
+from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, open_stackoverflow
+from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, load_vocabularies
+from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure_synthetic_stackoverflow
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
 from fedpub.models import build_model
 from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
+from fedpub.privacy.errors import PrivacyError
 from fedpub.privacy.events import neighboring_relation, round_event
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
@@ -56,9 +61,34 @@ class Experiment:
         return model.to(self.device)
 
 
+def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
+    """The task's views over the train split and the test (or held-out) split."""
+    data, so = config.data, config.data.stackoverflow
+    if data.source == "synthetic_stackoverflow":
+        synthetic = data.synthetic_stackoverflow
+        shared = {"min_examples": synthetic.min_examples, "max_examples": synthetic.max_examples}
+        ensure_synthetic_stackoverflow(
+            data.path,
+            SyntheticStackOverflowSpec(num_clients=synthetic.num_clients, seed=synthetic.seed, **shared),
+            SyntheticStackOverflowSpec(num_clients=synthetic.test_clients, seed=synthetic.seed + 1, **shared),
+        )
+    root = Path(data.path)
+    words, tags = load_vocabularies(root / WORD_COUNT_FILE, root / TAG_COUNT_FILE, tag_vocab_size=so.tag_vocab_size)
+    train_reader, test_reader = open_stackoverflow(root, "train"), open_stackoverflow(root, so.test_split)
+    if config.task == "so_nwp":
+        return tuple(NextWordPrediction(r, words, max_elements=so.max_elements) for r in (train_reader, test_reader))
+    single = config.task == "so_tag_single"
+    return tuple(
+        TagPrediction(r, words, tags, normalization=so.normalization, single_label=single, max_elements=so.max_elements)
+        for r in (train_reader, test_reader)
+    )
+
+
 def load_data(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
     """The training users (after DOPE's uniform construction when configured) and the test split."""
     data = config.data
+    if config.task.startswith("so_"):
+        return load_stackoverflow(config)
     if data.source == "synthetic_emnist":
         spec = SyntheticEmnistSpec(**data.synthetic.model_dump())
         ensure_synthetic_emnist(data.path, spec)
@@ -104,6 +134,10 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         task=get_task(config.task),
         device=resolve_device(config.device),
     )
+    try:
+        experiment.new_accountant().check_supported(planned)
+    except PrivacyError as error:
+        raise PrivacyError(f"privacy.accountant: {error}") from None
     if config.privacy.budget_epsilon is not None:
         budget = PrivacyBudget(config.privacy.budget_epsilon, config.privacy.delta)
         check_first_round(budget, experiment.new_accountant(), planned)

@@ -26,7 +26,7 @@ def test_defaults_and_round_trip_through_yaml():
         ({"strategy": {"noise_multiplier": 1, "sampling": {"clients_per_round": 2, "sampling_rate": 0.1}}}, "exactly one of clients_per_round"),
         ({"model": {"name": "resnet"}}, "allowed: emnist_cnn_dropout, emnist_mlp, emnist_small_cnn"),
         ({"privacy": {"accountant": "gdp"}}, "'pld' or 'rdp'"),
-        ({"data": {"source": "mnist"}}, "'synthetic_emnist' or 'emnist_h5'"),
+        ({"data": {"source": "mnist"}}, "'synthetic_emnist', 'emnist_h5', 'emnist_sqlite', 'stackoverflow' or 'synthetic_stackoverflow'"),
     ],
 )
 def test_bad_values_name_the_field_and_what_is_allowed(raw, expected):

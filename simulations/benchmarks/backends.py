@@ -43,6 +43,7 @@ def _config(out: Path, data: Path, args: argparse.Namespace) -> dict:
             "noise_multiplier": 1.0,
             "sampling": {"kind": "fixed", "clients_per_round": args.cohort},
         },
+        "privacy": {"accountant": "rdp"},  # the only accountant for fixed-size sampling
         "flower": {"client_num_cpus": 1, "ray_num_cpus": 2},
     }
 

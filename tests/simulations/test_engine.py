@@ -125,3 +125,15 @@ def test_the_same_data_as_sqlite_trains_the_same_model_as_hdf5(tiny_emnist_dir, 
     h5 = _run(tiny_config(tiny_emnist_dir, tmp_path / "h5", rounds=2))
     sql = _run(tiny_config(tiny_emnist_dir, tmp_path / "sql", rounds=2, data={"source": "emnist_sqlite", "path": str(sqlite_path), "eval_clients": 4}))
     _assert_same_params(h5.params, sql.params)
+
+
+def test_fixed_size_sampling_with_the_pld_accountant_is_refused_up_front(tiny_emnist_dir, tmp_path):
+    from fedpub.privacy.errors import PrivacyError
+
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, strategy={"sampling": {"kind": "fixed", "clients_per_round": 4}})
+    with pytest.raises(PrivacyError, match="privacy.accountant: .*accountant='rdp'"):
+        build_experiment(cfg)
+    assert not (tmp_path / "tiny").exists()
+    rdp_cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=1, privacy={"accountant": "rdp"},
+                          strategy={"sampling": {"kind": "fixed", "clients_per_round": 4}})
+    assert _run(rdp_cfg).rounds_done == 1

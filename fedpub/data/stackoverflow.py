@@ -1,0 +1,528 @@
+"""Lazy readers for TFF's federated StackOverflow files, and its two vocabulary files.
+
+Layouts as TFF defines them (google-parfait/tensorflow-federated, ``tensorflow_federated/python/simulation/datasets/
+stackoverflow.py`` and ``sql_client_data.py``; the HDF5 layout from the loader before commit 7bb20162f); see
+``shared/reference/datasets.md`` §2.1-2.3:
+
+- HDF5 (legacy): ``stackoverflow_{train,held_out,test}.h5``, ``/examples/<client_id>/`` holding six parallel 1-D
+  datasets ``creation_date``, ``score`` (int64), ``tags``, ``title``, ``tokens``, ``type``; strings are read as
+  bytes (vlen ASCII or fixed-length), ``np.bytes_`` or ``str``: all are accepted.
+- SQLite (current): ``stackoverflow.sqlite`` (published as ``.sqlite.lzma``), tables ``examples`` and
+  ``client_metadata``, splits ``train``, ``heldout``, ``test``; each row a ``tf.train.Example`` with one BytesList
+  value per string field and one Int64List value for ``score`` (TFF ``stackoverflow._add_proto_parsing``).
+- ``stackoverflow.word_count``: ``word count`` lines in descending count order, parsed with ``line.split()``;
+  ``stackoverflow.tag_count``: one JSON object ``{tag: count}``, sorted by TFF by count, descending (stable).
+
+Both readers give the same view: ``client_ids`` (sorted lexicographically, as TFF sorts them), ``num_examples``
+(metadata only), ``columns`` (field -> one value per example) and ``examples`` (one dict per example), strings
+decoded to ``str`` and ``score`` to ``int``. The task views (features and targets) are in
+:mod:`fedpub.data.stackoverflow_tasks`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import sqlite3
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, TypedDict, TypeVar, cast
+
+import h5py
+import numpy as np
+
+from fedpub.data.base import DatasetError
+from fedpub.data.download import TFF_BASE, ensure_decompressed
+from fedpub.data.emnist_sqlite import connect_tff_sqlite
+from fedpub.data.tf_example import ExampleDecodeError, decode_example
+
+FIELDS: tuple[str, ...] = ("creation_date", "score", "tags", "title", "tokens", "type")
+"""The six fields of every example, in TFF's (sorted) order; ``score`` is an integer, the others strings."""
+SPLITS: tuple[str, ...] = ("train", "heldout", "test")
+"""Split names as the SQLite database spells them."""
+H5_FILES: dict[str, str] = {
+    "train": "stackoverflow_train.h5",
+    "heldout": "stackoverflow_held_out.h5",
+    "test": "stackoverflow_test.h5",
+}
+"""Split name -> HDF5 file name (note ``held_out`` in the file name)."""
+SQLITE_FILE = "stackoverflow.sqlite"
+WORD_COUNT_FILE = "stackoverflow.word_count"
+TAG_COUNT_FILE = "stackoverflow.tag_count"
+
+Columns = dict[str, list[Any]]
+"""``{field: [value per example]}``: ``list[str]`` for the text fields, ``list[int]`` for ``score``."""
+
+
+class StackOverflowExample(TypedDict):
+    """One sentence of a post, with the post's metadata (answers carry their question's title and tags)."""
+
+    creation_date: str
+    score: int
+    tags: str
+    title: str
+    tokens: str
+    type: str
+
+
+class StackOverflowReader(Protocol):
+    """What the task views need from a reader (both :class:`StackOverflowH5` and :class:`StackOverflowSqlite`)."""
+
+    path: Path
+    client_ids: list[str]
+
+    def num_examples(self, client_id: str) -> int: ...
+
+    def columns(self, client_id: str, fields: Sequence[str] = FIELDS) -> Columns: ...
+
+
+def _hint(name: str) -> str:
+    return f"download {TFF_BASE}/{name} (`fedpub data download {name}`)"
+
+
+def _check_fields(fields: Sequence[str]) -> None:
+    unknown = [f for f in fields if f not in FIELDS]
+    if unknown:
+        raise ValueError(f"unknown StackOverflow field(s) {unknown}; the fields are {', '.join(FIELDS)}")
+
+
+def _text(value: object) -> str:
+    """A stored string as ``str``: bytes and ``np.bytes_`` are decoded (the data is ASCII), ``str`` kept."""
+    if isinstance(value, bytes):  # np.bytes_ is a bytes subclass
+        return value.decode("utf-8")
+    if isinstance(value, str):
+        return str(value)
+    raise TypeError(f"expected a string, got {type(value).__name__}")
+
+
+def columns_to_examples(columns: Columns) -> list[StackOverflowExample]:
+    """Turn ``{field: values}`` (all six fields) into one :class:`StackOverflowExample` per example."""
+    rows = zip(*(columns[f] for f in FIELDS))
+    return [cast(StackOverflowExample, dict(zip(FIELDS, row))) for row in rows]
+
+
+_R = TypeVar("_R", bound="_Reader")
+
+
+class _Reader(ABC):
+    """Shared behaviour of the two readers: ``examples`` from ``columns``, context management."""
+
+    path: Path
+    client_ids: list[str]
+
+    @abstractmethod
+    def columns(self, client_id: str, fields: Sequence[str] = FIELDS) -> Columns:
+        """The requested fields of one client, one value per example in stored order."""
+
+    def examples(self, client_id: str) -> list[StackOverflowExample]:
+        """Every example of ``client_id``, in stored order, strings decoded to ``str`` and ``score`` to ``int``."""
+        return columns_to_examples(self.columns(client_id))
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the file handle (a later read reopens it)."""
+
+    def __enter__(self: _R) -> _R:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class StackOverflowH5(_Reader):
+    """One TFF StackOverflow HDF5 file (``stackoverflow_{train,held_out,test}.h5``), read lazily per client.
+
+    Listing the clients reads only the names of the groups under ``/examples``; ``num_examples`` reads dataset
+    shapes; ``columns`` reads the requested datasets of one client. The file stays open until ``close()``;
+    pickling keeps the path and client ids, and a process that did not open the handle reopens it on first use.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._file: h5py.File | None = None
+        self._examples: h5py.Group | None = None
+        self._pid = -1
+        self.client_ids: list[str] = sorted(self._handle().keys())
+
+    def _handle(self) -> h5py.Group:
+        """The ``/examples`` group, opening the file in this process if needed."""
+        if self._examples is None or self._pid != os.getpid():
+            if not self.path.is_file():
+                raise DatasetError(
+                    f"StackOverflow file {self.path} does not exist: {_hint('stackoverflow.tar.bz2')} "
+                    f"and extract it into {self.path.parent}"
+                )
+            try:
+                self._file = h5py.File(self.path, "r")
+            except OSError as exc:
+                raise DatasetError(
+                    f"{self.path} is not a readable HDF5 file (corrupt or truncated?): {exc}"
+                ) from exc
+            examples = self._file.get("examples")
+            if not isinstance(examples, h5py.Group):
+                self._file.close()
+                raise DatasetError(f"{self.path} has no 'examples' group: not a TFF federated StackOverflow file")
+            self._examples = examples
+            self._pid = os.getpid()
+        return self._examples
+
+    def _datasets(self, client_id: str, fields: Sequence[str]) -> dict[str, h5py.h5d.DatasetID]:
+        """The client's datasets for ``fields``, checked from metadata only (1-D, equal lengths, dtypes).
+
+        h5py's low-level API: about three times faster per client than ``group[name]``, which matters for cohorts
+        of small clients."""
+        examples, key = self._handle().id, client_id.encode()
+        if key not in examples:
+            raise KeyError(f"client {client_id!r} is not in {self.path}")
+        where = f"{self.path}: client {client_id!r}"
+        try:
+            group = h5py.h5g.open(examples, key)
+        except (KeyError, ValueError):
+            raise DatasetError(f"{where} is not a group (a StackOverflow client is a group of datasets)") from None
+        found: dict[str, h5py.h5d.DatasetID] = {}
+        for name in fields:
+            if name.encode() not in group:
+                raise DatasetError(f"{where} has no '{name}' dataset (a StackOverflow client has {', '.join(FIELDS)})")
+            try:
+                dataset = h5py.h5d.open(group, name.encode())
+            except (KeyError, ValueError):
+                raise DatasetError(f"{where}: '{name}' is not a dataset") from None
+            if len(dataset.shape) != 1:
+                raise DatasetError(f"{where}: '{name}' has shape {dataset.shape}, expected (N,)")
+            if name == "score":
+                if not np.issubdtype(dataset.dtype, np.integer):
+                    raise DatasetError(f"{where}: 'score' has dtype {dataset.dtype}, expected integers")
+            elif h5py.check_string_dtype(dataset.dtype) is None:
+                raise DatasetError(f"{where}: '{name}' has dtype {dataset.dtype}, expected strings")
+            found[name] = dataset
+        lengths = {name: dataset.shape[0] for name, dataset in found.items()}
+        if len(set(lengths.values())) > 1:
+            raise DatasetError(f"{where} has datasets of different lengths {lengths} (they must be parallel)")
+        return found
+
+    def num_examples(self, client_id: str) -> int:
+        """Number of examples of ``client_id``, from the shape of its ``tokens`` dataset (no example is read; the
+        other datasets are checked when they are read)."""
+        return int(self._datasets(client_id, ("tokens",))["tokens"].shape[0])
+
+    def columns(self, client_id: str, fields: Sequence[str] = FIELDS) -> Columns:
+        """The requested fields of one client, one value per example in stored order."""
+        _check_fields(fields)
+        out: Columns = {}
+        for name, dataset in self._datasets(client_id, fields).items():
+            values = np.empty(dataset.shape, dtype=dataset.dtype)
+            try:
+                if values.size:
+                    dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, values)
+            except OSError as exc:
+                raise DatasetError(f"{self.path}: cannot read client {client_id!r} (corrupt file?): {exc}") from exc
+            if name == "score":
+                out[name] = values.tolist()
+                continue
+            try:
+                out[name] = [_text(v) for v in values.tolist()]
+            except (UnicodeDecodeError, TypeError) as exc:
+                raise DatasetError(f"{self.path}: client {client_id!r}: '{name}' is not text: {exc}") from None
+        return out
+
+    def close(self) -> None:
+        """Close the HDF5 handle (a later read reopens it)."""
+        if self._file is not None and self._pid == os.getpid():
+            self._file.close()
+        self._file = None
+        self._examples = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "client_ids": self.client_ids}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        self.client_ids = state["client_ids"]
+        self._file = None
+        self._examples = None
+        self._pid = -1
+
+    def __repr__(self) -> str:
+        return f"StackOverflowH5({str(self.path)!r}, clients={len(self.client_ids)})"
+
+
+def _has_client_index(connection: sqlite3.Connection) -> bool:
+    """Whether ``examples`` has an index that finds one client's rows without a full scan."""
+    for row in connection.execute("PRAGMA index_list(examples)"):
+        columns = [info[2] for info in connection.execute(f"PRAGMA index_info({row[1]!r})")]
+        if columns[:1] == ["client_id"] or set(columns[:2]) == {"split_name", "client_id"}:
+            return True
+    return False
+
+
+def add_client_index(path: str | os.PathLike[str]) -> None:
+    """Index ``examples`` on (split_name, client_id), as TFF's own writer does, unless it has such an index.
+
+    Without one, reading a client scans the whole table (about 169 million rows in the real database).
+    """
+    probe = connect_tff_sqlite(path)
+    try:
+        indexed = _has_client_index(probe)
+    finally:
+        probe.close()
+    if indexed:
+        return
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE INDEX idx_client_id_split ON examples (split_name, client_id)")
+    connection.close()
+
+
+class StackOverflowSqlite(_Reader):
+    """One split (``train``, ``heldout`` or ``test``) of TFF's ``stackoverflow.sqlite``, read lazily per client.
+
+    ``path`` may be the ``.sqlite`` file or the published ``.sqlite.lzma``, which is decompressed once (streamed,
+    atomically) to ``cache_dir`` (default: beside it) and reused afterwards. Client ids and example counts come
+    from ``client_metadata`` when the object is made (kept as a sorted list and an array: no per-client dict);
+    ``columns`` reads one client's rows in insertion (rowid) order and decodes their ``tf.train.Example``s. A
+    database whose ``examples`` table has no index on the client id is read correctly but slowly: a warning says
+    so (:func:`add_client_index` adds one). Pickling keeps the path, split and metadata.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        split: str,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        given = Path(path)
+        if split not in SPLITS:
+            raise DatasetError(
+                f"unknown StackOverflow split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}"
+            )
+        if given.name.endswith(".lzma"):
+            self.path = ensure_decompressed(given, cache_dir)
+        elif not given.is_file():
+            raise DatasetError(
+                f"StackOverflow SQLite file {given} does not exist: {_hint('stackoverflow.sqlite.lzma')}"
+            )
+        else:
+            self.path = given
+        self.split = split
+        self._connection: sqlite3.Connection | None = None
+        self._pid = -1
+        self.client_ids, self._counts = self._read_metadata()
+        if not _has_client_index(self._handle()):
+            warnings.warn(
+                f"{self.path}: table 'examples' has no index on client_id, so every client read scans the whole "
+                "table; fedpub.data.stackoverflow.add_client_index adds one",
+                stacklevel=2,
+            )
+
+    def _handle(self) -> sqlite3.Connection:
+        if self._connection is None or self._pid != os.getpid():
+            self._connection = connect_tff_sqlite(self.path)
+            self._pid = os.getpid()
+        return self._connection
+
+    def _query(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
+        try:
+            return self._handle().execute(sql, tuple(parameters)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise DatasetError(f"{self.path}: cannot read split {self.split!r} (corrupt database?): {exc}") from None
+
+    def _read_metadata(self) -> tuple[list[str], np.ndarray]:
+        rows = self._query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
+        if not rows:
+            present = [r[0] for r in self._query("SELECT DISTINCT split_name FROM client_metadata", ())]
+            raise DatasetError(
+                f"{self.path} has no clients in split {self.split!r} "
+                f"(splits present: {', '.join(sorted(map(str, present))) or 'none'})"
+            )
+        for client_id, num in rows:
+            if not isinstance(client_id, str) or not isinstance(num, int) or num < 0:
+                raise DatasetError(
+                    f"{self.path}: client_metadata row ({client_id!r}, {num!r}) of split {self.split!r} "
+                    "is not (text client id, non-negative integer count)"
+                )
+        rows.sort()
+        ids: list[str] = []
+        counts: list[int] = []
+        for client_id, num in rows:
+            if ids and ids[-1] == client_id:
+                if counts[-1] != num:
+                    raise DatasetError(
+                        f"{self.path}: client {client_id!r} of split {self.split!r} has conflicting counts "
+                        f"{counts[-1]} and {num} in client_metadata"
+                    )
+                continue
+            ids.append(client_id)
+            counts.append(num)
+        return ids, np.asarray(counts, dtype=np.int64)
+
+    def num_examples(self, client_id: str) -> int:
+        """Number of examples of ``client_id``, from ``client_metadata`` (no example is read)."""
+        i = bisect.bisect_left(self.client_ids, client_id)
+        if i == len(self.client_ids) or self.client_ids[i] != client_id:
+            raise KeyError(f"client {client_id!r} is not in split {self.split!r} of {self.path}")
+        return int(self._counts[i])
+
+    def _decode(self, blob: object, where: str, fields: Sequence[str]) -> list[Any]:
+        if not isinstance(blob, bytes):
+            raise DatasetError(f"{where} is a {type(blob).__name__}, not a serialised tf.train.Example")
+        try:
+            features = decode_example(blob)
+        except ExampleDecodeError as exc:
+            raise DatasetError(f"{where} is not a valid tf.train.Example: {exc}") from None
+        out = []
+        for name in fields:
+            values = features.get(name)
+            if values is None:
+                raise DatasetError(
+                    f"{where} has no '{name}' feature (it has {', '.join(sorted(features)) or 'none'}; "
+                    f"a StackOverflow example has {', '.join(FIELDS)})"
+                )
+            kind = int if name == "score" else bytes
+            if len(values) != 1 or not isinstance(values[0], kind):
+                expected = "int64" if kind is int else "bytes"
+                raise DatasetError(f"{where}: feature '{name}' is {values[:3]!r}, expected one {expected} value")
+            try:
+                out.append(values[0] if kind is int else _text(values[0]))
+            except UnicodeDecodeError as exc:
+                raise DatasetError(f"{where}: feature '{name}' is not text: {exc}") from None
+        return out
+
+    def columns(self, client_id: str, fields: Sequence[str] = FIELDS) -> Columns:
+        """The requested fields of one client, one value per example in insertion order."""
+        _check_fields(fields)
+        expected = self.num_examples(client_id)
+        rows = self._query(
+            "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ? ORDER BY rowid",
+            (client_id, self.split),
+        )
+        where = f"{self.path}: split {self.split!r}, client {client_id!r}"
+        if len(rows) != expected:
+            raise DatasetError(f"{where} has {len(rows)} examples but client_metadata says {expected}")
+        decoded = [self._decode(blob, f"{where}, example {i}", fields) for i, (blob,) in enumerate(rows)]
+        return {name: [row[j] for row in decoded] for j, name in enumerate(fields)}
+
+    def close(self) -> None:
+        """Close the connection (a later read reopens it)."""
+        if self._connection is not None and self._pid == os.getpid():
+            self._connection.close()
+        self._connection = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "split": self.split, "client_ids": self.client_ids, "counts": self._counts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        self.split = state["split"]
+        self.client_ids = state["client_ids"]
+        self._counts = state["counts"]
+        self._connection = None
+        self._pid = -1
+
+    def __repr__(self) -> str:
+        return f"StackOverflowSqlite({str(self.path)!r}, {self.split!r}, clients={len(self.client_ids)})"
+
+
+def open_stackoverflow(
+    directory: str | os.PathLike[str], split: str, *, cache_dir: str | os.PathLike[str] | None = None
+) -> StackOverflowH5 | StackOverflowSqlite:
+    """Open ``split`` from ``directory``: ``stackoverflow_<split>.h5`` if present, else ``stackoverflow.sqlite``,
+    else ``stackoverflow.sqlite.lzma`` (decompressed once into ``cache_dir``, default ``directory``)."""
+    if split not in SPLITS:
+        raise DatasetError(f"unknown StackOverflow split {split!r}: allowed splits are {', '.join(SPLITS)}")
+    root = Path(directory)
+    h5 = root / H5_FILES[split]
+    if h5.is_file():
+        return StackOverflowH5(h5)
+    for name in (SQLITE_FILE, SQLITE_FILE + ".lzma"):
+        if (root / name).is_file():
+            return StackOverflowSqlite(root / name, split, cache_dir=cache_dir)
+    raise DatasetError(
+        f"{root} holds neither {H5_FILES[split]} nor {SQLITE_FILE}[.lzma]: {_hint('stackoverflow.tar.bz2')} "
+        f"or {_hint('stackoverflow.sqlite.lzma')}"
+    )
+
+
+def _check_vocab_size(vocab_size: int | None) -> None:
+    if vocab_size is not None and vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1 or None, got {vocab_size}")
+
+
+def load_word_counts(path: str | os.PathLike[str], vocab_size: int | None = None) -> dict[str, int]:
+    """``stackoverflow.word_count`` as ``{word: count}`` in file order (descending count), first ``vocab_size``.
+
+    Each line is ``word count`` split with ``line.split()`` (TFF ``load_word_counts``); the word vocabulary of the
+    standard tasks is ``list(load_word_counts(path, 10_000))``. A file shorter than ``vocab_size`` gives all of it.
+    """
+    _check_vocab_size(vocab_size)
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(
+            f"word count file {path} does not exist: {_hint('stackoverflow.word_count.tar.bz2')} and extract it"
+        )
+    counts: dict[str, int] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if vocab_size is not None and len(counts) == vocab_size:
+                    break
+                parts = line.split()
+                if len(parts) != 2 or not parts[1].isdigit():
+                    raise DatasetError(f"{path}, line {number}: expected 'word count', got {line.rstrip()!r}")
+                if parts[0] in counts:
+                    raise DatasetError(f"{path}, line {number}: word {parts[0]!r} is listed twice")
+                counts[parts[0]] = int(parts[1])
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path} is not a text file (corrupt?): {exc}") from None
+    if not counts:
+        raise DatasetError(f"{path} is empty: expected 'word count' lines")
+    return counts
+
+
+def load_tag_counts(path: str | os.PathLike[str], vocab_size: int | None = None) -> dict[str, int]:
+    """``stackoverflow.tag_count`` as ``{tag: count}`` sorted by count, descending, ties in file order (TFF's
+    ``sorted(..., reverse=True)`` is stable), then the first ``vocab_size``: the standard tag vocabulary is
+    ``list(load_tag_counts(path, 500))``."""
+    _check_vocab_size(vocab_size)
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(
+            f"tag count file {path} does not exist: {_hint('stackoverflow.tag_count.tar.bz2')} and extract it"
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path} is not a JSON file (corrupt or truncated?): {exc}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise DatasetError(f"{path} must hold one non-empty JSON object {{tag: count}}, got {type(raw).__name__}")
+    bad = [(tag, count) for tag, count in raw.items() if not isinstance(count, int) or isinstance(count, bool)]
+    if bad:
+        raise DatasetError(f"{path}: tag counts must be integers, got {bad[:3]}")
+    ranked = sorted(raw.items(), key=lambda item: item[1], reverse=True)
+    return dict(ranked if vocab_size is None else ranked[:vocab_size])
+
+
+__all__ = [
+    "FIELDS",
+    "H5_FILES",
+    "SPLITS",
+    "SQLITE_FILE",
+    "TAG_COUNT_FILE",
+    "WORD_COUNT_FILE",
+    "Columns",
+    "StackOverflowExample",
+    "StackOverflowH5",
+    "StackOverflowReader",
+    "StackOverflowSqlite",
+    "add_client_index",
+    "columns_to_examples",
+    "load_tag_counts",
+    "load_word_counts",
+    "open_stackoverflow",
+]

@@ -1,0 +1,429 @@
+"""Write federated StackOverflow look-alike files in TFF's layouts, from explicit examples or a synthetic spec.
+
+Layouts as in :mod:`fedpub.data.stackoverflow` (TFF ``simulation/datasets/stackoverflow.py`` and
+``sql_client_data_utils.save_to_sql_client_data``; ``shared/reference/datasets.md`` §2 and §7):
+
+- HDF5: ``/examples/<client_id>/{creation_date,score,tags,title,tokens,type}``, strings as variable-length ASCII
+  (``h5py.string_dtype('ascii')``, read back as bytes), ``score`` int64. Written with h5py's low-level API and
+  compact storage (small datasets inside their object headers): TFF's file has 342,477 client groups of six
+  datasets each, so the per-object overhead of h5py's high-level API would dominate.
+- SQLite: TFF's DDL, one ``tf.train.Example`` per row (:func:`fedpub.data.tf_example.encode_example`), one
+  ``client_metadata`` row per (client, split); a name ending in ``.lzma`` is compressed (LZMA_Alone container).
+- ``stackoverflow.word_count`` (``word count`` lines, in the given order) and ``stackoverflow.tag_count`` (one JSON
+  object, in the given order: deliberately not sorted, so a reader must sort).
+
+:func:`edge_case_dataset` gives explicit clients with the cases a reader and the task views must handle;
+:class:`SyntheticStackOverflowSpec` describes deterministic synthetic data, generated in chunks with numpy
+(:func:`synthetic_columns`) and written by :func:`write_synthetic_stackoverflow` (hundreds of thousands of clients
+in minutes; see ``simulations/benchmarks/stackoverflow_scale.py``). Every file is written under a temporary name and
+renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import h5py
+import numpy as np
+
+from fedpub.atomic import atomic_path, write_text_atomic
+from fedpub.data.download import CHUNK
+from fedpub.data.emnist_writers import SQLITE_DDL
+from fedpub.data.stackoverflow import (
+    FIELDS,
+    H5_FILES,
+    SPLITS,
+    SQLITE_FILE,
+    TAG_COUNT_FILE,
+    WORD_COUNT_FILE,
+    Columns,
+    StackOverflowExample,
+    columns_to_examples,
+)
+from fedpub.data.tf_example import encode_example
+from fedpub.seeding import numpy_generator
+
+Clients = Mapping[str, Sequence[StackOverflowExample]]
+"""``{client_id: [example, ...]}``; clients are written in mapping order."""
+
+_STRING_DTYPE = h5py.string_dtype("ascii")
+_COMPACT_LIMIT = 48 * 1024  # HDF5 compact datasets must stay under 64 KiB (a vlen string takes 16 bytes)
+_CHUNK_CLIENTS = 20_000  # synthetic clients generated at once (part of the seeding: changing it changes the data)
+
+
+def examples_to_columns(client_id: str, examples: Sequence[StackOverflowExample]) -> Columns:
+    """``{field: values}`` of one client's examples, checked: six fields, ``score`` int, the rest ASCII ``str``."""
+    columns: Columns = {name: [] for name in FIELDS}
+    for i, example in enumerate(examples):
+        if set(example) != set(FIELDS):
+            raise ValueError(f"client {client_id!r}, example {i}: fields {sorted(example)}, expected {list(FIELDS)}")
+        for name in FIELDS:
+            value = example[name]  # type: ignore[literal-required]
+            if name == "score" and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"client {client_id!r}, example {i}: score {value!r} is not an int")
+            if name != "score" and (not isinstance(value, str) or not value.isascii()):
+                raise ValueError(f"client {client_id!r}, example {i}: {name} {value!r} is not an ASCII str")
+            columns[name].append(value)
+    return columns
+
+
+def _check_client_id(client_id: object) -> None:
+    if not isinstance(client_id, str) or not client_id or "/" in client_id or not client_id.isascii():
+        raise ValueError(f"client ids must be non-empty ASCII strings without '/', got {client_id!r}")
+
+
+def _write_h5(path: Path, clients: Iterable[tuple[str, Columns]]) -> Path:
+    string_type = h5py.h5t.py_create(_STRING_DTYPE, logical=True)
+    compact = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    compact.set_layout(h5py.h5d.COMPACT)
+    contiguous = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        examples = f.create_group("examples")
+        for client_id, columns in clients:
+            _check_client_id(client_id)
+            group = h5py.h5g.create(examples.id, client_id.encode())
+            n = len(columns["tokens"])
+            space = h5py.h5s.create_simple((n,))
+            layout = compact if 0 < n * 16 <= _COMPACT_LIMIT else contiguous
+            for name in FIELDS:
+                if name == "score":
+                    data, kind = np.asarray(columns[name], dtype=np.int64), h5py.h5t.STD_I64LE
+                else:
+                    data = np.array([s.encode("ascii") for s in columns[name]], dtype=_STRING_DTYPE)
+                    kind = string_type
+                dataset = h5py.h5d.create(group, name.encode(), kind, space, dcpl=layout)
+                if n:
+                    dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
+    return path
+
+
+def _checked(clients: Clients) -> Iterator[tuple[str, Columns]]:
+    for client_id, examples in clients.items():
+        yield client_id, examples_to_columns(client_id, examples)
+
+
+def write_stackoverflow_h5(path: str | os.PathLike[str], clients: Clients) -> Path:
+    """Write one split as a TFF StackOverflow HDF5 file (e.g. ``stackoverflow_train.h5``)."""
+    return _write_h5(Path(path), list(_checked(clients)))
+
+
+def _example_proto(row: Sequence[str | int]) -> bytes:
+    """One example (values in ``FIELDS`` order) as TFF's proto: one bytes value per string, one int64 score."""
+    return encode_example(
+        {name: [value] if name == "score" else [str(value).encode("ascii")] for name, value in zip(FIELDS, row)}
+    )
+
+
+def _write_sqlite(path: Path, splits: Mapping[str, Iterable[tuple[str, Columns]]], index: bool) -> None:
+    connection = sqlite3.connect(path)
+    try:
+        with connection:
+            for statement in SQLITE_DDL:
+                if index or not statement.startswith("CREATE INDEX"):
+                    connection.execute(statement)
+            for split, clients in splits.items():
+                for client_id, columns in clients:
+                    _check_client_id(client_id)
+                    connection.executemany(
+                        "INSERT INTO examples (split_name, client_id, serialized_example_proto) VALUES (?, ?, ?)",
+                        ((split, client_id, _example_proto(row)) for row in zip(*(columns[f] for f in FIELDS))),
+                    )
+                    connection.execute(
+                        "INSERT INTO client_metadata (client_id, split_name, num_examples) VALUES (?, ?, ?)",
+                        (client_id, split, len(columns["tokens"])),
+                    )
+    finally:
+        connection.close()
+
+
+def _compress(source: Path, target: Path) -> None:
+    compressor = lzma.LZMACompressor(format=lzma.FORMAT_ALONE)
+    with open(source, "rb") as src, atomic_path(target) as tmp, open(tmp, "wb") as dst:
+        while chunk := src.read(CHUNK):
+            dst.write(compressor.compress(chunk))
+        dst.write(compressor.flush())
+
+
+def _write_sqlite_file(path: Path, splits: Mapping[str, Iterable[tuple[str, Columns]]], index: bool) -> Path:
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown:
+        raise ValueError(f"unknown StackOverflow split(s) {unknown}; allowed: {', '.join(SPLITS)}")
+    if not path.name.endswith(".lzma"):
+        with atomic_path(path) as tmp:
+            _write_sqlite(tmp, splits, index)
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+        plain = Path(scratch) / path.name.removesuffix(".lzma")
+        _write_sqlite(plain, splits, index)
+        _compress(plain, path)
+    return path
+
+
+def write_stackoverflow_sqlite(
+    path: str | os.PathLike[str], splits: Mapping[str, Clients], *, index: bool = True
+) -> Path:
+    """Write ``{split: clients}`` as TFF's ``stackoverflow.sqlite``; a name ending in ``.lzma`` is compressed.
+
+    Split names must be TFF's (``train``, ``heldout``, ``test``). ``index=False`` leaves out the indexes of TFF's
+    DDL (to test readers on a database without them).
+    """
+    return _write_sqlite_file(Path(path), {split: _checked(clients) for split, clients in splits.items()}, index)
+
+
+def write_word_count(path: str | os.PathLike[str], counts: Mapping[str, int]) -> Path:
+    """Write ``stackoverflow.word_count``: one ``word count`` line per entry, in mapping order."""
+    for word, count in counts.items():
+        if not word or any(c.isspace() for c in word) or not isinstance(count, int):
+            raise ValueError(f"word_count entries are (word without whitespace, int), got ({word!r}, {count!r})")
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(f"{word} {count}\n" for word, count in counts.items()), encoding="utf-8")
+    return Path(path)
+
+
+def write_tag_count(path: str | os.PathLike[str], counts: Mapping[str, int]) -> Path:
+    """Write ``stackoverflow.tag_count``: one JSON object ``{tag: count}`` in mapping order (not sorted)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(dict(counts)), encoding="utf-8")
+    return Path(path)
+
+
+def _example(
+    tokens: str, *, title: str = "", tags: str = "", score: int = 0, kind: str = "question"
+) -> StackOverflowExample:
+    return StackOverflowExample(
+        creation_date="2010-01-08 09:34:05 UTC", score=score, tags=tags, title=title, tokens=tokens, type=kind
+    )
+
+
+@dataclass(frozen=True)
+class EdgeCaseData:
+    """Explicit clients with the cases readers and task views must handle, and matching vocabulary files."""
+
+    clients: dict[str, list[StackOverflowExample]]
+    word_counts: dict[str, int]
+    tag_counts: dict[str, int]
+    max_elements: int
+    """A cap below the size of client ``00000042`` (and above every other client's)."""
+
+
+def edge_case_dataset() -> EdgeCaseData:
+    """A small dataset covering the edge cases of datasets.md §7.
+
+    Client ids are inserted unsorted. ``00000007``: a question with a negative score, tags with spaces
+    (``vb . net``), ``<URL>``, a fractional-second date; an answer carrying its question's title and tags.
+    ``00000003``: an empty sentence and title (no tag), an all-OOV sentence (only an OOV tag), a sentence of 25
+    tokens, and tokens with a doubled space (an empty piece for next-word prediction). ``00000042``: 7 examples,
+    above ``max_elements`` = 5. Tag counts are deliberately unsorted and have a tie (``vb . net``, ``c#``).
+    """
+    long_sentence = " ".join(["the", "list", "is", "a", "python", "list"] * 4 + ["."])
+    clients: dict[str, list[StackOverflowExample]] = {
+        "00000007": [
+            StackOverflowExample(
+                creation_date="2008-08-10 08:28:52.1 UTC",
+                score=-3,
+                tags="vb . net|c#",
+                title="how to use a list in vb . net",
+                tokens="see <URL> for the list .",
+                type="question",
+            ),
+            _example(
+                "use a dictionary , not a list .", title="how to use a list in vb . net", tags="vb . net|c#",
+                score=12, kind="answer",
+            ),
+        ],
+        "00000003": [
+            _example("", title="", tags=""),
+            _example("zzyzx qwertyuiop", title="", tags="fortran-77"),
+            _example(long_sentence, title="python list", tags="python|java|python-2.7", score=1),
+            _example("a  list", title="list", tags="python"),
+        ],
+        "00000042": [
+            _example(" ".join(["python", "error", str(i)] + ["list"] * i), title="error", tags="python|java", score=i)
+            for i in range(7)
+        ],
+    }
+    word_counts = {
+        ".": 90, "the": 80, "a": 70, "list": 60, "python": 50, "to": 40, "use": 30, "in": 20, "how": 15,
+        "vb": 12, "net": 11, "<URL>": 10, "error": 9, "is": 8, "for": 7, "see": 6, ",": 5, "not": 4, "java": 3,
+    }
+    tag_counts = {"java": 5, "vb . net": 7, "fortran-77": 1, "python": 9, "c#": 7, "python-2.7": 2}
+    return EdgeCaseData(clients=clients, word_counts=word_counts, tag_counts=tag_counts, max_elements=5)
+
+
+@dataclass(frozen=True)
+class SyntheticStackOverflowSpec:
+    """Deterministic synthetic StackOverflow data: the same spec always gives the same files.
+
+    Client ids are distinct 8-digit strings. Every client has a favourite tag; each of its examples carries that
+    tag or another one (Zipf-distributed ranks over ``num_tags``, more than the 500 of the task, so some are OOV),
+    and its words come from the tag's topic words or from a Zipf distribution over ``num_words`` (more than the
+    10,000 of the vocabulary, so some are OOV). Word ``r`` is ``w<r>``, tag ``t`` is ``tag<t>``; ranks are in
+    descending frequency, as in the count files.
+    """
+
+    num_clients: int = 1_000
+    min_examples: int = 1
+    max_examples: int = 3
+    num_words: int = 12_000
+    num_tags: int = 600
+    max_tokens: int = 30
+    max_title_words: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_clients <= 10_000_000:
+            raise ValueError(f"num_clients must be in [1, 10000000], got {self.num_clients}")
+        if not 0 <= self.min_examples <= self.max_examples:
+            raise ValueError(f"need 0 <= min_examples <= max_examples, got {self.min_examples}, {self.max_examples}")
+        for name in ("num_words", "num_tags", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_title_words < 0:
+            raise ValueError(f"max_title_words must be >= 0, got {self.max_title_words}")
+
+
+def _zipf_ranks(rng: np.random.Generator, size: int | tuple[int, ...], n: int) -> np.ndarray:
+    """Ranks in [0, n) with probability about proportional to 1/(rank + 1) (inverse CDF of a log-uniform)."""
+    return np.minimum(np.exp(rng.random(size) * np.log(n + 1)).astype(np.int64) - 1, n - 1)
+
+
+def _join(words: np.ndarray, lengths: np.ndarray) -> list[str]:
+    ends = np.cumsum(lengths)
+    flat = words.tolist()
+    return [" ".join(flat[end - length : end]) for end, length in zip(ends.tolist(), lengths.tolist())]
+
+
+def synthetic_columns(spec: SyntheticStackOverflowSpec) -> Iterator[tuple[str, Columns]]:
+    """The clients of ``spec`` in id order, as ``(client_id, columns)``, generated a chunk of clients at a time."""
+    rng = numpy_generator(spec.seed, "synthetic_stackoverflow", "ids")
+    gap = max(1, 10**8 // spec.num_clients)
+    ids = np.cumsum(rng.integers(1, gap + 1, size=spec.num_clients)) - 1
+    words = np.array([f"w{r}" for r in range(spec.num_words)], dtype=object)
+    tags = np.array([f"tag{t}" for t in range(spec.num_tags)], dtype=object)
+    for start in range(0, spec.num_clients, _CHUNK_CLIENTS):
+        rng = numpy_generator(spec.seed, "synthetic_stackoverflow", start)
+        chunk = ids[start : start + _CHUNK_CLIENTS]
+        sizes = rng.integers(spec.min_examples, spec.max_examples + 1, size=chunk.size)
+        n = int(sizes.sum())
+        favourite = np.repeat(_zipf_ranks(rng, chunk.size, spec.num_tags), sizes)
+        tag_ids = np.where(rng.random((n, 2)) < 0.7, favourite[:, None], _zipf_ranks(rng, (n, 2), spec.num_tags))
+        second = rng.random(n) < 0.5
+        tag_text = [
+            f"{tags[a]}|{tags[b]}" if two and a != b else str(tags[a])
+            for a, b, two in zip(tag_ids[:, 0].tolist(), tag_ids[:, 1].tolist(), second.tolist())
+        ]
+        token_lengths = rng.integers(0, spec.max_tokens + 1, size=n)
+        title_lengths = rng.integers(0, spec.max_title_words + 1, size=n)
+        total = int(token_lengths.sum() + title_lengths.sum())
+        topic = np.repeat(tag_ids[:, 0], token_lengths + title_lengths) * 7 + rng.integers(0, 7, size=total)
+        ranks = np.where(rng.random(total) < 0.3, topic % spec.num_words, _zipf_ranks(rng, total, spec.num_words))
+        texts = _join(words[ranks], np.stack([token_lengths, title_lengths], axis=1).reshape(-1))
+        seconds = rng.integers(0, 8 * 365 * 86_400, size=n)
+        dates = np.datetime_as_string(np.datetime64("2010-01-01T00:00:00") + seconds.astype("timedelta64[s]"))
+        is_answer = rng.random(n) < 0.6
+        columns: Columns = {
+            "creation_date": [d.replace("T", " ") + " UTC" for d in dates.tolist()],
+            "score": rng.integers(-5, 50, size=n).tolist(),
+            "tags": tag_text,
+            "title": texts[1::2],
+            "tokens": texts[0::2],
+            "type": ["answer" if a else "question" for a in is_answer.tolist()],
+        }
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        for i, client in enumerate(chunk.tolist()):
+            lo, hi = offsets[i], offsets[i + 1]
+            yield f"{client:08d}", {name: values[lo:hi] for name, values in columns.items()}
+
+
+def synthetic_examples(spec: SyntheticStackOverflowSpec) -> dict[str, list[StackOverflowExample]]:
+    """The clients of ``spec`` as ``{client_id: [example, ...]}`` (materialised: meant for small specs)."""
+    return {client_id: columns_to_examples(columns) for client_id, columns in synthetic_columns(spec)}
+
+
+def synthetic_counts(spec: SyntheticStackOverflowSpec) -> tuple[dict[str, int], dict[str, int]]:
+    """(word counts in rank order, tag counts in a seeded shuffled order); counts decrease with rank."""
+    word_counts = {f"w{r}": spec.num_clients * 10 // (r + 1) + 1 for r in range(spec.num_words)}
+    order = numpy_generator(spec.seed, "synthetic_stackoverflow", "tag_order").permutation(spec.num_tags)
+    tag_counts = {f"tag{t}": spec.num_clients // (t + 1) + 1 for t in order.tolist()}
+    return word_counts, tag_counts
+
+
+@dataclass(frozen=True)
+class StackOverflowFiles:
+    """Where :func:`write_synthetic_stackoverflow` put the data and the two count files."""
+
+    data: Path
+    word_count: Path
+    tag_count: Path
+
+
+def write_synthetic_stackoverflow(
+    directory: str | os.PathLike[str],
+    spec: SyntheticStackOverflowSpec,
+    *,
+    split: str = "train",
+    layout: Literal["h5", "sqlite"] = "h5",
+) -> StackOverflowFiles:
+    """Write ``spec`` as one split, plus ``stackoverflow.word_count`` and ``stackoverflow.tag_count``, in
+    ``directory``: ``layout="h5"`` writes ``stackoverflow_<split>.h5`` (TFF's HDF5 name for the split),
+    ``"sqlite"`` writes ``stackoverflow.sqlite`` holding that split. Clients are streamed, never all in memory."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown StackOverflow split {split!r}; allowed: {', '.join(SPLITS)}")
+    if layout not in ("h5", "sqlite"):
+        raise ValueError(f"layout must be 'h5' or 'sqlite', got {layout!r}")
+    root = Path(directory)
+    if layout == "h5":
+        data = _write_h5(root / H5_FILES[split], synthetic_columns(spec))
+    else:
+        data = _write_sqlite_file(root / SQLITE_FILE, {split: synthetic_columns(spec)}, index=True)
+    word_counts, tag_counts = synthetic_counts(spec)
+    return StackOverflowFiles(
+        data=data,
+        word_count=write_word_count(root / WORD_COUNT_FILE, word_counts),
+        tag_count=write_tag_count(root / TAG_COUNT_FILE, tag_counts),
+    )
+
+
+def ensure_synthetic_stackoverflow(
+    directory: str | os.PathLike[str], train: SyntheticStackOverflowSpec, test: SyntheticStackOverflowSpec
+) -> Path:
+    """The offline StackOverflow look-alike in ``directory``: ``stackoverflow_train.h5`` from ``train`` (and the
+    count files, from ``train``) and ``stackoverflow_test.h5`` from ``test``. Files made from the same two specs
+    are reused; a marker written last records the specs, so an interrupted generation is redone."""
+    root = Path(directory)
+    marker = root / "fedpub_synthetic_stackoverflow.json"
+    wanted = json.dumps({"train": asdict(train), "test": asdict(test)}, sort_keys=True)
+    if marker.is_file() and marker.read_text() == wanted:
+        return root
+    write_synthetic_stackoverflow(root, train, split="train")
+    _write_h5(root / H5_FILES["test"], synthetic_columns(test))
+    write_text_atomic(marker, wanted)
+    return root
+
+
+__all__ = [
+    "Clients",
+    "EdgeCaseData",
+    "StackOverflowFiles",
+    "SyntheticStackOverflowSpec",
+    "edge_case_dataset",
+    "examples_to_columns",
+    "synthetic_columns",
+    "synthetic_counts",
+    "synthetic_examples",
+    "write_stackoverflow_h5",
+    "write_stackoverflow_sqlite",
+    "ensure_synthetic_stackoverflow",
+    "write_synthetic_stackoverflow",
+    "write_tag_count",
+    "write_word_count",
+]

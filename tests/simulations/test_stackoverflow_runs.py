@@ -1,0 +1,62 @@
+"""StackOverflow tasks end to end through the engine, on look-alike files in TFF's layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fedpub.config import ConfigError, parse_config
+from simulations.engine import run_in_process
+from simulations.experiment import build_experiment
+from simulations.run_dir import RunDirectory
+
+SYNTHETIC = {"num_clients": 24, "test_clients": 6, "min_examples": 2, "max_examples": 6, "seed": 0}
+
+
+def _config(tmp_path, task, model, **strategy):
+    return parse_config(
+        {
+            "name": task, "rounds": 2, "eval_every": 1, "device": "cpu", "output_dir": str(tmp_path / "runs"),
+            "task": task,
+            "data": {"source": "synthetic_stackoverflow", "path": str(tmp_path / "so"),
+                     "synthetic_stackoverflow": SYNTHETIC, "eval_clients": 6,
+                     "stackoverflow": {"max_elements": 4}},
+            "model": {"name": model},
+            "client": {"batch_size": 4, "lr": 0.5},
+            "strategy": {"noise_multiplier": 0.5, "sampling": {"clients_per_round": 6}, **strategy},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "task, model, headline",
+    [
+        ("so_tag", "so_tag_logreg", "recall_at_5"),
+        ("so_tag_single", "so_tag_logreg", "accuracy"),
+    ],
+)
+def test_tag_prediction_runs_and_reports_its_metrics(tmp_path, task, model, headline):
+    cfg = _config(tmp_path, task, model)
+    experiment = build_experiment(cfg)
+    assert len(experiment.private_ids) == 24
+    result = run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name))
+    records = [json.loads(x) for x in (cfg.output_dir / task / "metrics.jsonl").read_text().splitlines()]
+    assert 0.0 <= records[-1][f"eval_{headline}"] <= 1.0
+    assert f"train_{headline}" in records[-1]
+    assert result.final_metrics[f"eval_{headline}"] == records[-1][f"eval_{headline}"]
+    if task == "so_tag":
+        assert "eval_precision" in records[-1]
+
+
+def test_next_word_prediction_builds_the_tff_model_and_task(tmp_path):
+    experiment = build_experiment(_config(tmp_path, "so_nwp", "so_nwp_lstm"))
+    assert experiment.train.num_classes == 10_004
+    assert experiment.task.headline == "accuracy_without_out_of_vocab_or_end_of_sentence"
+    data = experiment.train.client_data(experiment.private_ids[0])
+    assert data.x.shape[1] == 20 and int(data.x[0, 0]) == 10_002  # every sequence starts with BOS
+
+
+def test_a_task_that_does_not_fit_the_data_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="task `so_tag` does not go with data.source `synthetic_emnist`"):
+        parse_config({"task": "so_tag"})
