@@ -21,7 +21,6 @@ from flwr.clientapp import ClientApp
 from clients.local_training import LocalTrainingConfig, train_client
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.data.base import FederatedDataset
-from fedpub.data.public_split import split_public
 from fedpub.models import build_model
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
@@ -44,12 +43,11 @@ class ClientRuntime:
 @lru_cache(maxsize=4)
 def _runtime_for(resolved_config: str) -> ClientRuntime:
     config = parse_config(yaml.safe_load(resolved_config))
-    train, _ = load_data(config)
-    model = build_model(config.model.name, train.num_classes).to(resolve_device(config.device))
-    _, public_ids = split_public(train.client_ids, config.data.public.fraction, config.data.public.seed)
+    data = load_data(config)
+    model = build_model(config.model.name, data.train.num_classes).to(resolve_device(config.device))
     return ClientRuntime(
-        config, train, model, LocalTrainingConfig(**config.client.model_dump()), get_task(config.task),
-        frozenset(public_ids),
+        config, data.train, model, LocalTrainingConfig(**config.client.model_dump()), get_task(config.task),
+        frozenset(data.public_ids),
     )
 
 

@@ -59,6 +59,9 @@ class StackOverflowConfig(_Section):
 class PublicUsersConfig(_Section):
     """Which users opted out of privacy; they never count in the private population N."""
 
+    pool: Literal["train_fraction", "heldout"] = Field(
+        "train_fraction", description="a seeded fraction of the training users, or StackOverflow's held-out split"
+    )
     fraction: float = Field(0.0, ge=0, lt=1, description="seeded fraction of the training users made public")
     seed: int = 0
 
@@ -190,6 +193,8 @@ class ExperimentConfig(_Section):
 
 def _check_task_and_data(config: ExperimentConfig) -> None:
     stackoverflow = config.data.source in ("stackoverflow", "synthetic_stackoverflow")
+    if config.data.public.pool == "heldout" and not stackoverflow:
+        raise ConfigError("data.public.pool `heldout` needs StackOverflow data (its held-out split)")
     if stackoverflow != config.task.startswith("so_"):
         raise ConfigError(
             f"task `{config.task}` does not go with data.source `{config.data.source}`: the so_* tasks "

@@ -681,7 +681,7 @@ def count_users(config_path: Path) -> int:
     from fedpub.config import load_config
     from simulations.experiment import load_data
 
-    train, _ = load_data(load_config(config_path))
+    train = load_data(load_config(config_path)).train
     return len(train.client_ids)
 
 

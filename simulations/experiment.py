@@ -18,7 +18,7 @@ from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
 from fedpub.data.emnist import load_emnist_split
 from fedpub.data.emnist_sqlite import load_emnist_sqlite
-from fedpub.data.public_split import UniformUsers, split_public
+from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
 from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, open_stackoverflow
 from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, load_vocabularies
 from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure_synthetic_stackoverflow
@@ -41,6 +41,7 @@ class Experiment:
     test: FederatedDataset
     private_ids: list[str]
     public_ids: list[str]
+    public_data: FederatedDataset
     eval_ids: list[str]
     strategy: StrategyCore
     noise_multiplier: float
@@ -61,8 +62,20 @@ class Experiment:
         return model.to(self.device)
 
 
-def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
-    """The task's views over the train split and the test (or held-out) split."""
+@dataclass(frozen=True)
+class FederatedData:
+    """The users of an experiment: ``train`` holds the private users, ``public`` the public ones (the
+    same dataset for a public fraction of the training users, StackOverflow's held-out split otherwise)."""
+
+    train: FederatedDataset
+    test: FederatedDataset
+    public: FederatedDataset
+    private_ids: list[str]
+    public_ids: list[str]
+
+
+def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, ...]:
+    """The task's views over the train, test (or held-out) and held-out splits."""
     data, so = config.data, config.data.stackoverflow
     if data.source == "synthetic_stackoverflow":
         synthetic = data.synthetic_stackoverflow
@@ -71,24 +84,38 @@ def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, Fede
             data.path,
             SyntheticStackOverflowSpec(num_clients=synthetic.num_clients, seed=synthetic.seed, **shared),
             SyntheticStackOverflowSpec(num_clients=synthetic.test_clients, seed=synthetic.seed + 1, **shared),
+            SyntheticStackOverflowSpec(num_clients=synthetic.test_clients, seed=synthetic.seed + 2, **shared),
         )
     root = Path(data.path)
     words, tags = load_vocabularies(root / WORD_COUNT_FILE, root / TAG_COUNT_FILE, tag_vocab_size=so.tag_vocab_size)
-    train_reader, test_reader = open_stackoverflow(root, "train"), open_stackoverflow(root, so.test_split)
+    splits = ["train", so.test_split] + (["heldout"] if data.public.pool == "heldout" else [])
+    readers = [open_stackoverflow(root, split) for split in splits]
     if config.task == "so_nwp":
-        return tuple(NextWordPrediction(r, words, max_elements=so.max_elements) for r in (train_reader, test_reader))
+        return tuple(NextWordPrediction(r, words, max_elements=so.max_elements) for r in readers)
     single = config.task == "so_tag_single"
     return tuple(
         TagPrediction(r, words, tags, normalization=so.normalization, single_label=single, max_elements=so.max_elements)
-        for r in (train_reader, test_reader)
+        for r in readers
     )
 
 
-def load_data(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
+def load_data(config: ExperimentConfig) -> FederatedData:
+    """The training and test users, and which users are public (DESIGN.md §5: never in N)."""
+    public = config.data.public
+    if config.task.startswith("so_"):
+        train, test, *heldout = load_stackoverflow(config)
+    else:
+        train, test = load_emnist(config)
+    if public.pool == "heldout":
+        private_ids, public_ids = heldout_as_public(train.client_ids, heldout[0].client_ids)
+        return FederatedData(train, test, heldout[0], private_ids, public_ids)
+    private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
+    return FederatedData(train, test, train, private_ids, public_ids)
+
+
+def load_emnist(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
     """The training users (after DOPE's uniform construction when configured) and the test split."""
     data = config.data
-    if config.task.startswith("so_"):
-        return load_stackoverflow(config)
     if data.source == "synthetic_emnist":
         spec = SyntheticEmnistSpec(**data.synthetic.model_dump())
         ensure_synthetic_emnist(data.path, spec)
@@ -108,8 +135,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_experiment(config: ExperimentConfig) -> Experiment:
-    train, test = load_data(config)
-    private_ids, public_ids = split_public(train.client_ids, config.data.public.fraction, config.data.public.seed)
+    data = load_data(config)
+    train, test, private_ids, public_ids = data.train, data.test, data.private_ids, data.public_ids
     eval_ids = list(test.client_ids)[: config.data.eval_clients]
     strategy_cfg = config.strategy
     sampling = make_sampling(strategy_cfg.sampling, len(private_ids))
@@ -126,6 +153,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         test=test,
         private_ids=private_ids,
         public_ids=public_ids,
+        public_data=data.public,
         eval_ids=eval_ids,
         strategy=strategy,
         noise_multiplier=z,

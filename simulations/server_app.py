@@ -42,7 +42,6 @@ def run_on_grid(
         session.accountant,
         state=session.state,
         private_ids=experiment.private_ids,
-        public_ids=experiment.public_ids,
         planned_round_event=experiment.planned_round_event,
         delta=config.privacy.delta,
         budget_epsilon=config.privacy.budget_epsilon,

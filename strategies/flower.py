@@ -50,7 +50,6 @@ class FedpubStrategy(Strategy):
         *,
         state: StepState,
         private_ids: Sequence[str],
-        public_ids: Sequence[str] = (),
         planned_round_event: dp_accounting.DpEvent,
         delta: float,
         budget_epsilon: float | None = None,
@@ -59,7 +58,7 @@ class FedpubStrategy(Strategy):
         on_round: RoundCallback | None = None,
     ) -> None:
         self.core, self.accountant, self.state = core, accountant, state
-        self.private_ids, self.public_ids = sorted(private_ids), sorted(public_ids)
+        self.private_ids = sorted(private_ids)
         self.planned_round_event, self.delta, self.budget_epsilon = planned_round_event, delta, budget_epsilon
         self.first_round, self.node_wait_timeout, self.on_round = first_round, node_wait_timeout, on_round
         self.node_of: dict[str, int] = {}
@@ -70,9 +69,10 @@ class FedpubStrategy(Strategy):
 
     # -- node discovery -------------------------------------------------------------------
     def discover_nodes(self, grid: Grid) -> None:
-        """Wait for the expected nodes, ask each which user it holds and whether it is public."""
+        """Wait for a node per private user, ask each node which user it holds and whether it is
+        public (public users may have no node: a held-out pool lives with the server)."""
         deadline = time.monotonic() + self.node_wait_timeout
-        expected = len(self.private_ids) + len(self.public_ids)
+        expected = len(self.private_ids)
         while len(grid.get_node_ids()) < expected:
             if time.monotonic() > deadline:
                 raise NodeDiscoveryError(

@@ -69,3 +69,12 @@ def test_the_bundled_quickstart_config_is_valid():
 
     cfg = load_config(quickstart_config_path())
     assert cfg.strategy.target_epsilon == 4.0 and cfg.data.source == "synthetic_emnist"
+
+
+def test_every_bundled_experiment_config_is_valid():
+    from simulations.configs import quickstart_config_path
+
+    configs = sorted(quickstart_config_path().parent.glob("*.yaml"))
+    assert len(configs) >= 4
+    tasks = {load_config(path).task for path in configs}
+    assert tasks == {"classification", "so_tag", "so_tag_single", "so_nwp"}

@@ -394,18 +394,23 @@ def write_synthetic_stackoverflow(
 
 
 def ensure_synthetic_stackoverflow(
-    directory: str | os.PathLike[str], train: SyntheticStackOverflowSpec, test: SyntheticStackOverflowSpec
+    directory: str | os.PathLike[str],
+    train: SyntheticStackOverflowSpec,
+    test: SyntheticStackOverflowSpec,
+    heldout: SyntheticStackOverflowSpec,
 ) -> Path:
     """The offline StackOverflow look-alike in ``directory``: ``stackoverflow_train.h5`` from ``train`` (and the
-    count files, from ``train``) and ``stackoverflow_test.h5`` from ``test``. Files made from the same two specs
-    are reused; a marker written last records the specs, so an interrupted generation is redone."""
+    count files, from ``train``), ``stackoverflow_test.h5`` and ``stackoverflow_held_out.h5`` from the other two
+    specs. Files made from the same specs are reused; a marker written last records the specs, so an interrupted
+    generation is redone."""
     root = Path(directory)
     marker = root / "fedpub_synthetic_stackoverflow.json"
-    wanted = json.dumps({"train": asdict(train), "test": asdict(test)}, sort_keys=True)
+    wanted = json.dumps({"train": asdict(train), "test": asdict(test), "heldout": asdict(heldout)}, sort_keys=True)
     if marker.is_file() and marker.read_text() == wanted:
         return root
     write_synthetic_stackoverflow(root, train, split="train")
     _write_h5(root / H5_FILES["test"], synthetic_columns(test))
+    _write_h5(root / H5_FILES["heldout"], synthetic_columns(heldout))
     write_text_atomic(marker, wanted)
     return root
 

@@ -70,7 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        load_data(parse_config(_config(root, root / "data", args)))  # generate the data outside the timings
+        load_data(parse_config(_config(root, root / "data", args)))  # generates the data outside the timings
         figures = {}
         for backend in ("inprocess", "flower"):
             cfg = parse_config(_config(root / backend, root / "data", args))

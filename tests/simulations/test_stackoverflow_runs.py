@@ -60,3 +60,13 @@ def test_next_word_prediction_builds_the_tff_model_and_task(tmp_path):
 def test_a_task_that_does_not_fit_the_data_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="task `so_tag` does not go with data.source `synthetic_emnist`"):
         parse_config({"task": "so_tag"})
+
+
+def test_the_held_out_split_can_be_the_public_pool(tmp_path):
+    raw = _config(tmp_path, "so_tag", "so_tag_logreg").model_dump(mode="json")
+    raw["data"]["public"] = {"pool": "heldout"}
+    experiment = build_experiment(parse_config(raw))
+    assert len(experiment.private_ids) == 24 and len(experiment.public_ids) == 6
+    assert not set(experiment.private_ids) & set(experiment.public_ids)
+    assert experiment.strategy.population == 24  # public users are not in N
+    assert len(experiment.public_data.client_data(experiment.public_ids[0])) > 0
