@@ -29,6 +29,16 @@ def _download_hint(path: Path) -> str:
     )
 
 
+def checked_client_data(x: np.ndarray, y: np.ndarray, num_classes: int, where: str) -> ClientData:
+    """One client's pixels ``(N, 28, 28)`` and labels ``(N,)`` as ClientData, after checking the labels are
+    classes and the pixels lie in [0, 1]; ``where`` names the file and client in the error."""
+    if y.size and (y.min() < 0 or y.max() >= num_classes):
+        raise DatasetError(f"{where} has labels in [{y.min()}, {y.max()}], outside [0, {num_classes - 1}]")
+    if not np.all((x >= 0.0) & (x <= 1.0)):
+        raise DatasetError(f"{where} has pixel values outside [0, 1] or NaN")
+    return ClientData(x=torch.from_numpy(x).unsqueeze(1), y=torch.from_numpy(y))
+
+
 class EmnistH5:
     """One TFF federated EMNIST HDF5 file (train or test) as a lazy :class:`FederatedDataset`.
 
@@ -106,14 +116,7 @@ class EmnistH5:
             x = np.asarray(pixels[()], dtype=np.float32)
         except OSError as exc:
             raise DatasetError(f"{self.path}: cannot read client {client_id!r} (corrupt file?): {exc}") from exc
-        if y.size and (y.min() < 0 or y.max() >= self.num_classes):
-            raise DatasetError(
-                f"{self.path}: client {client_id!r} has labels in [{y.min()}, {y.max()}], "
-                f"outside [0, {self.num_classes - 1}]"
-            )
-        if not np.all((x >= 0.0) & (x <= 1.0)):
-            raise DatasetError(f"{self.path}: client {client_id!r} has pixel values outside [0, 1] or NaN")
-        return ClientData(x=torch.from_numpy(x).unsqueeze(1), y=torch.from_numpy(y))
+        return checked_client_data(x, y, self.num_classes, f"{self.path}: client {client_id!r}")
 
     def close(self) -> None:
         """Close the HDF5 handle (a later read reopens it)."""

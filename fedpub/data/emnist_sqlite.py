@@ -23,11 +23,10 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-import torch
 
 from fedpub.data.base import ClientData, DatasetError
 from fedpub.data.download import SQLITE_HEADER, ensure_decompressed
-from fedpub.data.emnist import IMAGE_SHAPE
+from fedpub.data.emnist import IMAGE_SHAPE, checked_client_data
 from fedpub.data.tf_example import ExampleDecodeError, decode_example
 
 SPLITS: dict[str, int] = {"all_train": 62, "all_test": 62, "digits_only_train": 10, "digits_only_test": 10}
@@ -78,6 +77,40 @@ def connect_tff_sqlite(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return connection
 
 
+class SqliteSplitConnection:
+    """A read-only connection to one split of a TFF SqlClientData file, opened by each process on first use
+    (so a forked or unpickled reader opens its own) and closed by :meth:`close`; a database error while
+    reading becomes a :class:`DatasetError` naming the file and the split."""
+
+    def __init__(self, path: Path, split: str) -> None:
+        self.path, self.split = path, split
+        self._connection: sqlite3.Connection | None = None
+        self._pid = -1
+
+    def handle(self) -> sqlite3.Connection:
+        if self._connection is None or self._pid != os.getpid():
+            self._connection = connect_tff_sqlite(self.path)
+            self._pid = os.getpid()
+        return self._connection
+
+    def query(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
+        try:
+            return self.handle().execute(sql, tuple(parameters)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise DatasetError(f"{self.path}: cannot read split {self.split!r} (corrupt database?): {exc}") from None
+
+    def close(self) -> None:
+        if self._connection is not None and self._pid == os.getpid():
+            self._connection.close()
+        self._connection = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "split": self.split}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], state["split"])  # type: ignore[misc]
+
+
 class EmnistSqlite:
     """One split of TFF's ``emnist_all.sqlite`` as a lazy :class:`FederatedDataset`.
 
@@ -106,27 +139,14 @@ class EmnistSqlite:
             self.path = given
         self.split = split
         self.num_classes = SPLITS[split]
-        self._connection: sqlite3.Connection | None = None
-        self._pid = -1
+        self._db = SqliteSplitConnection(self.path, split)
         self._counts = self._read_metadata()
         self.client_ids: list[str] = sorted(self._counts)
 
-    def _handle(self) -> sqlite3.Connection:
-        if self._connection is None or self._pid != os.getpid():
-            self._connection = connect_tff_sqlite(self.path)
-            self._pid = os.getpid()
-        return self._connection
-
-    def _query(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
-        try:
-            return self._handle().execute(sql, tuple(parameters)).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise DatasetError(f"{self.path}: cannot read split {self.split!r} (corrupt database?): {exc}") from None
-
     def _read_metadata(self) -> dict[str, int]:
-        rows = self._query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
+        rows = self._db.query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
         if not rows:
-            present = [r[0] for r in self._query("SELECT DISTINCT split_name FROM client_metadata", ())]
+            present = [r[0] for r in self._db.query("SELECT DISTINCT split_name FROM client_metadata", ())]
             raise DatasetError(
                 f"{self.path} has no clients in split {self.split!r} "
                 f"(splits present: {', '.join(sorted(map(str, present))) or 'none'})"
@@ -174,7 +194,7 @@ class EmnistSqlite:
     def client_data(self, client_id: str) -> ClientData:
         """Read one client: x float32 ``(N, 1, 28, 28)`` in [0, 1] (background 1.0), y int64 ``(N,)``."""
         expected = self.num_examples(client_id)
-        rows = self._query(
+        rows = self._db.query(
             "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ?",
             (client_id, self.split),
         )
@@ -185,17 +205,11 @@ class EmnistSqlite:
         y = np.empty(len(rows), dtype=np.int64)
         for i, (blob,) in enumerate(rows):
             x[i], y[i] = self._parse(blob, f"{where}, example {i}")
-        if y.size and (y.min() < 0 or y.max() >= self.num_classes):
-            raise DatasetError(f"{where} has labels in [{y.min()}, {y.max()}], outside [0, {self.num_classes - 1}]")
-        if not np.all((x >= 0.0) & (x <= 1.0)):
-            raise DatasetError(f"{where} has pixel values outside [0, 1] or NaN")
-        return ClientData(x=torch.from_numpy(x).unsqueeze(1), y=torch.from_numpy(y))
+        return checked_client_data(x, y, self.num_classes, where)
 
     def close(self) -> None:
         """Close the connection (a later read reopens it)."""
-        if self._connection is not None and self._pid == os.getpid():
-            self._connection.close()
-        self._connection = None
+        self._db.close()
 
     def __enter__(self) -> EmnistSqlite:
         return self
@@ -204,18 +218,6 @@ class EmnistSqlite:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "split": self.split, "counts": self._counts}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = state["path"]
-        self.split = state["split"]
-        self.num_classes = SPLITS[self.split]
-        self._counts = state["counts"]
-        self.client_ids = sorted(self._counts)
-        self._connection = None
-        self._pid = -1
 
     def __repr__(self) -> str:
         return f"EmnistSqlite({str(self.path)!r}, {self.split!r}, clients={len(self.client_ids)})"

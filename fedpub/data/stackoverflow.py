@@ -37,7 +37,7 @@ import numpy as np
 
 from fedpub.data.base import DatasetError
 from fedpub.data.download import TFF_BASE, ensure_decompressed
-from fedpub.data.emnist_sqlite import connect_tff_sqlite
+from fedpub.data.emnist_sqlite import SqliteSplitConnection, connect_tff_sqlite
 from fedpub.data.tf_example import ExampleDecodeError, decode_example
 
 FIELDS: tuple[str, ...] = ("creation_date", "score", "tags", "title", "tokens", "type")
@@ -310,32 +310,19 @@ class StackOverflowSqlite(_Reader):
         else:
             self.path = given
         self.split = split
-        self._connection: sqlite3.Connection | None = None
-        self._pid = -1
+        self._db = SqliteSplitConnection(self.path, split)
         self.client_ids, self._counts = self._read_metadata()
-        if not _has_client_index(self._handle()):
+        if not _has_client_index(self._db.handle()):
             warnings.warn(
                 f"{self.path}: table 'examples' has no index on client_id, so every client read scans the whole "
                 "table; fedpub.data.stackoverflow.add_client_index adds one",
                 stacklevel=2,
             )
 
-    def _handle(self) -> sqlite3.Connection:
-        if self._connection is None or self._pid != os.getpid():
-            self._connection = connect_tff_sqlite(self.path)
-            self._pid = os.getpid()
-        return self._connection
-
-    def _query(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
-        try:
-            return self._handle().execute(sql, tuple(parameters)).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise DatasetError(f"{self.path}: cannot read split {self.split!r} (corrupt database?): {exc}") from None
-
     def _read_metadata(self) -> tuple[list[str], np.ndarray]:
-        rows = self._query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
+        rows = self._db.query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
         if not rows:
-            present = [r[0] for r in self._query("SELECT DISTINCT split_name FROM client_metadata", ())]
+            present = [r[0] for r in self._db.query("SELECT DISTINCT split_name FROM client_metadata", ())]
             raise DatasetError(
                 f"{self.path} has no clients in split {self.split!r} "
                 f"(splits present: {', '.join(sorted(map(str, present))) or 'none'})"
@@ -397,7 +384,7 @@ class StackOverflowSqlite(_Reader):
         """The requested fields of one client, one value per example in insertion order."""
         _check_fields(fields)
         expected = self.num_examples(client_id)
-        rows = self._query(
+        rows = self._db.query(
             "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ? ORDER BY rowid",
             (client_id, self.split),
         )
@@ -409,20 +396,7 @@ class StackOverflowSqlite(_Reader):
 
     def close(self) -> None:
         """Close the connection (a later read reopens it)."""
-        if self._connection is not None and self._pid == os.getpid():
-            self._connection.close()
-        self._connection = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "split": self.split, "client_ids": self.client_ids, "counts": self._counts}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = state["path"]
-        self.split = state["split"]
-        self.client_ids = state["client_ids"]
-        self._counts = state["counts"]
-        self._connection = None
-        self._pid = -1
+        self._db.close()
 
     def __repr__(self) -> str:
         return f"StackOverflowSqlite({str(self.path)!r}, {self.split!r}, clients={len(self.client_ids)})"

@@ -76,7 +76,7 @@ def test_all_splits_have_62_classes(tmp_path: Path, logical: dict) -> None:
 def test_num_examples_comes_from_metadata(both_layouts: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     _, sqlite_path = both_layouts
     with EmnistSqlite(sqlite_path, "digits_only_train") as ds:
-        monkeypatch.setattr(ds, "_query", lambda *a: pytest.fail("num_examples queried the database"))
+        monkeypatch.setattr(ds._db, "query", lambda *a: pytest.fail("num_examples queried the database"))
         assert sum(ds.num_examples(c) for c in ds.client_ids) > 0
         with pytest.raises(KeyError, match="nobody"):
             ds.num_examples("nobody")
