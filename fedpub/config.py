@@ -135,6 +135,14 @@ class ServerOptimizerConfig(_Section):
     eps: float = Field(1e-3, gt=0, description="adam only")
 
 
+class AdaptiveClipConfig(_Section):
+    """Adaptive clipping (Andrew et al. 2021): ``clip_norm`` is then the initial C."""
+
+    target_quantile: float = Field(0.5, ge=0, le=1, description="fraction of updates left unclipped, γ")
+    learning_rate: float = Field(0.2, gt=0, description="η in C ← C·exp(−η(b̃ − γ))")
+    count_noise_std: float = Field(..., gt=0, description="σ_b, noise std on the unclipped count (paper: m/20)")
+
+
 class DpFedAvgConfig(_Section):
     """User-level DP-FedAvg (McMahan et al. 2018); momentum → DP-FedAvgM, adam → DP-FedAdam."""
 
@@ -144,6 +152,7 @@ class DpFedAvgConfig(_Section):
     target_epsilon: float | None = Field(None, gt=0)
     sampling: SamplingConfig = SamplingConfig(clients_per_round=50)
     server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()
+    adaptive_clip: AdaptiveClipConfig | None = None
 
     @model_validator(mode="after")
     def _noise_or_target(self) -> DpFedAvgConfig:

@@ -143,10 +143,12 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
     z = resolve_noise_multiplier(
         strategy_cfg.noise_multiplier, strategy_cfg.target_epsilon, sampling, config.rounds, config.privacy
     )
+    if strategy_cfg.target_epsilon is not None:
+        z = dp_fedavg.sum_noise_multiplier(strategy_cfg, z)
     strategy = dp_fedavg.build(
         strategy_cfg, sampling=sampling, population=len(private_ids), noise_multiplier=z, seed=config.seed
     )
-    planned = round_event(sampling, [dp_accounting.GaussianDpEvent(z)])
+    planned = round_event(sampling, dp_fedavg.mechanism_events(strategy_cfg, z))
     experiment = Experiment(
         config=config,
         train=train,

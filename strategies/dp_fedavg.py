@@ -1,13 +1,18 @@
 """User-level DP-FedAvg (McMahan et al. 2018, "Learning differentially private recurrent language
 models"): Poisson cohort of private users, clip each update to C, sum, add N(0, z²C²), divide by
 the expected cohort m = qN, then the server optimizer (SGD+momentum = DP-FedAvgM, Adam =
-DP-FedAdam, Reddi et al. 2021)."""
+DP-FedAdam, Reddi et al. 2021). Optionally C adapts to a quantile of the norms (Andrew et al. 2021);
+its noisy count is a second Gaussian release on the same cohort, so a round costs one Gaussian of
+z_eff = (z⁻² + σ_b⁻²)^(−1/2)."""
 
 from __future__ import annotations
+
+import dp_accounting
 
 from fedpub.config import DpFedAvgConfig, ServerOptimizerConfig
 from fedpub.privacy.events import Sampling
 from fedpub.step import Step, named_chain
+from fedpub.steps.adaptive_clip import adaptive_clip
 from fedpub.steps.aggregate import aggregate
 from fedpub.steps.clip import clip
 from fedpub.steps.gaussian_noise import gaussian_noise
@@ -21,6 +26,28 @@ def server_optimizer(config: ServerOptimizerConfig) -> Step:
     return server_sgd(config.lr, config.momentum)
 
 
+def mechanism_events(config: DpFedAvgConfig, noise_multiplier: float) -> list[dp_accounting.DpEvent]:
+    """The Gaussian releases of one round: the noisy sum, and the noisy count when C adapts."""
+    events = [dp_accounting.GaussianDpEvent(noise_multiplier)]
+    if config.adaptive_clip is not None:
+        events.append(dp_accounting.GaussianDpEvent(config.adaptive_clip.count_noise_std))
+    return events
+
+
+def sum_noise_multiplier(config: DpFedAvgConfig, round_noise_multiplier: float) -> float:
+    """The z of the noisy sum that, with the count's noise, makes one round a Gaussian of
+    ``round_noise_multiplier`` (what calibration to a target ε returns)."""
+    if config.adaptive_clip is None:
+        return round_noise_multiplier
+    count = config.adaptive_clip.count_noise_std
+    if not count > round_noise_multiplier:
+        raise ValueError(
+            f"strategy.adaptive_clip.count_noise_std={count:g} must exceed the round's calibrated noise "
+            f"multiplier {round_noise_multiplier:.4g}, or the count alone would spend the whole budget"
+        )
+    return (round_noise_multiplier**-2 - count**-2) ** -0.5
+
+
 def build(
     config: DpFedAvgConfig,
     *,
@@ -30,8 +57,16 @@ def build(
     seed: int,
 ) -> StrategyCore:
     """The DP-FedAvg recipe: clip → aggregate (÷ m) → Gaussian noise → server optimizer."""
+    adaptive = config.adaptive_clip
+    clip_step = (
+        clip(config.clip_norm)
+        if adaptive is None
+        else adaptive_clip(
+            config.clip_norm, adaptive.target_quantile, adaptive.learning_rate, adaptive.count_noise_std, seed
+        )
+    )
     aggregator = named_chain(
-        ("clip", clip(config.clip_norm)),
+        ("clip", clip_step),
         ("aggregate", aggregate()),
         ("noise", gaussian_noise(noise_multiplier, seed)),
         ("server_opt", server_optimizer(config.server_optimizer)),

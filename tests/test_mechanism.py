@@ -158,3 +158,37 @@ def test_target_epsilon_calibrates_the_noise():
     z = resolve_noise_multiplier(None, 3.0, sampling, 20, PrivacyConfig(delta=1e-5))
     assert epsilon_for(sampling, z, 20, 1e-5) <= 3.0
     assert epsilon_for(sampling, z * 0.98, 20, 1e-5) > 3.0
+
+
+def test_adaptive_clipping_accounts_the_noisy_count_and_noises_with_c_t():
+    sampling = PoissonSampling(0.1)
+    cfg = DpFedAvgConfig(
+        clip_norm=1.0, noise_multiplier=1.2, adaptive_clip={"target_quantile": 0.5, "learning_rate": 0.5, "count_noise_std": 3.0}
+    )
+    core = dp_fedavg.build(cfg, sampling=sampling, population=100, noise_multiplier=1.2, seed=0)
+    params = {k: torch.zeros(s) for k, s in SHAPES.items()}
+    state = core.init(params)
+    big = [_random_tree(SHAPES, s, scale=100.0) for s in range(10)]  # every update clipped: C must grow
+    first = core.aggregate(params, big, state, 0)
+    second = core.aggregate(params, big, first.state, 1)
+    assert second.metrics["clip/clip_norm"] > first.metrics["clip/clip_norm"] == 1.0
+    for outcome in (first, second):
+        c_t = outcome.metrics["clip/clip_norm"]
+        assert outcome.metrics["noise/noise_std"] == pytest.approx(1.2 * c_t / 10.0)  # C_t, not C_{t+1}
+        z_eff = (1.2**-2 + 3.0**-2) ** -0.5
+        assert outcome.event == dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(pytest.approx(z_eff)))
+
+
+def test_adaptive_clipping_calibrated_to_a_target_spends_exactly_that_budget():
+    from fedpub.privacy.accountant import epsilon_for
+    from strategies.common import resolve_noise_multiplier
+
+    sampling = PoissonSampling(0.1)
+    cfg = DpFedAvgConfig(target_epsilon=3.0, adaptive_clip={"count_noise_std": 5.0})
+    z_round = resolve_noise_multiplier(None, 3.0, sampling, 20, PrivacyConfig(delta=1e-5))
+    z_sum = dp_fedavg.sum_noise_multiplier(cfg, z_round)
+    assert z_sum > z_round
+    events = dp_fedavg.mechanism_events(cfg, z_sum)
+    z_eff = sum(e.noise_multiplier ** -2 for e in events) ** -0.5
+    assert z_eff == pytest.approx(z_round)
+    assert epsilon_for(sampling, z_eff, 20, 1e-5) <= 3.0 + 1e-9

@@ -137,3 +137,13 @@ def test_fixed_size_sampling_with_the_pld_accountant_is_refused_up_front(tiny_em
     rdp_cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=1, privacy={"accountant": "rdp"},
                           strategy={"sampling": {"kind": "fixed", "clients_per_round": 4}})
     assert _run(rdp_cfg).rounds_done == 1
+
+
+def test_adaptive_clipping_runs_and_each_round_is_accounted_with_both_releases(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=3, strategy={
+        "adaptive_clip": {"target_quantile": 0.5, "learning_rate": 0.2, "count_noise_std": 2.0}})
+    result = _run(cfg)
+    records = [json.loads(line) for line in (tmp_path / "tiny/metrics.jsonl").read_text().splitlines()]
+    assert records[1]["clip/clip_norm"] == pytest.approx(records[0]["clip/next_clip_norm"])
+    z_eff = (0.8**-2 + 2.0**-2) ** -0.5
+    assert result.epsilon == pytest.approx(epsilon_for(PoissonSampling(4 / 16), z_eff, 3, 1e-5))

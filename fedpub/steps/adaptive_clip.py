@@ -1,0 +1,66 @@
+"""Adaptive clipping to a target quantile of the update norms (Andrew, Thakkar, McMahan, Ramaswamy
+2021, "Differentially private learning with adaptive clipping").
+
+Each round clips to C_t, releases the noisy count of users whose update norm was at most C_t
+(sensitivity 1 under add/remove, Gaussian noise of std σ_b: ``GaussianDpEvent(σ_b)``) and moves
+the norm geometrically: C_{t+1} = C_t · exp(−η (b̃_t − γ)), with b̃_t the noisy unclipped fraction
+(count ÷ the expected cohort m). The round's noise uses C_t (the ``clip_norm`` output), not C_{t+1}.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import dp_accounting
+import torch
+
+from fedpub import tree
+from fedpub.seeding import torch_generator
+from fedpub.step import Step
+from fedpub.steps.clip import clip_factors
+from fedpub.types import ClientUpdates, Params, RoundContext, StepResult
+
+
+def adaptive_clip(
+    initial_clip_norm: float,
+    target_quantile: float,
+    learning_rate: float,
+    count_noise_std: float,
+    seed: int,
+) -> Step:
+    """Clip to C_t and adapt C towards the ``target_quantile`` γ of the update norms."""
+    if not (initial_clip_norm > 0 and math.isfinite(initial_clip_norm)):
+        raise ValueError(f"initial_clip_norm must be a finite number > 0, got {initial_clip_norm}")
+    if not 0 <= target_quantile <= 1 or not learning_rate > 0 or not count_noise_std >= 0:
+        raise ValueError(
+            "adaptive clipping needs 0 <= target_quantile <= 1, learning_rate > 0, count_noise_std >= 0; got "
+            f"{target_quantile}, {learning_rate}, {count_noise_std}"
+        )
+
+    def init(params: Params) -> dict[str, Any]:
+        return {"clip_norm": float(initial_clip_norm), "rng": torch_generator(seed, "adaptive_clip").get_state()}
+
+    def update(updates: ClientUpdates, state: dict[str, Any], *, ctx: RoundContext, **_: Any) -> StepResult:
+        c = state["clip_norm"]
+        norms = tree.row_norms(updates)
+        gen = torch.Generator()
+        gen.set_state(state["rng"])
+        noise = float(torch.normal(0.0, 1.0, size=(), generator=gen)) * count_noise_std
+        unclipped_fraction = (float((norms <= c).sum()) + noise) / ctx.expected_cohort
+        next_c = c * math.exp(-learning_rate * (unclipped_fraction - target_quantile))
+        metrics = {
+            "clip_norm": c,
+            "next_clip_norm": next_c,
+            "noisy_unclipped_fraction": unclipped_fraction,
+            "clipped_fraction": float((norms > c).double().mean()) if norms.numel() else 0.0,
+        }
+        return StepResult(
+            tree.scale_rows(updates, clip_factors(norms, c)),
+            {"clip_norm": next_c, "rng": gen.get_state()},
+            metrics,
+            (dp_accounting.GaussianDpEvent(count_noise_std),),
+            outputs={"clip_norm": c},
+        )
+
+    return Step(init, update)
