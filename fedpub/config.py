@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from fedpub.models import MODELS
 
@@ -163,6 +163,30 @@ class DpFedAvgConfig(_Section):
         return self
 
 
+class DopeConfig(DpFedAvgConfig):
+    """DOPE-SGD's public-user recentering (Nasr et al. 2023): clip around the public users' mean update."""
+
+    name: Literal["dope"] = "dope"  # type: ignore[assignment]
+    public_clients_per_round: int = Field(10, ge=1, description="public users trained each round (no privacy cost)")
+    center_clip: float = Field(math.inf, gt=0, description="λ: the center is clipped to this norm (eq. 2)")
+
+
+STRATEGY_CONFIGS: dict[str, type[DpFedAvgConfig]] = {"dp_fedavg": DpFedAvgConfig, "dope": DopeConfig}
+
+
+def _strategy_name(value: Any) -> str | None:
+    """The recipe a strategy section asks for (``dp_fedavg`` when ``name`` is left out)."""
+    if isinstance(value, dict):
+        return value.get("name", "dp_fedavg")
+    return getattr(value, "name", None)
+
+
+StrategyConfig = Annotated[
+    Annotated[DpFedAvgConfig, Tag("dp_fedavg")] | Annotated[DopeConfig, Tag("dope")],
+    Discriminator(_strategy_name),
+]
+
+
 class PrivacyConfig(_Section):
     delta: float = Field(1e-5, gt=0, lt=1)
     accountant: Literal["pld", "rdp"] = "pld"
@@ -195,7 +219,7 @@ class ExperimentConfig(_Section):
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     client: ClientConfig = ClientConfig()
-    strategy: DpFedAvgConfig = DpFedAvgConfig(noise_multiplier=1.0)
+    strategy: StrategyConfig = DpFedAvgConfig(noise_multiplier=1.0)
     privacy: PrivacyConfig = PrivacyConfig()
     flower: FlowerConfig = FlowerConfig()
 
@@ -212,21 +236,30 @@ def _check_task_and_data(config: ExperimentConfig) -> None:
         )
 
 
-def _section_keys(loc: tuple) -> list[str]:
-    """The keys allowed in the section at ``loc`` (the path of an unknown key, minus the key)."""
-    model: type[BaseModel] = ExperimentConfig
+def _walk(loc: tuple) -> tuple[list[str], list[str]]:
+    """The field path of ``loc`` without pydantic's union tag (the recipe name it inserts after
+    ``strategy``), and the keys allowed in the section the path ends in."""
+    model: type[BaseModel] | None = ExperimentConfig
+    path: list[str] = []
+    tag_next = False
     for part in loc:
-        annotation = model.model_fields[part].annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return list(model.model_fields)
+        if tag_next:
+            model, tag_next = STRATEGY_CONFIGS.get(str(part)), False
+            continue
+        path.append(str(part))
+        field = model.model_fields.get(str(part)) if model is not None else None
+        annotation = field.annotation if field is not None else None
+        tag_next = model is ExperimentConfig and part == "strategy"
+        members = [a for a in (annotation, *get_args(annotation)) if isinstance(a, type)]  # X or X | None
+        model = next((a for a in members if issubclass(a, BaseModel)), None)
+    return path, list(model.model_fields) if model is not None else []
 
 
 def _describe(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    path, _ = _walk(error["loc"])
+    where = ".".join(path) or "(top level)"
     if error["type"] == "extra_forbidden":
-        allowed = ", ".join(_section_keys(error["loc"][:-1]))
+        allowed = ", ".join(_walk(error["loc"][:-1])[1])
         return f"unknown key `{where}`; allowed keys here: {allowed}"
     given = error.get("input")
     shown = "" if isinstance(given, dict) else f" (got {given!r})"

@@ -43,13 +43,16 @@ def usable_update(update: Updates, params: Params) -> bool:
 
 @dataclass(frozen=True)
 class StrategyCore:
-    """``aggregator`` maps the stacked private updates to the increment of the global model."""
+    """``aggregator`` maps the stacked private updates to the increment of the global model;
+    ``public_cohort`` public users per round (sampled apart, costing no privacy) provide its
+    ``public_mean`` input."""
 
     name: str
     aggregator: Step
     sampling: Sampling
     population: int
     seed: int
+    public_cohort: int = 0
 
     def init(self, params: Params) -> StepState:
         return self.aggregator.init(params)
@@ -67,6 +70,12 @@ class StrategyCore:
         rng = numpy_generator(self.seed, round_index, "cohort")
         return sample_cohort(self.sampling, private_ids, rng)
 
+    def sample_public_cohort(self, public_ids: Sequence[str], round_index: int) -> list[str]:
+        """``public_cohort`` public users (all of them if fewer), without replacement."""
+        size = min(self.public_cohort, len(public_ids))
+        rng = numpy_generator(self.seed, round_index, "public_cohort")
+        return [public_ids[i] for i in sorted(rng.choice(len(public_ids), size=size, replace=False))]
+
     def aggregate(
         self,
         params: Params,
@@ -75,12 +84,15 @@ class StrategyCore:
         round_index: int,
         *,
         sampled: int | None = None,
+        public_updates: Sequence[Updates] = (),
     ) -> RoundOutcome:
         """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes) and
         missing ones (``sampled`` users were asked, default ``len(updates)``) contribute nothing:
-        the mechanism and its accounting stay those of the sampled cohort."""
+        the mechanism and its accounting stay those of the sampled cohort. The usable public
+        updates' mean is the steps' ``public_mean`` input (None when there is none)."""
         sampled = len(updates) if sampled is None else sampled
         usable = [u for u in updates if usable_update(u, params)]
+        usable_public = [u for u in public_updates if usable_update(u, params)]
         stacked = (
             tree.stack(usable)
             if usable
@@ -93,12 +105,16 @@ class StrategyCore:
             sampling_rate=self.expected_cohort / self.population,
             expected_cohort=self.expected_cohort,
             cohort_size=sampled,
+            num_public=len(usable_public),
         )
-        result = self.aggregator.update(stacked, state, ctx=ctx)
+        public_mean = tree.mean(usable_public) if usable_public else None
+        result = self.aggregator.update(stacked, state, ctx=ctx, public_mean=public_mean)
         metrics = {
             **result.metrics,
             "cohort_sampled": float(sampled),
             "cohort_failed": float(sampled - len(usable)),
         }
+        if self.public_cohort:
+            metrics["public_cohort_used"] = float(len(usable_public))
         new_params = tree.add(params, result.updates)
         return RoundOutcome(new_params, result.state, metrics, round_event(self.sampling, result.events))

@@ -47,7 +47,21 @@ def run_in_process(
             )
             for cid in cohort
         ]
-        outcome = strategy.aggregate(session.params, [r.update for r in results], session.state, t)
+        public_results = [
+            train_client(
+                model,
+                session.params,
+                experiment.public_data.client_data(cid),
+                experiment.local_training,
+                torch_generator(cfg.seed, t, "public_client", cid),
+                experiment.task,
+            )
+            for cid in strategy.sample_public_cohort(experiment.public_ids, t)
+        ]
+        outcome = strategy.aggregate(
+            session.params, [r.update for r in results], session.state, t,
+            public_updates=[r.update for r in public_results],
+        )
         if session.exceeds_budget(outcome.event):
             stopped_by_budget = True  # the round's output is discarded, never released
             break

@@ -30,7 +30,7 @@ from fedpub.privacy.events import neighboring_relation, round_event
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
-from strategies import dp_fedavg
+from strategies import RECIPES, dp_fedavg
 from strategies.common import make_sampling, resolve_noise_multiplier
 
 
@@ -145,9 +145,13 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
     )
     if strategy_cfg.target_epsilon is not None:
         z = dp_fedavg.sum_noise_multiplier(strategy_cfg, z)
-    strategy = dp_fedavg.build(
+    strategy = RECIPES[strategy_cfg.name](
         strategy_cfg, sampling=sampling, population=len(private_ids), noise_multiplier=z, seed=config.seed
     )
+    if strategy.public_cohort and not public_ids:
+        raise ValueError(
+            f"strategy `{strategy_cfg.name}` trains public users, but the data has none: set data.public"
+        )
     planned = round_event(sampling, dp_fedavg.mechanism_events(strategy_cfg, z))
     experiment = Experiment(
         config=config,

@@ -29,6 +29,11 @@ def run_on_grid(
 ) -> RunResult:
     """Run (or resume) ``config`` over the nodes of ``grid``; results go to the run directory."""
     experiment = build_experiment(config)
+    if experiment.strategy.public_cohort:
+        raise ValueError(
+            f"strategy `{experiment.strategy.name}` trains public users each round, which the Flower backends "
+            "do not do yet: run it in-process (fedpub run CONFIG)"
+        )
     session = RunSession(experiment, RunDirectory(config.output_dir / config.name), fresh=fresh)
 
     def record_round(t, outcome, client_metrics, examples) -> None:

@@ -48,6 +48,19 @@ def sum_noise_multiplier(config: DpFedAvgConfig, round_noise_multiplier: float) 
     return (round_noise_multiplier**-2 - count**-2) ** -0.5
 
 
+def private_mean_steps(config: DpFedAvgConfig, noise_multiplier: float, seed: int) -> list[tuple[str, Step]]:
+    """clip (fixed or adaptive) → aggregate (÷ m) → Gaussian noise: the private mean every recipe shares."""
+    adaptive = config.adaptive_clip
+    clip_step = (
+        clip(config.clip_norm)
+        if adaptive is None
+        else adaptive_clip(
+            config.clip_norm, adaptive.target_quantile, adaptive.learning_rate, adaptive.count_noise_std, seed
+        )
+    )
+    return [("clip", clip_step), ("aggregate", aggregate()), ("noise", gaussian_noise(noise_multiplier, seed))]
+
+
 def build(
     config: DpFedAvgConfig,
     *,
@@ -57,18 +70,8 @@ def build(
     seed: int,
 ) -> StrategyCore:
     """The DP-FedAvg recipe: clip → aggregate (÷ m) → Gaussian noise → server optimizer."""
-    adaptive = config.adaptive_clip
-    clip_step = (
-        clip(config.clip_norm)
-        if adaptive is None
-        else adaptive_clip(
-            config.clip_norm, adaptive.target_quantile, adaptive.learning_rate, adaptive.count_noise_std, seed
-        )
-    )
     aggregator = named_chain(
-        ("clip", clip_step),
-        ("aggregate", aggregate()),
-        ("noise", gaussian_noise(noise_multiplier, seed)),
+        *private_mean_steps(config, noise_multiplier, seed),
         ("server_opt", server_optimizer(config.server_optimizer)),
     )
     return StrategyCore("dp_fedavg", aggregator, sampling, population, seed)

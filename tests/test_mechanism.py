@@ -192,3 +192,52 @@ def test_adaptive_clipping_calibrated_to_a_target_spends_exactly_that_budget():
     z_eff = sum(e.noise_multiplier ** -2 for e in events) ** -0.5
     assert z_eff == pytest.approx(z_round)
     assert epsilon_for(sampling, z_eff, 20, 1e-5) <= 3.0 + 1e-9
+
+
+def _dope(clip_norm, z, population, center_clip=math.inf, seed=0):
+    from fedpub.config import DopeConfig
+    from strategies import dope
+
+    cfg = DopeConfig(clip_norm=clip_norm, noise_multiplier=z, center_clip=center_clip)
+    return dope.build(cfg, sampling=PoissonSampling(5 / population), population=population, noise_multiplier=z, seed=seed)
+
+
+def test_dope_with_a_zero_center_is_dp_fedavg_exactly():
+    params = _random_tree(SHAPES, 0)
+    updates = [_random_tree(SHAPES, s, scale=2.0) for s in range(1, 6)]
+    zeros = [{k: torch.zeros(s) for k, s in SHAPES.items()}] * 3
+    fedavg = _strategy(1.0, 0.9, PoissonSampling(5 / 50), 50, seed=4)
+    reference = fedavg.aggregate(params, updates, fedavg.init(params), 0)
+    for public in ([], zeros):
+        core = _dope(1.0, 0.9, 50, seed=4)
+        outcome = core.aggregate(params, updates, core.init(params), 0, public_updates=public)
+        for k in params:
+            assert torch.equal(outcome.params[k], reference.params[k])
+        assert outcome.event == reference.event
+
+
+@settings(max_examples=40, deadline=None)
+@given(scale=st.floats(min_value=1e-3, max_value=1e8), center_scale=st.floats(min_value=0.0, max_value=1e4),
+       seed=st.integers(0, 10_000))
+def test_dope_adding_one_user_moves_the_pre_noise_sum_by_at_most_c_whatever_the_center(scale, center_scale, seed):
+    params = {k: torch.zeros(s) for k, s in SHAPES.items()}
+    public = [_random_tree(SHAPES, seed + 50 + i, scale=center_scale) for i in range(3)]
+    cohort = [_random_tree(SHAPES, seed + i, scale=3.0) for i in range(4)]
+    newcomer = _random_tree(SHAPES, seed + 100, scale=scale)
+    core = _dope(0.5, 0.0, 100)
+    without = core.aggregate(params, cohort, core.init(params), 0, public_updates=public).params
+    with_user = core.aggregate(params, cohort + [newcomer], core.init(params), 0, public_updates=public).params
+    moved = float(tree.global_norm(tree.sub(with_user, without))) * 5.0  # m = 5
+    center_norm = float(tree.global_norm(tree.mean(public)))
+    assert moved <= 0.5 * (1 + 1e-5) + 1e-6 * (1 + center_norm)  # float32 rounding of the added center
+
+
+def test_dope_public_updates_cost_no_privacy_and_the_center_is_clipped_to_lambda():
+    params = {k: torch.zeros(s) for k, s in SHAPES.items()}
+    public = [_random_tree(SHAPES, 7, scale=10.0)]
+    core = _dope(1.0, 1.0, 50, center_clip=0.25)
+    with_public = core.aggregate(params, [], core.init(params), 0, public_updates=public)
+    without = core.aggregate(params, [], core.init(params), 0)
+    assert with_public.event == without.event == dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.0))
+    assert with_public.metrics["recenter/center_norm"] == pytest.approx(0.25, rel=1e-5)
+    assert with_public.metrics["public_cohort_used"] == 1.0

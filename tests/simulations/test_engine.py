@@ -147,3 +147,18 @@ def test_adaptive_clipping_runs_and_each_round_is_accounted_with_both_releases(t
     assert records[1]["clip/clip_norm"] == pytest.approx(records[0]["clip/next_clip_norm"])
     z_eff = (0.8**-2 + 2.0**-2) ** -0.5
     assert result.epsilon == pytest.approx(epsilon_for(PoissonSampling(4 / 16), z_eff, 3, 1e-5))
+
+
+def test_dope_trains_public_users_each_round_and_accounts_like_dp_fedavg(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=2, data={"public": {"fraction": 0.25, "seed": 0}},
+                      strategy={"name": "dope", "public_clients_per_round": 2, "center_clip": 1.0})
+    result = _run(cfg)
+    records = [json.loads(line) for line in (tmp_path / "tiny/metrics.jsonl").read_text().splitlines()]
+    assert all(r["public_cohort_used"] == 2.0 and 0 < r["recenter/center_norm"] <= 1.0 + 1e-6 for r in records)
+    assert result.epsilon == pytest.approx(epsilon_for(PoissonSampling(4 / 12), 0.8, 2, 1e-5))
+
+
+def test_dope_without_public_users_is_refused(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, strategy={"name": "dope"})
+    with pytest.raises(ValueError, match="trains public users, but the data has none"):
+        build_experiment(cfg)

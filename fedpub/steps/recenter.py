@@ -1,0 +1,59 @@
+"""Public-user recentering of the clipping (DOPE-SGD: Nasr et al. 2023, "Effectively using public
+data in privacy preserving machine learning", Alg. 2 and eq. 2).
+
+``recenter`` subtracts the center c_t (the public users' mean update, itself clipped to λ) from
+every private update before clipping; ``add_center`` adds c_t back to the noisy mean, *outside*
+the noisy sum: Δ̄ = c_t + (Σ_k clip(Δ_k − c_t, C) + N(0, z²C²)) / m. Adding or removing one private
+user then moves the noisy sum by at most C whatever c_t is, and c_t (public) costs no privacy.
+With no public update this round, c_t = 0 and the round is DP-FedAvg.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fedpub import tree
+from fedpub.step import Step
+from fedpub.steps.clip import clip_factors
+from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+
+
+def recenter(center_clip: float = math.inf) -> Step:
+    """Subtract c_t = clip(public mean update, λ = ``center_clip``) from every private update."""
+    if not center_clip > 0:
+        raise ValueError(f"center_clip must be > 0 (or inf), got {center_clip}")
+
+    def init(params: Params) -> dict:
+        return {}
+
+    def update(
+        updates: ClientUpdates,
+        state: dict,
+        *,
+        ctx: RoundContext,
+        public_mean: Updates | None = None,
+        **_: Any,
+    ) -> StepResult:
+        if public_mean is None:
+            center = {k: v.new_zeros(v.shape[1:]) for k, v in updates.items()}
+        else:
+            factor = clip_factors(tree.global_norm(public_mean).reshape(1), center_clip)
+            center = tree.scale(public_mean, float(factor))
+        shifted = {k: v - center[k].unsqueeze(0) for k, v in updates.items()}
+        metrics = {"center_norm": float(tree.global_norm(center))}
+        return StepResult(shifted, state, metrics, outputs={"center": center})
+
+    return Step(init, update)
+
+
+def add_center() -> Step:
+    """Add the center back to the (noisy) mean, outside the noisy sum."""
+
+    def init(params: Params) -> dict:
+        return {}
+
+    def update(updates: Updates, state: dict, *, ctx: RoundContext, center: Updates, **_: Any) -> StepResult:
+        return StepResult(tree.add(updates, center), state)
+
+    return Step(init, update)
