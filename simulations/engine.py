@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from clients.local_training import train_client
+from clients.local_training import ClientResult, train_client
+from fedpub.data.base import FederatedDataset
 from fedpub.seeding import torch_generator
 from simulations.experiment import Experiment
 from simulations.run_dir import RunDirectory
@@ -35,29 +36,19 @@ def run_in_process(
     stopped_by_budget = False
     for t in range(session.rounds_done, cfg.rounds):
         session.start_round()
-        cohort = strategy.sample_cohort(experiment.private_ids, t)
-        results = [
-            train_client(
-                model,
-                session.params,
-                experiment.train.client_data(cid),
-                experiment.local_training,
-                torch_generator(cfg.seed, t, "client", cid),
-                experiment.task,
-            )
-            for cid in cohort
-        ]
-        public_results = [
-            train_client(
-                model,
-                session.params,
-                experiment.public_data.client_data(cid),
-                experiment.local_training,
-                torch_generator(cfg.seed, t, "public_client", cid),
-                experiment.task,
-            )
-            for cid in strategy.sample_public_cohort(experiment.public_ids, t)
-        ]
+        def train_cohort(ids: list[str], data: FederatedDataset, purpose: str) -> list[ClientResult]:
+            return [
+                train_client(
+                    model, session.params, data.client_data(cid), experiment.local_training,
+                    torch_generator(cfg.seed, t, purpose, cid), experiment.task,
+                )
+                for cid in ids
+            ]
+
+        results = train_cohort(strategy.sample_cohort(experiment.private_ids, t), experiment.train, "client")
+        public_results = train_cohort(
+            strategy.sample_public_cohort(experiment.public_ids, t), experiment.public_data, "public_client"
+        )
         outcome = strategy.aggregate(
             session.params, [r.update for r in results], session.state, t,
             public_updates=[r.update for r in public_results],

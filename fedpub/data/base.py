@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+import h5py
 import torch
+
+
+def open_h5(path: Path, missing: str) -> h5py.File:
+    """Open an HDF5 file read-only; a missing file raises DatasetError with the ``missing``
+    explanation, an unreadable one names the file."""
+    if not path.is_file():
+        raise DatasetError(missing)
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise DatasetError(f"{path} is not a readable HDF5 file (corrupt or truncated?): {exc}") from exc
 
 
 class DatasetError(ValueError):

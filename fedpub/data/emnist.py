@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import torch
 
-from fedpub.data.base import ClientData, DatasetError
+from fedpub.data.base import ClientData, DatasetError, open_h5
 
 TFF_DATASETS_URL = "https://storage.googleapis.com/tff-datasets-public"
 IMAGE_SHAPE = (28, 28)
@@ -62,14 +62,9 @@ class EmnistH5:
 
     def _handle(self) -> h5py.File:
         if self._file is None or self._pid != os.getpid():
-            if not self.path.is_file():
-                raise DatasetError(f"EMNIST file {self.path} does not exist: {_download_hint(self.path)}")
-            try:
-                self._file = h5py.File(self.path, "r")
-            except OSError as exc:
-                raise DatasetError(
-                    f"{self.path} is not a readable HDF5 file (corrupt or truncated?): {exc}"
-                ) from exc
+            self._file = open_h5(
+                self.path, f"EMNIST file {self.path} does not exist: {_download_hint(self.path)}"
+            )
             self._pid = os.getpid()
         return self._file
 

@@ -77,6 +77,18 @@ def connect_tff_sqlite(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return connection
 
 
+def resolve_sqlite_path(
+    given: Path, cache_dir: str | os.PathLike[str] | None, missing: str
+) -> Path:
+    """The SQLite file to read: ``given`` itself, or its decompressed copy when it is a ``.lzma``;
+    a missing file raises DatasetError with the ``missing`` explanation."""
+    if given.name.endswith(".lzma"):
+        return ensure_decompressed(given, cache_dir)
+    if not given.is_file():
+        raise DatasetError(missing)
+    return given
+
+
 class SqliteSplitConnection:
     """A read-only connection to one split of a TFF SqlClientData file, opened by each process on first use
     (so a forked or unpickled reader opens its own) and closed by :meth:`close`; a database error while
@@ -131,12 +143,9 @@ class EmnistSqlite:
         given = Path(path)
         if split not in SPLITS:
             raise DatasetError(f"unknown EMNIST split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}")
-        if given.name.endswith(".lzma"):
-            self.path = ensure_decompressed(given, cache_dir)
-        elif not given.is_file():
-            raise DatasetError(f"EMNIST SQLite file {given} does not exist: {SQLITE_HINT}")
-        else:
-            self.path = given
+        self.path = resolve_sqlite_path(
+            given, cache_dir, f"EMNIST SQLite file {given} does not exist: {SQLITE_HINT}"
+        )
         self.split = split
         self.num_classes = SPLITS[split]
         self._db = SqliteSplitConnection(self.path, split)

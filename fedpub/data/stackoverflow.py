@@ -35,9 +35,9 @@ from typing import Any, Protocol, TypedDict, TypeVar, cast
 import h5py
 import numpy as np
 
-from fedpub.data.base import DatasetError
-from fedpub.data.download import TFF_BASE, ensure_decompressed
-from fedpub.data.emnist_sqlite import SqliteSplitConnection, connect_tff_sqlite
+from fedpub.data.base import DatasetError, open_h5
+from fedpub.data.download import TFF_BASE
+from fedpub.data.emnist_sqlite import SqliteSplitConnection, connect_tff_sqlite, resolve_sqlite_path
 from fedpub.data.tf_example import ExampleDecodeError, decode_example
 
 FIELDS: tuple[str, ...] = ("creation_date", "score", "tags", "title", "tokens", "type")
@@ -153,17 +153,11 @@ class StackOverflowH5(_Reader):
     def _handle(self) -> h5py.Group:
         """The ``/examples`` group, opening the file in this process if needed."""
         if self._examples is None or self._pid != os.getpid():
-            if not self.path.is_file():
-                raise DatasetError(
-                    f"StackOverflow file {self.path} does not exist: {_hint('stackoverflow.tar.bz2')} "
-                    f"and extract it into {self.path.parent}"
-                )
-            try:
-                self._file = h5py.File(self.path, "r")
-            except OSError as exc:
-                raise DatasetError(
-                    f"{self.path} is not a readable HDF5 file (corrupt or truncated?): {exc}"
-                ) from exc
+            self._file = open_h5(
+                self.path,
+                f"StackOverflow file {self.path} does not exist: {_hint('stackoverflow.tar.bz2')} "
+                f"and extract it into {self.path.parent}",
+            )
             examples = self._file.get("examples")
             if not isinstance(examples, h5py.Group):
                 self._file.close()
@@ -301,14 +295,9 @@ class StackOverflowSqlite(_Reader):
             raise DatasetError(
                 f"unknown StackOverflow split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}"
             )
-        if given.name.endswith(".lzma"):
-            self.path = ensure_decompressed(given, cache_dir)
-        elif not given.is_file():
-            raise DatasetError(
-                f"StackOverflow SQLite file {given} does not exist: {_hint('stackoverflow.sqlite.lzma')}"
-            )
-        else:
-            self.path = given
+        self.path = resolve_sqlite_path(
+            given, cache_dir, f"StackOverflow SQLite file {given} does not exist: {_hint('stackoverflow.sqlite.lzma')}"
+        )
         self.split = split
         self._db = SqliteSplitConnection(self.path, split)
         self.client_ids, self._counts = self._read_metadata()
