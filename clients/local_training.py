@@ -22,6 +22,8 @@ class LocalTrainingConfig:
     lr: float = 0.05
     momentum: float = 0.0
     max_examples: int | None = None
+    prox_weight: float = 0.0
+    """λ of λ‖w − w_start‖² added to the loss (PPSGD's model reuse); 0 = plain local SGD."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,13 @@ def train_client(
     config: LocalTrainingConfig,
     generator: torch.Generator,
     task: Task = CLASSIFICATION,
+    *,
+    preconditioner: Updates | None = None,
 ) -> ClientResult:
-    """Train ``model`` from ``params`` on one user's data, minimising ``task.loss``; return the
-    update and metrics (``train_loss`` and ``train_<task.headline>``).
+    """Train ``model`` from ``params`` on one user's data, minimising ``task.loss`` (plus
+    ``config.prox_weight``·‖w − params‖²); return the update and metrics (``train_loss`` and
+    ``train_<task.headline>``). With a ``preconditioner`` A every local gradient is divided by A
+    before the step (AdaDPS on the client, Li et al. 2023, Alg. 3).
 
     ``generator`` (CPU) drives the shuffling and seeds any stochastic layer (dropout), so the
     same generator seed gives the same update.
@@ -73,6 +79,9 @@ def train_client(
     x, y = x.to(device), y.to(device)
     n = len(y)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    named = list(model.named_parameters())
+    anchor = {name: params[name].to(device) for name, _ in named} if config.prox_weight else {}
+    divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
     loss_sum, hits, total, seen = 0.0, 0.0, 0.0, 0
     layer_seed = int(torch.randint(2**62, (1,), generator=generator))
     model.train()
@@ -84,8 +93,14 @@ def train_client(
                 batch = order[start : start + config.batch_size]
                 logits = model(x[batch])
                 loss = task.loss(logits, y[batch])
+                objective = loss
+                if anchor:
+                    objective = loss + config.prox_weight * sum(((p - anchor[n]) ** 2).sum() for n, p in named)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                objective.backward()
+                for name, p in named:
+                    if name in divisors and p.grad is not None:
+                        p.grad.div_(divisors[name])
                 optimizer.step()
                 loss_sum += loss.detach() * len(batch)
                 numerator, denominator = task.counts(logits.detach(), y[batch])[task.headline]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedpub.models import MODELS
 
@@ -143,48 +143,148 @@ class AdaptiveClipConfig(_Section):
     count_noise_std: float = Field(..., gt=0, description="σ_b, noise std on the unclipped count (paper: m/20)")
 
 
-class DpFedAvgConfig(_Section):
-    """User-level DP-FedAvg (McMahan et al. 2018); momentum → DP-FedAvgM, adam → DP-FedAdam."""
+class RecenterConfig(_Section):
+    """DOPE-SGD (Nasr et al. 2023): clip the private updates around the public users' mean update."""
 
-    name: Literal["dp_fedavg"] = "dp_fedavg"
+    center_clip: float = Field(math.inf, gt=0, description="λ: the center is clipped to this norm (eq. 2)")
+    extended: bool = Field(False, description="public updates also enter the average, outside the noisy sum")
+
+
+class PreconditionConfig(_Section):
+    """AdaDPS (Li et al. 2023): divide by a public preconditioner A before privatising."""
+
+    source: Literal["public", "token_frequency"] = Field(
+        "public", description="public users' RMSProp statistics, or StackOverflow token frequencies"
+    )
+    placement: Literal["server", "client"] = Field(
+        "client", description="divide each update at the server, or each local gradient on the client (Alg. 3)"
+    )
+    beta: float = Field(0.9, ge=0, lt=1, description="public: RMSProp decay of the second moments")
+    eps: float = Field(1e-3, gt=0, description="public: A = sqrt(v) + eps")
+    power: float = Field(1.0, gt=0, description="token_frequency: A_j = max((count_j/mean)^power, floor)")
+    floor: float = Field(1e-2, gt=0, description="token_frequency: smallest A_j")
+
+
+class MirrorConfig(_Section):
+    """PDA-DPMD (Amid et al. 2022): g = α_t·private + (1 − α_t)·public, α_t = cos(πt/2K)."""
+
+    decay_rounds: int | None = Field(None, ge=1, description="K; null = the run's rounds")
+    alpha_floor: float = Field(0.0, ge=0, le=1, description="α never goes below this (and stays there after K)")
+
+
+class PublicScheduleConfig(_Section):
+    """PPSGD (Wang et al.): public users steer the noise multiplier and the clip norm."""
+
+    budget_growth: float = Field(0.1, gt=0, description="α: ρ ← (1+α)ρ, i.e. z ← z/sqrt(1+α)")
+    clip_decay: float = Field(0.05, gt=0, lt=1, description="β: C ← (1−β)C")
+    noise_test_factor: float = Field(1.0, gt=0, description="φ: spend more when φ‖Δ̄_pub‖ < sqrt(d)·zC/m")
+    clip_test_factor: float = Field(1.0, gt=0, description="ϕ: shrink C when ϕ‖Δ̄_pub‖ < C")
+    min_noise_multiplier: float = Field(0.3, gt=0, description="z never goes below this")
+
+
+class BudgetScheduleConfig(_Section):
+    """Seed 001, Table 2: a few rounds with a smaller z (more budget), the rest calibrated to the target."""
+
+    boosted_rounds: int = Field(..., ge=1)
+    boosted_noise_multiplier: float = Field(..., gt=0)
+    position: Literal["first", "last"] = "first"
+
+
+class PublicTrainingConfig(_Section):
+    """Non-private training of the global model on the pooled public users' data."""
+
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+
+
+class ModelReuseConfig(PublicTrainingConfig):
+    """PPSGD's model reuse: after the private rounds, minimise L_pub(w) + λ‖w − w_T‖²."""
+
+    prox_weight: float = Field(0.1, ge=0, description="λ")
+
+
+class ModelAverageConfig(_Section):
+    """Seed 003 §3.2: also evaluate the mean (window) or EMA of the last global models."""
+
+    kind: Literal["window", "ema"] = "window"
+    window: int = Field(5, ge=1, description="window: how many of the last models")
+    decay: float = Field(0.9, gt=0, lt=1, description="ema: avg ← decay·avg + (1−decay)·w")
+
+
+RECIPE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "dp_fedavg": (),
+    "dope": ("recenter",),
+    "adadps": ("precondition",),
+    "pda_dpmd": ("mirror",),
+    "ppsgd": ("public_schedule", "model_reuse"),
+}
+"""Each recipe name and the sections it switches on (with their defaults when left out)."""
+
+
+class StrategyConfig(_Section):
+    """User-level DP-FedAvg (McMahan et al. 2018) plus the public-data parts, which compose: a recipe
+    ``name`` switches its own section on, and any section may be added to any recipe."""
+
+    name: Literal["dp_fedavg", "dope", "adadps", "pda_dpmd", "ppsgd"] = "dp_fedavg"
     clip_norm: float = Field(1.0, gt=0, description="L2 clip of each user's update; .inf = off")
     noise_multiplier: float | None = Field(None, ge=0)
     target_epsilon: float | None = Field(None, gt=0)
     sampling: SamplingConfig = SamplingConfig(clients_per_round=50)
     server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()
     adaptive_clip: AdaptiveClipConfig | None = None
+    public_clients_per_round: int = Field(
+        0, ge=0, description="public users trained each round (no privacy cost); 10 when a section needs them"
+    )
+    recenter: RecenterConfig | None = None
+    precondition: PreconditionConfig | None = None
+    mirror: MirrorConfig | None = None
+    public_schedule: PublicScheduleConfig | None = None
+    budget_schedule: BudgetScheduleConfig | None = None
+    warm_start: PublicTrainingConfig | None = None
+    model_reuse: ModelReuseConfig | None = None
+    model_average: ModelAverageConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recipe_sections(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        filled = dict(raw)
+        for section in RECIPE_SECTIONS.get(filled.get("name", "dp_fedavg"), ()):
+            if filled.get(section) is None:
+                filled[section] = {}
+        if "public_clients_per_round" not in filled and _needs_public_cohort(filled):
+            filled["public_clients_per_round"] = 10
+        return filled
 
     @model_validator(mode="after")
-    def _noise_or_target(self) -> DpFedAvgConfig:
+    def _consistent(self) -> StrategyConfig:
         if (self.noise_multiplier is None) == (self.target_epsilon is None):
             raise ValueError("give exactly one of noise_multiplier or target_epsilon")
         if math.isinf(self.clip_norm) and (self.noise_multiplier or self.target_epsilon):
             raise ValueError("an infinite clip_norm only goes with noise_multiplier: 0")
+        steering = [s for s in ("adaptive_clip", "public_schedule", "budget_schedule") if getattr(self, s)]
+        if len(steering) > 1:
+            raise ValueError(f"{' and '.join(steering)} both set the round's clip or noise: choose one")
+        if _needs_public_cohort(self.model_dump()) and self.public_clients_per_round == 0:
+            raise ValueError("public_clients_per_round is 0, but recenter/mirror/public_schedule/precondition "
+                             "(source public) train public users each round")
+        pre = self.precondition
+        if pre and pre.source == "public" and pre.placement == "client" and (self.recenter or self.mirror):
+            raise ValueError(
+                "precondition with source `public` and placement `client` trains public users without A, so "
+                "their mean is in another geometry than the private updates: use placement `server` with "
+                "recenter or mirror"
+            )
         return self
 
 
-class DopeConfig(DpFedAvgConfig):
-    """DOPE-SGD's public-user recentering (Nasr et al. 2023): clip around the public users' mean update."""
-
-    name: Literal["dope"] = "dope"  # type: ignore[assignment]
-    public_clients_per_round: int = Field(10, ge=1, description="public users trained each round (no privacy cost)")
-    center_clip: float = Field(math.inf, gt=0, description="λ: the center is clipped to this norm (eq. 2)")
-
-
-STRATEGY_CONFIGS: dict[str, type[DpFedAvgConfig]] = {"dp_fedavg": DpFedAvgConfig, "dope": DopeConfig}
-
-
-def _strategy_name(value: Any) -> str | None:
-    """The recipe a strategy section asks for (``dp_fedavg`` when ``name`` is left out)."""
-    if isinstance(value, dict):
-        return value.get("name", "dp_fedavg")
-    return getattr(value, "name", None)
-
-
-StrategyConfig = Annotated[
-    Annotated[DpFedAvgConfig, Tag("dp_fedavg")] | Annotated[DopeConfig, Tag("dope")],
-    Discriminator(_strategy_name),
-]
+def _needs_public_cohort(section: dict) -> bool:
+    precondition = section.get("precondition")
+    public_statistics = isinstance(precondition, dict) and precondition.get("source", "public") == "public"
+    return public_statistics or any(section.get(s) is not None for s in ("recenter", "mirror", "public_schedule"))
 
 
 class PrivacyConfig(_Section):
@@ -219,7 +319,7 @@ class ExperimentConfig(_Section):
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     client: ClientConfig = ClientConfig()
-    strategy: StrategyConfig = DpFedAvgConfig(noise_multiplier=1.0)
+    strategy: StrategyConfig = StrategyConfig(noise_multiplier=1.0)
     privacy: PrivacyConfig = PrivacyConfig()
     flower: FlowerConfig = FlowerConfig()
 
@@ -237,19 +337,13 @@ def _check_task_and_data(config: ExperimentConfig) -> None:
 
 
 def _walk(loc: tuple) -> tuple[list[str], list[str]]:
-    """The field path of ``loc`` without pydantic's union tag (the recipe name it inserts after
-    ``strategy``), and the keys allowed in the section the path ends in."""
+    """The field path of ``loc``, and the keys allowed in the section the path ends in."""
     model: type[BaseModel] | None = ExperimentConfig
     path: list[str] = []
-    tag_next = False
     for part in loc:
-        if tag_next:
-            model, tag_next = STRATEGY_CONFIGS.get(str(part)), False
-            continue
         path.append(str(part))
         field = model.model_fields.get(str(part)) if model is not None else None
         annotation = field.annotation if field is not None else None
-        tag_next = model is ExperimentConfig and part == "strategy"
         members = [a for a in (annotation, *get_args(annotation)) if isinstance(a, type)]  # X or X | None
         model = next((a for a in members if issubclass(a, BaseModel)), None)
     return path, list(model.model_fields) if model is not None else []

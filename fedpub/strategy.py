@@ -7,7 +7,7 @@ A strategy is a recipe, not a subclass (DESIGN.md §2): ``strategies/*.py`` buil
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import dp_accounting
@@ -41,11 +41,20 @@ def usable_update(update: Updates, params: Params) -> bool:
     )
 
 
+def _stack(updates: Sequence[Updates], params: Params) -> Updates:
+    """The updates stacked along a new first dimension (zero rows when there are none)."""
+    if updates:
+        return tree.stack(updates)
+    return {k: torch.zeros((0, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
+
+
 @dataclass(frozen=True)
 class StrategyCore:
     """``aggregator`` maps the stacked private updates to the increment of the global model;
     ``public_cohort`` public users per round (sampled apart, costing no privacy) provide its
-    ``public_mean`` input."""
+    ``public_updates`` and ``public_mean`` inputs. ``client_preconditioner`` (AdaDPS on the
+    clients) gives, from the state, the A every private client divides its local gradients by,
+    and the public clients too when ``public_clients_precondition``."""
 
     name: str
     aggregator: Step
@@ -53,6 +62,8 @@ class StrategyCore:
     population: int
     seed: int
     public_cohort: int = 0
+    client_preconditioner: Callable[[StepState], Updates | None] | None = None
+    public_clients_precondition: bool = False
 
     def init(self, params: Params) -> StepState:
         return self.aggregator.init(params)
@@ -60,6 +71,12 @@ class StrategyCore:
     @property
     def expected_cohort(self) -> float:
         return expected_cohort(self.sampling, self.population)
+
+    def local_preconditioner(self, state: StepState, *, public: bool = False) -> Updates | None:
+        """The A the round's private (or public) clients divide their local gradients by, if any."""
+        if self.client_preconditioner is None or (public and not self.public_clients_precondition):
+            return None
+        return self.client_preconditioner(state)
 
     def sample_cohort(self, private_ids: Sequence[str], round_index: int) -> list[str]:
         """The private cohort of round ``round_index`` (depends only on seed and round)."""
@@ -89,15 +106,12 @@ class StrategyCore:
         """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes) and
         missing ones (``sampled`` users were asked, default ``len(updates)``) contribute nothing:
         the mechanism and its accounting stay those of the sampled cohort. The usable public
-        updates' mean is the steps' ``public_mean`` input (None when there is none)."""
+        updates are the steps' ``public_updates`` input (stacked, maybe no rows) and their mean
+        the ``public_mean`` input (None when there is none)."""
         sampled = len(updates) if sampled is None else sampled
         usable = [u for u in updates if usable_update(u, params)]
         usable_public = [u for u in public_updates if usable_update(u, params)]
-        stacked = (
-            tree.stack(usable)
-            if usable
-            else {k: torch.zeros((0, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
-        )
+        stacked, stacked_public = _stack(usable, params), _stack(usable_public, params)
         ctx = RoundContext(
             round=round_index,
             seed=self.seed,
@@ -108,7 +122,9 @@ class StrategyCore:
             num_public=len(usable_public),
         )
         public_mean = tree.mean(usable_public) if usable_public else None
-        result = self.aggregator.update(stacked, state, ctx=ctx, public_mean=public_mean)
+        result = self.aggregator.update(
+            stacked, state, ctx=ctx, public_mean=public_mean, public_updates=stacked_public
+        )
         metrics = {
             **result.metrics,
             "cohort_sampled": float(sampled),

@@ -37,10 +37,11 @@ def run_in_process(
     for t in range(session.rounds_done, cfg.rounds):
         session.start_round()
         def train_cohort(ids: list[str], data: FederatedDataset, purpose: str) -> list[ClientResult]:
+            preconditioner = strategy.local_preconditioner(session.state, public=purpose == "public_client")
             return [
                 train_client(
                     model, session.params, data.client_data(cid), experiment.local_training,
-                    torch_generator(cfg.seed, t, purpose, cid), experiment.task,
+                    torch_generator(cfg.seed, t, purpose, cid), experiment.task, preconditioner=preconditioner,
                 )
                 for cid in ids
             ]

@@ -13,13 +13,13 @@ from pathlib import Path
 import dp_accounting
 import torch
 
-from clients.local_training import LocalTrainingConfig, default_device
+from clients.local_training import LocalTrainingConfig, default_device, model_params
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
 from fedpub.data.emnist import load_emnist_split
 from fedpub.data.emnist_sqlite import load_emnist_sqlite
 from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
-from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, open_stackoverflow
+from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, load_word_counts, open_stackoverflow
 from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, load_vocabularies
 from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure_synthetic_stackoverflow
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
@@ -30,7 +30,9 @@ from fedpub.privacy.events import neighboring_relation, round_event
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
-from strategies import RECIPES, dp_fedavg
+from fedpub.types import Params, Updates
+from strategies import adadps, dp_fedavg
+from strategies.compose import boosted_rounds, build_strategy
 from strategies.common import make_sampling, resolve_noise_multiplier
 
 
@@ -46,6 +48,7 @@ class Experiment:
     strategy: StrategyCore
     noise_multiplier: float
     planned_round_event: dp_accounting.DpEvent
+    budget_epsilon: float | None
     local_training: LocalTrainingConfig
     task: Task
     device: torch.device
@@ -57,9 +60,13 @@ class Experiment:
 
     def new_model(self) -> torch.nn.Module:
         """The model with its seeded initial parameters, on the experiment's device."""
-        generator = torch_generator(self.config.seed, "model_init")
-        model = build_model(self.config.model.name, self.train.num_classes, generator=generator)
-        return model.to(self.device)
+        return new_model(self.config, self.train.num_classes, self.device)
+
+
+def new_model(config: ExperimentConfig, num_classes: int, device: torch.device) -> torch.nn.Module:
+    """The config's model with its seeded initial parameters (seed, "model_init"), on ``device``."""
+    generator = torch_generator(config.seed, "model_init")
+    return build_model(config.model.name, num_classes, generator=generator).to(device)
 
 
 @dataclass(frozen=True)
@@ -134,25 +141,71 @@ def resolve_device(name: str) -> torch.device:
     return default_device() if name == "auto" else torch.device(name)
 
 
+def side_information(config: ExperimentConfig, train: FederatedDataset, params: Params) -> Updates | None:
+    """AdaDPS's fixed preconditioner from StackOverflow's word counts, when the config asks for it."""
+    precondition = config.strategy.precondition
+    if precondition is None or precondition.source != "token_frequency":
+        return None
+    if config.model.name != "so_tag_logreg":
+        raise ValueError(
+            "strategy.precondition.source `token_frequency` preconditions the bag-of-words weight of "
+            f"model so_tag_logreg, not {config.model.name}"
+        )
+    counts = load_word_counts(Path(config.data.path) / WORD_COUNT_FILE, train.num_features)
+    return adadps.token_frequency_side_information(precondition, params, list(counts.values()))
+
+
+def privacy_budget(config: ExperimentConfig) -> float | None:
+    """privacy.budget_epsilon; for a public schedule (PPSGD, which spends until the budget is gone)
+    the target ε when no budget is given."""
+    strategy = config.strategy
+    if config.privacy.budget_epsilon is not None or strategy.public_schedule is None:
+        return config.privacy.budget_epsilon
+    if strategy.target_epsilon is None:
+        raise ValueError(
+            "strategy.public_schedule spends the budget faster as it goes: give strategy.target_epsilon "
+            "or privacy.budget_epsilon"
+        )
+    return strategy.target_epsilon
+
+
 def build_experiment(config: ExperimentConfig) -> Experiment:
     data = load_data(config)
     train, test, private_ids, public_ids = data.train, data.test, data.private_ids, data.public_ids
     eval_ids = list(test.client_ids)[: config.data.eval_clients]
     strategy_cfg = config.strategy
     sampling = make_sampling(strategy_cfg.sampling, len(private_ids))
+    boosted = boosted_rounds(strategy_cfg, config.rounds)
+    schedule = strategy_cfg.budget_schedule
     z = resolve_noise_multiplier(
-        strategy_cfg.noise_multiplier, strategy_cfg.target_epsilon, sampling, config.rounds, config.privacy
+        strategy_cfg.noise_multiplier,
+        strategy_cfg.target_epsilon,
+        sampling,
+        config.rounds,
+        config.privacy,
+        boosted=(len(boosted), schedule.boosted_noise_multiplier) if schedule is not None else None,
     )
     if strategy_cfg.target_epsilon is not None:
         z = dp_fedavg.sum_noise_multiplier(strategy_cfg, z)
-    strategy = RECIPES[strategy_cfg.name](
-        strategy_cfg, sampling=sampling, population=len(private_ids), noise_multiplier=z, seed=config.seed
+    device = resolve_device(config.device)
+    model = new_model(config, train.num_classes, device)
+    strategy = build_strategy(
+        strategy_cfg,
+        sampling=sampling,
+        population=len(private_ids),
+        noise_multiplier=z,
+        seed=config.seed,
+        rounds=config.rounds,
+        side_information=side_information(config, train, model_params(model)),
     )
     if strategy.public_cohort and not public_ids:
         raise ValueError(
             f"strategy `{strategy_cfg.name}` trains public users, but the data has none: set data.public"
         )
-    planned = round_event(sampling, dp_fedavg.mechanism_events(strategy_cfg, z))
+    if (strategy_cfg.warm_start or strategy_cfg.model_reuse) and not public_ids:
+        raise ValueError("strategy.warm_start and strategy.model_reuse train on public users: set data.public")
+    first_z = schedule.boosted_noise_multiplier if 0 in boosted else z
+    planned = round_event(sampling, dp_fedavg.mechanism_events(strategy_cfg, first_z))
     experiment = Experiment(
         config=config,
         train=train,
@@ -164,15 +217,16 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         strategy=strategy,
         noise_multiplier=z,
         planned_round_event=planned,
+        budget_epsilon=privacy_budget(config),
         local_training=LocalTrainingConfig(**config.client.model_dump()),
         task=get_task(config.task),
-        device=resolve_device(config.device),
+        device=device,
     )
     try:
         experiment.new_accountant().check_supported(planned)
     except PrivacyError as error:
         raise PrivacyError(f"privacy.accountant: {error}") from None
-    if config.privacy.budget_epsilon is not None:
-        budget = PrivacyBudget(config.privacy.budget_epsilon, config.privacy.delta)
+    if experiment.budget_epsilon is not None:
+        budget = PrivacyBudget(experiment.budget_epsilon, config.privacy.delta)
         check_first_round(budget, experiment.new_accountant(), planned)
     return experiment

@@ -37,6 +37,12 @@ def write_plot(records: Sequence[Mapping[str, Any]], path: Path, metric: str = "
     plt.close(fig)
 
 
+PUBLIC_PARTS = (
+    "recenter", "precondition", "mirror", "public_schedule", "budget_schedule", "warm_start", "model_reuse",
+    "model_average",
+)
+
+
 def write_summary(
     path: Path,
     experiment: Experiment,
@@ -49,6 +55,8 @@ def write_summary(
     strategy = experiment.strategy
     metric = experiment.task.headline
     wall = sum(r.get("wall_time", 0.0) for r in records)
+    parts = [name for name in PUBLIC_PARTS if getattr(cfg.strategy, name) is not None]
+    moving_clip = cfg.strategy.adaptive_clip is not None or cfg.strategy.public_schedule is not None
     lines = [
         f"# Run `{cfg.name}`",
         "",
@@ -64,9 +72,20 @@ def write_summary(
         f"| private users N | {strategy.population} (public users, not in N: {len(experiment.public_ids)}) |",
         f"| sampling | {type(strategy.sampling).__name__}, expected cohort m = {strategy.expected_cohort:g} |",
         f"| noise multiplier z | {experiment.noise_multiplier:.4g} |",
-        f"| clip norm C | {cfg.strategy.clip_norm:g} |",
+        f"| clip norm C | {cfg.strategy.clip_norm:g}" + (" (initial; it moves)" if moving_clip else "") + " |",
+        f"| public-data parts | {', '.join(parts) or 'none'} |",
         f"| training wall time | {wall:.1f} s |",
         "",
+        *(
+            [f"The released model is fine-tuned on public data (model reuse); the last private model scored "
+             f"{final_eval[f'private_eval_{metric}']:.4f}.", ""]
+            if f"private_eval_{metric}" in final_eval else []
+        ),
+        *(
+            [f"The average of the last models ({cfg.strategy.model_average.kind}) scored "
+             f"{final_eval[f'avg_eval_{metric}']:.4f}.", ""]
+            if f"avg_eval_{metric}" in final_eval else []
+        ),
         "ε is for one user (all of a user's data) under add/remove-one neighbours"
         " (replace-one for fixed-size sampling). Hyper-parameter tuning is not counted in ε.",
         "The ledger (`ledger.json`) holds the composed DpEvent so anyone can recompute ε.",

@@ -2,7 +2,7 @@
 
 ``config.yaml`` (resolved), ``metrics.jsonl`` (one record per round), ``ledger.json`` (the
 composed DpEvent and ε), ``checkpoint.pt`` (model, step states, accountant), ``accuracy.png`` and
-``summary.md``.
+``summary.md``; ``released_model.pt`` when the released model is not the last private one (model reuse).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class RunDirectory:
     checkpoint_path = property(lambda self: self.root / "checkpoint.pt")
     plot_path = property(lambda self: self.root / "accuracy.png")
     summary_path = property(lambda self: self.root / "summary.md")
+    released_path = property(lambda self: self.root / "released_model.pt")
 
     def start(self, resolved_config: str) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -63,10 +64,14 @@ class RunDirectory:
             return None
         return torch.load(self.checkpoint_path, weights_only=False)
 
+    def save_released_params(self, params: Mapping[str, torch.Tensor]) -> None:
+        with atomic_path(self.released_path) as tmp:
+            torch.save({k: v.detach().cpu() for k, v in params.items()}, tmp)
+
     def clear(self) -> None:
         """Remove the files a run writes (for ``--fresh``); other files are left alone."""
         for path in (self.config_path, self.metrics_path, self.ledger_path, self.checkpoint_path,
-                     self.plot_path, self.summary_path):
+                     self.plot_path, self.summary_path, self.released_path):
             path.unlink(missing_ok=True)
 
 

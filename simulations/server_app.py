@@ -29,9 +29,18 @@ def run_on_grid(
 ) -> RunResult:
     """Run (or resume) ``config`` over the nodes of ``grid``; results go to the run directory."""
     experiment = build_experiment(config)
-    if experiment.strategy.public_cohort:
+    in_process_only = [
+        what
+        for what, used in (
+            ("trains public users each round", experiment.strategy.public_cohort),
+            ("preconditions the clients' local steps", experiment.strategy.client_preconditioner),
+            ("varies the noise by round (budget_schedule)", config.strategy.budget_schedule),
+        )
+        if used
+    ]
+    if in_process_only:
         raise ValueError(
-            f"strategy `{experiment.strategy.name}` trains public users each round, which the Flower backends "
+            f"strategy `{experiment.strategy.name}` {' and '.join(in_process_only)}, which the Flower backends "
             "do not do yet: run it in-process (fedpub run CONFIG)"
         )
     session = RunSession(experiment, RunDirectory(config.output_dir / config.name), fresh=fresh)
@@ -49,7 +58,7 @@ def run_on_grid(
         private_ids=experiment.private_ids,
         planned_round_event=experiment.planned_round_event,
         delta=config.privacy.delta,
-        budget_epsilon=config.privacy.budget_epsilon,
+        budget_epsilon=experiment.budget_epsilon,
         first_round=session.rounds_done,
         node_wait_timeout=config.flower.node_wait_timeout,
         on_round=record_round,

@@ -17,13 +17,15 @@ import dp_accounting
 import torch
 
 from clients.local_training import model_params
-from fedpub.config import dump_config
+from fedpub.config import PublicTrainingConfig, dump_config
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.ledger import write_ledger
 from fedpub.strategy import RoundOutcome
 from fedpub.types import Params
 from simulations.evaluation import EvaluationSet, evaluate
 from simulations.experiment import Experiment
+from simulations.model_average import averaged_params, init_average, update_average
+from simulations.public_training import pooled_data, train_on_public
 from simulations.report import write_plot, write_summary
 from simulations.run_dir import RunDirectory
 
@@ -66,17 +68,33 @@ class RunSession:
         self.state = experiment.strategy.init(self.params)
         self.accountant = experiment.new_accountant()
         self.rounds_done = 0
+        self.average = init_average()
+        self.public_metrics: dict[str, float] = {}
         checkpoint = None if fresh else run_dir.load_checkpoint()
         if checkpoint is not None:
             self.params, self.state = checkpoint["params"], checkpoint["strategy_state"]
             self.accountant = UserLevelAccountant.from_dict(checkpoint["accountant"])
             self.rounds_done = checkpoint["rounds_done"]
+            self.average = checkpoint.get("model_average", self.average)
             run_dir.truncate_metrics(self.rounds_done)
+        elif cfg.strategy.warm_start is not None:
+            self.params = self._train_on_public(self.params, cfg.strategy.warm_start, "warm_start")
         run_dir.start(resolved)
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
         self.last_eval: dict[str, float] = {}
         self.last_eval_round = -1
         self._round_started = time.perf_counter()
+
+    def _train_on_public(self, params: Params, config: PublicTrainingConfig, purpose: str) -> Params:
+        """``params`` trained on the pooled public users (warm start or model reuse); its training
+        metrics go into the next record as ``<purpose>/<metric>``."""
+        experiment = self.experiment
+        data = pooled_data(experiment.public_data, experiment.public_ids)
+        trained, metrics = train_on_public(
+            self.model, params, data, config, experiment.task, seed=experiment.config.seed, purpose=purpose
+        )
+        self.public_metrics.update({f"{purpose}/{k}": v for k, v in metrics.items()})
+        return trained
 
     @property
     def delta(self) -> float:
@@ -84,7 +102,7 @@ class RunSession:
 
     def exceeds_budget(self, event: dp_accounting.DpEvent) -> bool:
         """Whether composing ``event`` would take ε past the configured budget."""
-        budget = self.experiment.config.privacy.budget_epsilon
+        budget = self.experiment.budget_epsilon
         return budget is not None and self.accountant.epsilon_if(event, self.delta) > budget
 
     def start_round(self) -> None:
@@ -109,7 +127,11 @@ class RunSession:
             **outcome.metrics,
             **{k: _mean([m[k] for m in client_metrics]) for k in ("train_loss", f"train_{headline}")},
             "examples": examples,
+            **self.public_metrics,
         }
+        self.public_metrics = {}
+        if cfg.strategy.model_average is not None:
+            self.average = update_average(cfg.strategy.model_average, self.average, self.params)
         if self.rounds_done % cfg.eval_every == 0 or self.rounds_done == cfg.rounds:
             record.update(self._evaluate())
         record["wall_time"] = time.perf_counter() - self._round_started
@@ -118,8 +140,14 @@ class RunSession:
             self.checkpoint()
         return record
 
-    def _evaluate(self) -> dict[str, float]:
-        self.last_eval = evaluate(self.model, self.params, self.eval_set, self.experiment.task)
+    def _evaluate(self, params: Params | None = None) -> dict[str, float]:
+        """Evaluate ``params`` (the global model) and, when configured, the averaged model (``avg_``)."""
+        task = self.experiment.task
+        self.last_eval = evaluate(self.model, self.params if params is None else params, self.eval_set, task)
+        averaged = averaged_params(self.average)
+        if averaged is not None:
+            metrics = evaluate(self.model, averaged, self.eval_set, task)
+            self.last_eval.update({f"avg_{k}": v for k, v in metrics.items()})
         self.last_eval_round = self.rounds_done
         return self.last_eval
 
@@ -130,6 +158,7 @@ class RunSession:
                 "params": {k: v.detach().cpu() for k, v in self.params.items()},
                 "strategy_state": self.state,
                 "accountant": self.accountant.to_dict(),
+                "model_average": self.average,
                 "torch_version": torch.__version__,
             }
         )
@@ -140,6 +169,14 @@ class RunSession:
         if self.last_eval_round != self.rounds_done:
             self._evaluate()
         self.checkpoint()
+        released = self.params
+        reuse = self.experiment.config.strategy.model_reuse
+        if reuse is not None:  # post-processing on public data; the checkpoint keeps the private w_T
+            private_eval = {f"private_{k}": v for k, v in self.last_eval.items()}
+            released = self._train_on_public(self.params, reuse, "model_reuse")
+            self._evaluate(released)
+            self.last_eval.update({**private_eval, **self.public_metrics})
+            self.run_dir.save_released_params(released)
         epsilon = self.accountant.epsilon(self.delta)
         records = self.run_dir.read_metrics()
         write_plot(records, self.run_dir.plot_path, self.experiment.task.headline)
@@ -147,5 +184,5 @@ class RunSession:
             self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, stopped_by_budget
         )
         return RunResult(
-            self.run_dir, self.params, self.rounds_done, epsilon, self.delta, stopped_by_budget, self.last_eval
+            self.run_dir, released, self.rounds_done, epsilon, self.delta, stopped_by_budget, self.last_eval
         )

@@ -1,6 +1,2 @@
-"""Named strategy recipes: each module's ``build`` turns its config into a StrategyCore."""
-
-from strategies import dope, dp_fedavg
-
-RECIPES = {"dp_fedavg": dp_fedavg.build, "dope": dope.build}
-"""Recipe name (the config's ``strategy.name``) -> its ``build``."""
+"""Named strategy recipes, one module per algorithm; ``compose.build_strategy`` turns a strategy
+config (any combination of their parts) into a StrategyCore."""

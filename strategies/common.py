@@ -30,12 +30,15 @@ def resolve_noise_multiplier(
     sampling: Sampling,
     rounds: int,
     privacy: PrivacyConfig,
+    *,
+    boosted: tuple[int, float] | None = None,
 ) -> float:
-    """The configured z, or the smallest z reaching ``target_epsilon`` after ``rounds`` rounds."""
+    """The configured z, or the smallest z reaching ``target_epsilon`` after ``rounds`` rounds,
+    ``boosted = (k, z_b)`` of which use the fixed z_b."""
     if noise_multiplier is not None:
         return noise_multiplier
     if target_epsilon is None:
         raise ValueError("give one of noise_multiplier or target_epsilon")
     return calibrate_noise_multiplier(
-        target_epsilon, privacy.delta, sampling, rounds, accountant=privacy.accountant
+        target_epsilon, privacy.delta, sampling, rounds, accountant=privacy.accountant, boosted=boosted
     )

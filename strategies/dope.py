@@ -3,31 +3,16 @@ preserving machine learning", Alg. 2, eq. 2 and Table 7): each round a few publi
 too, and the private updates are clipped around their mean update c_t (clipped to λ):
 Δ̄ = c_t + (Σ_k clip(Δ_k − c_t, C) + N(0, z²C²)) / m. The center is added outside the noisy sum, so
 the mechanism, its sensitivity C and its accounting are DP-FedAvg's; with c_t = 0 it is DP-FedAvg.
+"Extended" mode also averages the public updates in, outside the noisy sum.
 """
 
 from __future__ import annotations
 
-from fedpub.config import DopeConfig
-from fedpub.privacy.events import Sampling
-from fedpub.step import named_chain
+from fedpub.config import RecenterConfig
+from fedpub.step import Step
 from fedpub.steps.recenter import add_center, recenter
-from fedpub.strategy import StrategyCore
-from strategies.dp_fedavg import private_mean_steps, server_optimizer
 
 
-def build(
-    config: DopeConfig,
-    *,
-    sampling: Sampling,
-    population: int,
-    noise_multiplier: float,
-    seed: int,
-) -> StrategyCore:
-    """recenter → clip → aggregate (÷ m) → noise → add the center → server optimizer."""
-    aggregator = named_chain(
-        ("recenter", recenter(config.center_clip)),
-        *private_mean_steps(config, noise_multiplier, seed),
-        ("add_center", add_center()),
-        ("server_opt", server_optimizer(config.server_optimizer)),
-    )
-    return StrategyCore("dope", aggregator, sampling, population, seed, config.public_clients_per_round)
+def recentering_steps(config: RecenterConfig) -> tuple[list[tuple[str, Step]], list[tuple[str, Step]]]:
+    """(before the clip: subtract the center; after the noise: add it back)."""
+    return [("recenter", recenter(config.center_clip))], [("add_center", add_center(config.extended))]

@@ -3,21 +3,20 @@ models"): Poisson cohort of private users, clip each update to C, sum, add N(0, 
 the expected cohort m = qN, then the server optimizer (SGD+momentum = DP-FedAvgM, Adam =
 DP-FedAdam, Reddi et al. 2021). Optionally C adapts to a quantile of the norms (Andrew et al. 2021);
 its noisy count is a second Gaussian release on the same cohort, so a round costs one Gaussian of
-z_eff = (z⁻² + σ_b⁻²)^(−1/2)."""
+z_eff = (z⁻² + σ_b⁻²)^(−1/2). Every recipe shares this private mean (``strategies/compose.py``)."""
 
 from __future__ import annotations
 
 import dp_accounting
 
-from fedpub.config import DpFedAvgConfig, ServerOptimizerConfig
-from fedpub.privacy.events import Sampling
-from fedpub.step import Step, named_chain
+from fedpub.config import ServerOptimizerConfig, StrategyConfig
+from fedpub.step import Step
 from fedpub.steps.adaptive_clip import adaptive_clip
 from fedpub.steps.aggregate import aggregate
 from fedpub.steps.clip import clip
 from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.steps.server_opt import server_adam, server_sgd
-from fedpub.strategy import StrategyCore
+from strategies import ppsgd
 
 
 def server_optimizer(config: ServerOptimizerConfig) -> Step:
@@ -26,7 +25,7 @@ def server_optimizer(config: ServerOptimizerConfig) -> Step:
     return server_sgd(config.lr, config.momentum)
 
 
-def mechanism_events(config: DpFedAvgConfig, noise_multiplier: float) -> list[dp_accounting.DpEvent]:
+def mechanism_events(config: StrategyConfig, noise_multiplier: float) -> list[dp_accounting.DpEvent]:
     """The Gaussian releases of one round: the noisy sum, and the noisy count when C adapts."""
     events = [dp_accounting.GaussianDpEvent(noise_multiplier)]
     if config.adaptive_clip is not None:
@@ -34,7 +33,7 @@ def mechanism_events(config: DpFedAvgConfig, noise_multiplier: float) -> list[dp
     return events
 
 
-def sum_noise_multiplier(config: DpFedAvgConfig, round_noise_multiplier: float) -> float:
+def sum_noise_multiplier(config: StrategyConfig, round_noise_multiplier: float) -> float:
     """The z of the noisy sum that, with the count's noise, makes one round a Gaussian of
     ``round_noise_multiplier`` (what calibration to a target ε returns)."""
     if config.adaptive_clip is None:
@@ -48,30 +47,22 @@ def sum_noise_multiplier(config: DpFedAvgConfig, round_noise_multiplier: float) 
     return (round_noise_multiplier**-2 - count**-2) ** -0.5
 
 
-def private_mean_steps(config: DpFedAvgConfig, noise_multiplier: float, seed: int) -> list[tuple[str, Step]]:
-    """clip (fixed or adaptive) → aggregate (÷ m) → Gaussian noise: the private mean every recipe shares."""
+def clip_step(config: StrategyConfig, noise_multiplier: float, seed: int) -> Step:
+    """Fixed C, or C adapted to a quantile (Andrew et al.), or C and z steered by public users (PPSGD)."""
     adaptive = config.adaptive_clip
-    clip_step = (
-        clip(config.clip_norm)
-        if adaptive is None
-        else adaptive_clip(
+    if config.public_schedule is not None:
+        return ppsgd.schedule_step(config.public_schedule, config.clip_norm, noise_multiplier)
+    if adaptive is not None:
+        return adaptive_clip(
             config.clip_norm, adaptive.target_quantile, adaptive.learning_rate, adaptive.count_noise_std, seed
         )
-    )
-    return [("clip", clip_step), ("aggregate", aggregate()), ("noise", gaussian_noise(noise_multiplier, seed))]
+    return clip(config.clip_norm)
 
 
-def build(
-    config: DpFedAvgConfig,
-    *,
-    sampling: Sampling,
-    population: int,
-    noise_multiplier: float,
-    seed: int,
-) -> StrategyCore:
-    """The DP-FedAvg recipe: clip → aggregate (÷ m) → Gaussian noise → server optimizer."""
-    aggregator = named_chain(
-        *private_mean_steps(config, noise_multiplier, seed),
-        ("server_opt", server_optimizer(config.server_optimizer)),
-    )
-    return StrategyCore("dp_fedavg", aggregator, sampling, population, seed)
+def private_mean_steps(config: StrategyConfig, noise_multiplier: float, seed: int) -> list[tuple[str, Step]]:
+    """clip → aggregate (÷ m) → Gaussian noise: the private mean every recipe shares."""
+    return [
+        ("clip", clip_step(config, noise_multiplier, seed)),
+        ("aggregate", aggregate()),
+        ("noise", gaussian_noise(noise_multiplier, seed)),
+    ]

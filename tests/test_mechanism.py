@@ -12,17 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedpub import tree
-from fedpub.config import DpFedAvgConfig, PrivacyConfig, SamplingConfig
+from fedpub.config import PrivacyConfig, SamplingConfig, StrategyConfig
 from fedpub.privacy.events import FixedSizeSampling, PoissonSampling
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
 from strategies import dp_fedavg
+from strategies.compose import build_strategy
 from strategies.common import make_sampling
 
 
 def _strategy(clip_norm, z, sampling, population, server=None, seed=0) -> StrategyCore:
-    cfg = DpFedAvgConfig(clip_norm=clip_norm, noise_multiplier=z, server_optimizer=server or {})
-    return dp_fedavg.build(cfg, sampling=sampling, population=population, noise_multiplier=z, seed=seed)
+    cfg = StrategyConfig(clip_norm=clip_norm, noise_multiplier=z, server_optimizer=server or {})
+    return build_strategy(cfg, sampling=sampling, population=population, noise_multiplier=z, seed=seed, rounds=10)
 
 
 def _random_tree(shapes, seed, scale=1.0):
@@ -162,10 +163,10 @@ def test_target_epsilon_calibrates_the_noise():
 
 def test_adaptive_clipping_accounts_the_noisy_count_and_noises_with_c_t():
     sampling = PoissonSampling(0.1)
-    cfg = DpFedAvgConfig(
+    cfg = StrategyConfig(
         clip_norm=1.0, noise_multiplier=1.2, adaptive_clip={"target_quantile": 0.5, "learning_rate": 0.5, "count_noise_std": 3.0}
     )
-    core = dp_fedavg.build(cfg, sampling=sampling, population=100, noise_multiplier=1.2, seed=0)
+    core = build_strategy(cfg, sampling=sampling, population=100, noise_multiplier=1.2, seed=0, rounds=10)
     params = {k: torch.zeros(s) for k, s in SHAPES.items()}
     state = core.init(params)
     big = [_random_tree(SHAPES, s, scale=100.0) for s in range(10)]  # every update clipped: C must grow
@@ -184,7 +185,7 @@ def test_adaptive_clipping_calibrated_to_a_target_spends_exactly_that_budget():
     from strategies.common import resolve_noise_multiplier
 
     sampling = PoissonSampling(0.1)
-    cfg = DpFedAvgConfig(target_epsilon=3.0, adaptive_clip={"count_noise_std": 5.0})
+    cfg = StrategyConfig(target_epsilon=3.0, adaptive_clip={"count_noise_std": 5.0})
     z_round = resolve_noise_multiplier(None, 3.0, sampling, 20, PrivacyConfig(delta=1e-5))
     z_sum = dp_fedavg.sum_noise_multiplier(cfg, z_round)
     assert z_sum > z_round
@@ -195,11 +196,10 @@ def test_adaptive_clipping_calibrated_to_a_target_spends_exactly_that_budget():
 
 
 def _dope(clip_norm, z, population, center_clip=math.inf, seed=0):
-    from fedpub.config import DopeConfig
-    from strategies import dope
-
-    cfg = DopeConfig(clip_norm=clip_norm, noise_multiplier=z, center_clip=center_clip)
-    return dope.build(cfg, sampling=PoissonSampling(5 / population), population=population, noise_multiplier=z, seed=seed)
+    cfg = StrategyConfig(name="dope", clip_norm=clip_norm, noise_multiplier=z, recenter={"center_clip": center_clip})
+    return build_strategy(
+        cfg, sampling=PoissonSampling(5 / population), population=population, noise_multiplier=z, seed=seed, rounds=10
+    )
 
 
 def test_dope_with_a_zero_center_is_dp_fedavg_exactly():

@@ -1,5 +1,9 @@
 """The noise multiplier that reaches a target (epsilon, delta) after T identical rounds, cached on disk.
 
+Optionally k of the T rounds are *boosted*: they use a fixed noise multiplier z_b (more budget in some
+rounds, e.g. early ones: "Why is public pretraining necessary for private model training?", Table 2) and
+the calibrated z applies to the other T − k rounds.
+
 The round is user-level DP-FedAvg's sampled Gaussian (McMahan et al. 2018), see ``events.py``; the
 search is dp-accounting's ``calibrate_dp_mechanism`` (Brent's method, then a check that the returned
 z meets the target). RDP is bracketed from [0.05, 1.0] upwards (z = 0 would divide by zero for
@@ -48,15 +52,24 @@ def calibrate_noise_multiplier(
     cache_dir: Path | None = None,
     *,
     pld_discretization: float = 1e-4,
+    boosted: tuple[int, float] | None = None,
 ) -> float:
     """The smallest noise multiplier z (to within 1e-5) whose ``rounds`` rounds cost at most
-    ``target_epsilon`` at ``delta``; results are cached in ``cache_dir/calibration.json``."""
+    ``target_epsilon`` at ``delta``; results are cached in ``cache_dir/calibration.json``.
+
+    ``boosted = (k, z_b)``: k of the rounds use noise multiplier z_b and z is for the other rounds − k."""
     eps = target_epsilon
     if isinstance(eps, bool) or not isinstance(eps, Real) or not 0 < eps < math.inf:
         raise PrivacyError(f"target_epsilon must be a finite number > 0, got {target_epsilon!r}")
     PrivacyBudget(target_epsilon, delta)  # validates delta
     if isinstance(rounds, bool) or not isinstance(rounds, Integral) or rounds < 1:
         raise PrivacyError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if boosted is not None:
+        k, z_b = boosted
+        if isinstance(k, bool) or not isinstance(k, Integral) or not 0 < k < rounds:
+            raise PrivacyError(f"boosted rounds k must be an integer with 0 < k < rounds={rounds}, got {k!r}")
+        if isinstance(z_b, bool) or not isinstance(z_b, Real) or not 0 < z_b < math.inf:
+            raise PrivacyError(f"the boosted noise multiplier must be a finite number > 0, got {z_b!r}")
     relation = neighboring_relation(sampling)
     UserLevelAccountant(accountant, relation, pld_discretization).check_supported(
         round_event(sampling, [dp_event.GaussianDpEvent(1.0)])
@@ -70,6 +83,7 @@ def calibrate_noise_multiplier(
             "target_epsilon": float(target_epsilon),
             "delta": float(delta),
             "pld_discretization": float(pld_discretization),
+            "boosted": None if boosted is None else [int(boosted[0]), float(boosted[1])],
             "tolerance": _TOL,
             "dp_accounting": importlib.metadata.version("dp-accounting"),
         },
@@ -80,8 +94,15 @@ def calibrate_noise_multiplier(
     if isinstance(entries.get(key), float):
         return entries[key]
 
+    def rounds_at(z: float, count: int) -> dp_event.DpEvent:
+        return dp_event.SelfComposedDpEvent(round_event(sampling, [dp_event.GaussianDpEvent(z)]), int(count))
+
+    boost = None if boosted is None else rounds_at(boosted[1], boosted[0])
+    regular_rounds = rounds if boosted is None else rounds - boosted[0]
+
     def make_event(z: float) -> dp_event.DpEvent:
-        return dp_event.SelfComposedDpEvent(round_event(sampling, [dp_event.GaussianDpEvent(z)]), int(rounds))
+        regular = rounds_at(z, regular_rounds)
+        return regular if boost is None else dp_event.ComposedDpEvent([boost, regular])
 
     def fresh(kind: AccountantKind) -> Callable[[], dp_accounting.PrivacyAccountant]:
         return lambda: make_dp_accountant(kind, relation, pld_discretization)
@@ -94,15 +115,22 @@ def calibrate_noise_multiplier(
             fresh(kind), make_event, target_epsilon, delta, bracket_interval=bracket, tol=_TOL
         ))
 
+    if boost is not None and (spent := fresh(accountant)().compose(boost).get_epsilon(delta)) >= target_epsilon:
+        raise PrivacyError(
+            f"the {boosted[0]} boosted rounds at noise multiplier {boosted[1]:g} alone already spend epsilon="
+            f"{spent:g}, at least target_epsilon={target_epsilon:g} at delta={delta:g} ({accountant} accountant)"
+        )
     if gap("rdp", MIN_NOISE_MULTIPLIER) <= 0:
         raise PrivacyError(_too_weak(target_epsilon, delta, "rdp"))
     try:
         z = solve("rdp", dp_accounting.LowerEndpointAndGuess(MIN_NOISE_MULTIPLIER, 1.0))
     except dp_accounting.mechanism_calibration.NoBracketIntervalFoundError as err:
-        raise PrivacyError(
-            f"target_epsilon={target_epsilon:g} at delta={delta:g} is out of reach: "
-            "no noise multiplier up to 2^30 reaches it"
-        ) from err
+        if boost is None or accountant == "rdp":
+            raise PrivacyError(
+                f"target_epsilon={target_epsilon:g} at delta={delta:g} is out of reach: "
+                "no noise multiplier up to 2^30 reaches it"
+            ) from err
+        z = 1.0  # RDP overstates the boosted rounds beyond the target; PLD, which does not, brackets from 1
     if accountant == "pld":
         z = solve("pld", _bracket_below(lambda x: gap("pld", x), z, target_epsilon, delta))
     entries[key] = z

@@ -2,7 +2,8 @@
 
 The sum of C-clipped updates has L2 sensitivity C under adding or removing one user; this step
 adds N(0, (z·C)²) to that sum, which on the mean Σ/m is noise of std z·C/m. It reads C from the
-``clip_norm`` input (the clip step's output) and emits ``GaussianDpEvent(z)``. Its randomness
+``clip_norm`` input (the clip step's output), z from the optional ``noise_multiplier`` input (a schedule
+step's output) or else the factory's value, and emits ``GaussianDpEvent(z)``. Its randomness
 comes from a torch generator whose state is the step's state, so a seed reproduces the noise on
 any backend and a checkpoint resumes it exactly.
 """
@@ -20,10 +21,16 @@ from fedpub.step import Step
 from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
+def _check_noise_multiplier(z: float) -> None:
+    if not (z >= 0 and math.isfinite(z)):
+        raise ValueError(f"noise_multiplier must be a finite number >= 0, got {z}")
+
+
 def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
-    """Add noise of std ``noise_multiplier``·C / m to the mean update (z·C on the sum)."""
-    if not (noise_multiplier >= 0 and math.isfinite(noise_multiplier)):
-        raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier}")
+    """Add noise of std z·C / m to the mean update (z·C on the sum); z is the ``noise_multiplier`` input
+    when a step supplies one this round, else the factory's ``noise_multiplier``."""
+    _check_noise_multiplier(noise_multiplier)
+    default_noise_multiplier = noise_multiplier
 
     def init(params: Params) -> dict[str, torch.Tensor]:
         return {"rng": torch_generator(seed, "gaussian_noise").get_state()}
@@ -34,11 +41,14 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         *,
         ctx: RoundContext,
         clip_norm: float,
+        noise_multiplier: float | None = None,
         **_: Any,
     ) -> StepResult:
-        if noise_multiplier > 0 and math.isinf(clip_norm):
+        z = default_noise_multiplier if noise_multiplier is None else noise_multiplier
+        _check_noise_multiplier(z)
+        if z > 0 and math.isinf(clip_norm):
             raise ValueError("noise needs a finite clip_norm: the sensitivity is unbounded")
-        std_on_sum = noise_multiplier * clip_norm if noise_multiplier > 0 else 0.0
+        std_on_sum = z * clip_norm if z > 0 else 0.0
         std_on_mean = std_on_sum / ctx.expected_cohort
         gen = torch.Generator()
         gen.set_state(state["rng"])
@@ -46,8 +56,8 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         for name, value in updates.items():
             noise = torch.normal(0.0, 1.0, size=value.shape, generator=gen, dtype=value.dtype)
             noisy[name] = value + noise.to(value.device) * std_on_mean
-        metrics = {"noise_multiplier": noise_multiplier, "noise_std": std_on_mean}
-        event = dp_accounting.GaussianDpEvent(noise_multiplier)
+        metrics = {"noise_multiplier": z, "noise_std": std_on_mean}
+        event = dp_accounting.GaussianDpEvent(z)
         return StepResult(noisy, {"rng": gen.get_state()}, metrics, (event,))
 
     return Step(init, update)

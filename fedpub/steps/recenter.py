@@ -47,13 +47,26 @@ def recenter(center_clip: float = math.inf) -> Step:
     return Step(init, update)
 
 
-def add_center() -> Step:
-    """Add the center back to the (noisy) mean, outside the noisy sum."""
+def add_center(extended: bool = False) -> Step:
+    """Add the center back to the (noisy) mean, outside the noisy sum. ``extended`` (DOPE's extended
+    mode) then averages in the k public users' mean update: (m·Δ̄ + k·Δ̄_pub) / (m + k)."""
 
     def init(params: Params) -> dict:
         return {}
 
-    def update(updates: Updates, state: dict, *, ctx: RoundContext, center: Updates, **_: Any) -> StepResult:
-        return StepResult(tree.add(updates, center), state)
+    def update(
+        updates: Updates,
+        state: dict,
+        *,
+        ctx: RoundContext,
+        center: Updates,
+        public_mean: Updates | None = None,
+        **_: Any,
+    ) -> StepResult:
+        mean = tree.add(updates, center)
+        if extended and public_mean is not None and ctx.num_public:
+            m, k = ctx.expected_cohort, ctx.num_public
+            mean = tree.add(tree.scale(mean, m / (m + k)), tree.scale(public_mean, k / (m + k)))
+        return StepResult(mean, state)
 
     return Step(init, update)

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import dp_accounting
+import dp_accounting.pld
+import dp_accounting.rdp
 import pytest
 
 from fedpub.privacy import (
@@ -90,3 +92,44 @@ def test_invalid_inputs_name_the_field(kwargs: dict, field: str, tmp_path: Path)
             "accountant": "rdp", "cache_dir": tmp_path, **kwargs}
     with pytest.raises(PrivacyError, match=field):
         calibrate_noise_multiplier(**args)
+
+
+def _direct_epsilon(accountant: str, q: float, boosted: tuple[int, float], z: float, rounds: int) -> float:
+    """ε of the boosted schedule composed through dp_accounting directly."""
+    if accountant == "pld":
+        acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    else:
+        acc = dp_accounting.rdp.RdpAccountant()
+    k, z_b = boosted
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), rounds - k)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z_b)), k)
+    return acc.get_epsilon(DELTA)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_boosted_rounds_spend_more_and_the_rest_is_calibrated_to_the_target(accountant: str, tmp_path: Path) -> None:
+    rounds, boosted = 10, (2, 2.5)  # the plain z is about 3.4 (PLD) and 3.7 (RDP)
+    z = calibrate_noise_multiplier(4.0, DELTA, FULL, rounds, accountant, cache_dir=tmp_path, boosted=boosted)
+    epsilon = _direct_epsilon(accountant, 1.0, boosted, z, rounds)
+    assert 4.0 - 1e-3 <= epsilon <= 4.0
+    plain = calibrate_noise_multiplier(4.0, DELTA, FULL, rounds, accountant, cache_dir=tmp_path)
+    assert z > plain
+    assert [json.loads(k)["boosted"] for k in json.loads((tmp_path / CACHE_FILE).read_text())] == [[2, 2.5], None]
+
+
+def test_boosted_rounds_that_rdp_overstates_are_calibrated_with_pld(tmp_path: Path) -> None:
+    # one Gaussian at z_b = 2 costs 1.99 under PLD but 2.17 under RDP: the target 2.1 is out of RDP's reach
+    z = calibrate_noise_multiplier(2.1, DELTA, FULL, 5, "pld", cache_dir=tmp_path, boosted=(1, 2.0))
+    assert 2.1 - 1e-3 <= _direct_epsilon("pld", 1.0, (1, 2.0), z, 5) <= 2.1
+    with pytest.raises(PrivacyError, match="alone already spend epsilon=2.16"):
+        calibrate_noise_multiplier(2.1, DELTA, FULL, 5, "rdp", cache_dir=tmp_path, boosted=(1, 2.0))
+
+
+@pytest.mark.parametrize(
+    ("boosted", "match"),
+    [((0, 1.0), "0 < k < rounds=10, got 0"), ((10, 1.0), "got 10"), ((2, 0.0), "boosted noise multiplier"),
+     ((2, 0.3), "boosted rounds at noise multiplier 0.3 alone already spend")],
+)
+def test_invalid_boosted_rounds_are_refused(boosted: tuple[int, float], match: str, tmp_path: Path) -> None:
+    with pytest.raises(PrivacyError, match=match):
+        calibrate_noise_multiplier(1.0, DELTA, FULL, 10, "rdp", cache_dir=tmp_path, boosted=boosted)

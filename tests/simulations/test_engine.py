@@ -151,7 +151,7 @@ def test_adaptive_clipping_runs_and_each_round_is_accounted_with_both_releases(t
 
 def test_dope_trains_public_users_each_round_and_accounts_like_dp_fedavg(tiny_emnist_dir, tmp_path):
     cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=2, data={"public": {"fraction": 0.25, "seed": 0}},
-                      strategy={"name": "dope", "public_clients_per_round": 2, "center_clip": 1.0})
+                      strategy={"name": "dope", "public_clients_per_round": 2, "recenter": {"center_clip": 1.0}})
     result = _run(cfg)
     records = [json.loads(line) for line in (tmp_path / "tiny/metrics.jsonl").read_text().splitlines()]
     assert all(r["public_cohort_used"] == 2.0 and 0 < r["recenter/center_norm"] <= 1.0 + 1e-6 for r in records)

@@ -29,6 +29,28 @@ def test_measured_std_on_the_mean_is_z_c_over_m():
     assert result.events == (dp_accounting.GaussianDpEvent(z),)
 
 
+def test_a_noise_multiplier_input_sets_this_rounds_z():
+    z_input, c, m = 0.6, 2.0, 10.0
+    params = {"w": torch.zeros(400_000)}
+    ctx = RoundContext(round=0, seed=0, population=100, sampling_rate=0.1, expected_cohort=m, cohort_size=10)
+    step = gaussian_noise(3.0, seed=4)
+    result = step.update(params, step.init(params), ctx=ctx, clip_norm=c, noise_multiplier=z_input)
+    expected = z_input * c / m
+    assert abs(result.updates["w"].double().std().item() / expected - 1) < 0.01
+    assert result.metrics["noise_multiplier"] == z_input
+    assert result.metrics["noise_std"] == pytest.approx(expected)
+    assert result.events == (dp_accounting.GaussianDpEvent(z_input),)
+    default = step.update(params, step.init(params), ctx=ctx, clip_norm=c, noise_multiplier=None)
+    assert default.events == (dp_accounting.GaussianDpEvent(3.0),)
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("inf"), float("nan")])
+def test_an_invalid_noise_multiplier_input_is_refused(params, ctx, bad):
+    step = gaussian_noise(1.0, seed=1)
+    with pytest.raises(ValueError, match="noise_multiplier must be a finite number >= 0"):
+        step.update(params, step.init(params), ctx=ctx, clip_norm=1.0, noise_multiplier=bad)
+
+
 def test_different_seeds_give_different_noise(params, ctx):
     a, b = gaussian_noise(1.0, seed=1), gaussian_noise(1.0, seed=2)
     ra = a.update(params, a.init(params), ctx=ctx, clip_norm=1.0)

@@ -1,0 +1,28 @@
+"""More budget in a few rounds (Ganesh et al. 2023, "Why is public pretraining necessary for
+private model training?", Table 2): the rounds in ``boosted_rounds`` use the smaller noise
+multiplier ``boosted_noise_multiplier`` (handed to the noise step as the ``noise_multiplier``
+output); the other rounds keep the calibrated z, chosen so the composition reaches the target ε.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedpub.step import Step
+from fedpub.types import Params, RoundContext, StepResult
+
+
+def budget_schedule(boosted_rounds: range, boosted_noise_multiplier: float) -> Step:
+    """In the rounds of ``boosted_rounds``, the noise step uses ``boosted_noise_multiplier``."""
+    if not boosted_noise_multiplier > 0:
+        raise ValueError(f"boosted_noise_multiplier must be > 0, got {boosted_noise_multiplier}")
+
+    def init(params: Params) -> dict:
+        return {}
+
+    def update(updates: Any, state: dict, *, ctx: RoundContext, **_: Any) -> StepResult:
+        boosted = ctx.round in boosted_rounds
+        outputs = {"noise_multiplier": boosted_noise_multiplier} if boosted else {}
+        return StepResult(updates, state, {"boosted": float(boosted)}, outputs=outputs)
+
+    return Step(init, update)

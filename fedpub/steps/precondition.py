@@ -1,0 +1,121 @@
+"""Preconditioning of the private updates by a public A (AdaDPS: Li, Zaheer, Liu, Smith, Smith 2023,
+"Private adaptive optimization with side information", Alg. 1 and Alg. 3).
+
+A is non-sensitive, so it costs no privacy. It comes either from side information (``static``, e.g.
+token frequencies: :func:`token_frequency_preconditioner`) or from the public users' updates as
+RMSProp statistics: v ← β v + (1−β) mean_pub(Δ²), A = sqrt(v / (1 − β^count)) + ε (bias-corrected),
+refreshed with this round's public updates before A is used (Alg. 1, option 1); before any public
+update A = 1. Placement "server" divides every private update, and the public mean, by A before
+clipping; placement "client" leaves the updates as they are, because each client already divided
+its local gradients by the A of :func:`current_preconditioner` (Alg. 3). A = 1 is DP-FedAvg.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+
+from fedpub import tree
+from fedpub.step import Step
+from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+
+
+def precondition(
+    placement: Literal["server", "client"],
+    *,
+    static: Updates | None = None,
+    beta: float = 0.9,
+    eps: float = 1e-3,
+) -> Step:
+    """Divide the private updates by A (``placement="server"``) or track A for the clients (``"client"``)."""
+    if placement not in ("server", "client"):
+        raise ValueError(f"placement must be 'server' or 'client', got {placement!r}")
+    if not 0 <= beta < 1 or not eps > 0:
+        raise ValueError(f"precondition needs 0 <= beta < 1 and eps > 0, got {beta}, {eps}")
+    if static is not None:
+        for name, value in static.items():
+            if not bool((torch.isfinite(value) & (value > 0)).all()):
+                raise ValueError(f"static preconditioner {name!r} must be finite and > 0 everywhere")
+
+    def init(params: Params) -> dict[str, Any]:
+        if static is None:
+            return {"v": tree.zeros_like(params), "count": 0, "beta": beta, "eps": eps}
+        if {k: v.shape for k, v in static.items()} != {k: v.shape for k, v in params.items()}:
+            raise ValueError("the static preconditioner must have the parameters' names and shapes")
+        return {"static": tree.clone(static)}
+
+    def update(
+        updates: ClientUpdates,
+        state: dict[str, Any],
+        *,
+        ctx: RoundContext,
+        public_updates: ClientUpdates | None = None,
+        public_mean: Updates | None = None,
+        **_: Any,
+    ) -> StepResult:
+        used = 0 if public_updates is None else tree.num_rows(public_updates)
+        if "static" not in state and used:
+            second_moment = {k: v.pow(2).mean(dim=0) for k, v in public_updates.items()}
+            v = {k: beta * state["v"][k] + (1 - beta) * second_moment[k] for k in second_moment}
+            state = {**state, "v": v, "count": state["count"] + 1}
+        a = current_preconditioner(state)
+        if a is None:
+            a = tree.map_tree(torch.ones_like, state["v"])
+        outputs: dict[str, Updates] = {"preconditioner": a}
+        if placement == "server":
+            updates = {k: v / a[k] for k, v in updates.items()}
+            if public_mean is not None:
+                outputs["public_mean"] = {k: v / a[k] for k, v in public_mean.items()}
+        values = torch.cat([x.detach().flatten().double() for x in a.values()])
+        metrics = {
+            "preconditioner_min": float(values.min()),
+            "preconditioner_max": float(values.max()),
+            "preconditioner_mean": float(values.mean()),
+            "public_updates": float(used),
+        }
+        return StepResult(updates, state, metrics, outputs=outputs)
+
+    return Step(init, update)
+
+
+def current_preconditioner(state: dict[str, Any]) -> Updates | None:
+    """The A a round uses from ``state`` on (for the clients: the next round); None means A = 1.
+    The public source's state carries β and ε, so A follows from the state alone."""
+    if "static" in state:
+        return state["static"]
+    if state["count"] == 0:
+        return None
+    correction = 1 - state["beta"] ** state["count"]
+    return {k: torch.sqrt(v / correction) + state["eps"] for k, v in state["v"].items()}
+
+
+def token_frequency_preconditioner(
+    params: Params,
+    word_counts: Sequence[float] | torch.Tensor,
+    *,
+    weight_name: str,
+    power: float = 1.0,
+    floor: float = 1e-2,
+) -> Updates:
+    """Side information for bag-of-words logistic regression (weight ``[num_labels, vocab]``): column j of
+    ``weight_name`` gets A = max((count_j / mean count)^power, floor), so rare tokens take larger steps;
+    every other parameter gets A = 1. ``word_counts`` follow the model's vocabulary (column) order."""
+    if weight_name not in params or params[weight_name].dim() != 2:
+        raise ValueError(f"weight_name {weight_name!r} must name a 2-d weight among {sorted(params)}")
+    if not (floor > 0 and math.isfinite(power)):
+        raise ValueError(f"token frequencies need floor > 0 and a finite power, got {floor}, {power}")
+    weight = params[weight_name]
+    counts = torch.as_tensor(word_counts, dtype=torch.float64)
+    if counts.shape != (weight.shape[1],):
+        raise ValueError(
+            f"word_counts has {counts.numel()} entries but {weight_name!r} has a vocabulary of {weight.shape[1]}"
+        )
+    if not bool(torch.isfinite(counts).all() and (counts >= 0).all() and counts.sum() > 0):
+        raise ValueError("word_counts must be finite, >= 0 and not all zero")
+    column = (counts / counts.mean()).pow(power).clamp_min(floor).to(weight.dtype)
+    a = tree.map_tree(torch.ones_like, params)
+    a[weight_name] = column.expand_as(weight).clone()
+    return a

@@ -1,0 +1,91 @@
+"""Public users steer the budget and the clip norm (PPSGD: Wang, Zheng, Chen, Ma, Zhang, Yu 2020,
+"Differentially private learning with small public data", Alg. 1; federated form in DESIGN.md §4).
+
+This step replaces the clip step: it clips every private update to C_t and hands C_t and z_t to the
+noise step (outputs ``clip_norm`` and ``noise_multiplier``). From the public users' mean update Δ̄_pub it
+sets the next round's values (d parameters, expected cohort m):
+
+* if φ‖Δ̄_pub‖ < sqrt(d)·z_t C_t / m (the noise's norm on the mean dwarfs the signal), spend more budget:
+  ρ_{t+1} = (1+α)ρ_t, i.e. z_{t+1} = max(z_min, z_t / sqrt(1+α)) since ρ ∝ 1/z²; else z_{t+1} = z_t
+  (the floor z_min stops the growth; it never raises a z_t already below it);
+* if ϕ‖Δ̄_pub‖ < C_t, C_{t+1} = (1−β)C_t; else C_{t+1} = C_t.
+
+Δ̄_pub is public, so the schedule costs no privacy; the accountant composes the rounds' different z_t.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fedpub import tree
+from fedpub.step import Step
+from fedpub.steps.clip import clip_factors
+from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+
+
+def public_schedule(
+    initial_clip_norm: float,
+    initial_noise_multiplier: float,
+    *,
+    budget_growth: float,
+    clip_decay: float,
+    noise_test_factor: float,
+    clip_test_factor: float,
+    min_noise_multiplier: float = 0.3,
+) -> Step:
+    """Clip to C_t; from the public mean, set z_{t+1} (budget growth α, test φ) and C_{t+1} (decay β, test ϕ)."""
+    positive = {
+        "initial_clip_norm": initial_clip_norm,
+        "initial_noise_multiplier": initial_noise_multiplier,
+        "budget_growth": budget_growth,
+        "noise_test_factor": noise_test_factor,
+        "clip_test_factor": clip_test_factor,
+    }
+    for name, value in positive.items():
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    if not 0 < clip_decay < 1:
+        raise ValueError(f"clip_decay must be in (0, 1), got {clip_decay}")
+    if not (min_noise_multiplier >= 0 and math.isfinite(min_noise_multiplier)):
+        raise ValueError(f"min_noise_multiplier must be a finite number >= 0, got {min_noise_multiplier}")
+
+    def init(params: Params) -> dict[str, float]:
+        return {"clip_norm": float(initial_clip_norm), "noise_multiplier": float(initial_noise_multiplier)}
+
+    def update(
+        updates: ClientUpdates,
+        state: dict[str, float],
+        *,
+        ctx: RoundContext,
+        public_mean: Updates | None = None,
+        **_: Any,
+    ) -> StepResult:
+        c, z = state["clip_norm"], state["noise_multiplier"]
+        norms = tree.row_norms(updates)
+        clipped = tree.scale_rows(updates, clip_factors(norms, c))
+        next_c, next_z, public_norm = c, z, math.nan
+        if public_mean is not None:
+            public_norm = float(tree.global_norm(public_mean))
+            d = sum(v.shape[1:].numel() for v in updates.values())
+            weak = noise_test_factor * public_norm < math.sqrt(d) * z * c / ctx.expected_cohort
+            if weak and z > min_noise_multiplier:
+                next_z = max(min_noise_multiplier, z / math.sqrt(1 + budget_growth))
+            if clip_test_factor * public_norm < c:
+                next_c = (1 - clip_decay) * c
+        metrics = {
+            "clip_norm": c,
+            "noise_multiplier": z,
+            "next_clip_norm": next_c,
+            "next_noise_multiplier": next_z,
+            "public_norm": public_norm,
+            "clipped_fraction": float((norms > c).double().mean()) if norms.numel() else 0.0,
+        }
+        return StepResult(
+            clipped,
+            {"clip_norm": next_c, "noise_multiplier": next_z},
+            metrics,
+            outputs={"clip_norm": c, "noise_multiplier": z},
+        )
+
+    return Step(init, update)

@@ -1,0 +1,39 @@
+"""AdaDPS in federated form (Li et al. 2023, "Private adaptive optimization with side
+information", Alg. 1 and 3): a preconditioner A, public (the public users' RMSProp second moments)
+or side information (StackOverflow token frequencies: rare words get larger steps), divides the
+updates before they are clipped and noised — at the server (each update Δ_k ⊘ A) or on the clients
+(each local gradient ∇f ⊘ A, Alg. 3, which the paper found better in FL). A is public: it costs no
+privacy, and A = 1 is DP-FedAvg exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fedpub.config import PreconditionConfig
+from fedpub.step import Step
+from fedpub.steps.precondition import current_preconditioner, precondition, token_frequency_preconditioner
+from fedpub.types import Params, StepState, Updates
+
+BAG_OF_WORDS_WEIGHT = "0.weight"
+"""The (tags × vocabulary) weight of ``so_tag_logreg``, the parameter token frequencies precondition."""
+
+
+def preconditioning_steps(config: PreconditionConfig, side_information: Updates | None) -> list[tuple[str, Step]]:
+    """The step placed first in the chain (before recentering and clipping)."""
+    step = precondition(config.placement, static=side_information, beta=config.beta, eps=config.eps)
+    return [("precondition", step)]
+
+
+def client_preconditioner(state: StepState) -> Updates | None:
+    """The A the clients divide their local gradients by this round (None: not yet any)."""
+    return current_preconditioner(state["precondition"])
+
+
+def token_frequency_side_information(
+    config: PreconditionConfig, params: Params, word_counts: Sequence[float]
+) -> Updates:
+    """A from the counts of the model's vocabulary words (``stackoverflow.word_count``, in order)."""
+    return token_frequency_preconditioner(
+        params, word_counts, weight_name=BAG_OF_WORDS_WEIGHT, power=config.power, floor=config.floor
+    )

@@ -1,0 +1,77 @@
+"""One strategy from one config: the recipes' steps composed in the order of DESIGN.md §3.
+
+precondition (AdaDPS) → recenter (DOPE) → boosted rounds (seed 001) → clip | adaptive clip |
+public schedule (PPSGD) → aggregate (÷ m) → Gaussian noise → add the center (DOPE) → mirror mix
+(PDA-DPMD) → server optimizer. Every part but the private mean is optional, so a config may
+combine them (e.g. warm start + DOPE + AdaDPS + mirror). The private mean, its sensitivity C_t and
+its accounting are DP-FedAvg's whatever is composed around it.
+"""
+
+from __future__ import annotations
+
+from fedpub.config import StrategyConfig
+from fedpub.privacy.events import Sampling
+from fedpub.step import Step, named_chain
+from fedpub.steps.budget_schedule import budget_schedule
+from fedpub.strategy import StrategyCore
+from fedpub.types import Updates
+from strategies import adadps, dope, pda_dpmd
+from strategies.dp_fedavg import private_mean_steps, server_optimizer
+
+
+def boosted_rounds(config: StrategyConfig, rounds: int) -> range:
+    """The rounds that spend more budget (seed 001): the first or the last ``boosted_rounds``."""
+    schedule = config.budget_schedule
+    if schedule is None:
+        return range(0)
+    if schedule.boosted_rounds >= rounds:
+        raise ValueError(
+            f"strategy.budget_schedule.boosted_rounds={schedule.boosted_rounds} must be fewer than the "
+            f"{rounds} rounds"
+        )
+    k = schedule.boosted_rounds
+    return range(k) if schedule.position == "first" else range(rounds - k, rounds)
+
+
+def strategy_steps(
+    config: StrategyConfig, noise_multiplier: float, seed: int, rounds: int, side_information: Updates | None
+) -> list[tuple[str, Step]]:
+    """The named steps of ``config`` in chain order (the private mean's are ``clip``, ``aggregate``, ``noise``)."""
+    before, after = dope.recentering_steps(config.recenter) if config.recenter is not None else ([], [])
+    steps = []
+    if config.precondition is not None:
+        steps += adadps.preconditioning_steps(config.precondition, side_information)
+    steps += before
+    if config.budget_schedule is not None:
+        schedule = budget_schedule(boosted_rounds(config, rounds), config.budget_schedule.boosted_noise_multiplier)
+        steps.append(("budget_schedule", schedule))
+    steps += private_mean_steps(config, noise_multiplier, seed) + after
+    if config.mirror is not None:
+        steps += pda_dpmd.mirror_steps(config.mirror, rounds)
+    return steps + [("server_opt", server_optimizer(config.server_optimizer))]
+
+
+def build_strategy(
+    config: StrategyConfig,
+    *,
+    sampling: Sampling,
+    population: int,
+    noise_multiplier: float,
+    seed: int,
+    rounds: int,
+    side_information: Updates | None = None,
+) -> StrategyCore:
+    """The StrategyCore of ``config``; ``side_information`` is AdaDPS's fixed A, if any."""
+    steps = strategy_steps(config, noise_multiplier, seed, rounds, side_information)
+    precondition = config.precondition
+    local = precondition is not None and precondition.placement == "client"
+    return StrategyCore(
+        config.name,
+        named_chain(*steps),
+        sampling,
+        population,
+        seed,
+        config.public_clients_per_round,
+        client_preconditioner=adadps.client_preconditioner if local else None,
+        public_clients_precondition=local and precondition.source != "public",
+    )

@@ -1,0 +1,164 @@
+"""Every public-data recipe end to end through the in-process engine, on the tiny synthetic data
+(real HDF5 files, real accountant): each runs, accounts what it adds, and leaves its results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from clients.local_training import LocalTrainingConfig, train_client
+from fedpub.privacy.accountant import epsilon_for
+from fedpub.privacy.events import PoissonSampling
+from fedpub.seeding import torch_generator
+from simulations.engine import run_in_process
+from simulations.experiment import build_experiment
+from simulations.run_dir import RunDirectory
+from tests.conftest import tiny_config
+from tests.simulations.test_stackoverflow_runs import _config as so_config
+
+PUBLIC = {"public": {"fraction": 0.25, "seed": 0}}  # 4 of the 16 writers are public: N = 12
+
+
+def _run(cfg):
+    return run_in_process(build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name))
+
+
+def _records(cfg):
+    return [json.loads(x) for x in (cfg.output_dir / cfg.name / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "strategy, metric",
+    [
+        ({"name": "adadps", "public_clients_per_round": 2}, "precondition/preconditioner_max"),
+        ({"name": "adadps", "precondition": {"placement": "server"}}, "precondition/preconditioner_mean"),
+        ({"name": "pda_dpmd", "mirror": {"decay_rounds": 2}}, "mirror/alpha"),
+        ({"name": "dope", "recenter": {"extended": True}, "precondition": {"placement": "server"}, "mirror": {}},
+         "recenter/center_norm"),
+    ],
+)
+def test_each_public_recipe_runs_and_costs_what_dp_fedavg_costs(tiny_emnist_dir, tmp_path, strategy, metric):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=2, data=PUBLIC, strategy=strategy)
+    result = _run(cfg)
+    records = _records(cfg)
+    assert all(metric in r and r["public_cohort_used"] > 0 for r in records)
+    assert result.epsilon == pytest.approx(epsilon_for(PoissonSampling(4 / 12), 0.8, 2, 1e-5))
+    assert all(torch.isfinite(v).all() for v in result.params.values())
+
+
+def test_client_side_adadps_trains_private_clients_with_the_public_preconditioner(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=2, data=PUBLIC, strategy={"name": "adadps"})
+    experiment = build_experiment(cfg)
+    core = experiment.strategy
+    params = {k: v.detach().clone() for k, v in experiment.new_model().named_parameters()}
+    state = core.init(params)
+    assert core.local_preconditioner(state) is None  # no public statistics yet: A = 1
+    public = [{k: torch.full_like(v, 0.01) for k, v in params.items()}]
+    state = core.aggregate(params, [], state, 0, public_updates=public).state
+    a = core.local_preconditioner(state)
+    assert a is not None and core.local_preconditioner(state, public=True) is None  # public users train plain
+    for k in params:
+        torch.testing.assert_close(a[k], torch.full_like(params[k], 0.01 + 1e-3))  # bias-corrected |Δ| + eps
+
+
+def test_a_unit_preconditioner_leaves_local_training_exactly_as_it_was(tiny_emnist_dir, tmp_path):
+    experiment = build_experiment(tiny_config(tiny_emnist_dir, tmp_path))
+    model = experiment.new_model()
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    data = experiment.train.client_data(experiment.private_ids[0])
+    config = LocalTrainingConfig(epochs=2, batch_size=4, lr=0.1)
+    plain = train_client(model, params, data, config, torch_generator(1))
+    ones = {k: torch.ones_like(v) for k, v in params.items()}
+    unit = train_client(model, params, data, config, torch_generator(1), preconditioner=ones)
+    halves = train_client(model, params, data, config, torch_generator(1), preconditioner={k: 2 * v for k, v in ones.items()})
+    for k in params:
+        assert torch.equal(plain.update[k], unit.update[k])
+    first_step = LocalTrainingConfig(epochs=1, batch_size=len(data), lr=0.1)  # one step: Δ/2 exactly
+    one = train_client(model, params, data, first_step, torch_generator(1))
+    two = train_client(model, params, data, first_step, torch_generator(1), preconditioner={k: 2 * v for k, v in ones.items()})
+    for k in params:
+        torch.testing.assert_close(two.update[k], one.update[k] / 2)
+    assert not torch.equal(halves.update["0.weight"], plain.update["0.weight"])
+
+
+def test_ppsgd_spends_its_budget_then_reuses_the_model_on_public_data(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(
+        tiny_emnist_dir, tmp_path, rounds=6, data=PUBLIC, privacy={"budget_epsilon": 10.0},
+        strategy={"name": "ppsgd", "noise_multiplier": 0.7,
+                  "public_schedule": {"budget_growth": 1.0, "noise_test_factor": 1e-9},  # always spend more
+                  "model_reuse": {"epochs": 1, "prox_weight": 0.5}},
+    )
+    result = _run(cfg)
+    records = _records(cfg)
+    zs = [r["noise/noise_multiplier"] for r in records]
+    assert all(later < earlier for earlier, later in zip(zs, zs[1:]))
+    assert result.stopped_by_budget and result.rounds_done < 6
+    assert records[-1]["epsilon"] <= 10.0 and result.epsilon <= 10.0
+    released = torch.load(tmp_path / "tiny" / "released_model.pt")
+    private = torch.load(tmp_path / "tiny" / "checkpoint.pt", weights_only=False)["params"]
+    assert not torch.equal(released["0.weight"], private["0.weight"])
+    for k in released:
+        assert torch.equal(released[k], result.params[k])
+    assert "private_eval_accuracy" in result.final_metrics and "model_reuse/train_loss" in result.final_metrics
+    assert "model reuse" in (tmp_path / "tiny" / "summary.md").read_text()
+
+
+def test_a_budget_schedule_calibrated_to_a_target_spends_exactly_it(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(
+        tiny_emnist_dir, tmp_path, rounds=4, privacy={"accountant": "rdp"},
+        strategy={"noise_multiplier": None, "target_epsilon": 4.0,
+                  "budget_schedule": {"boosted_rounds": 1, "boosted_noise_multiplier": 1.2}},
+    )
+    result = _run(cfg)
+    zs = [r["noise/noise_multiplier"] for r in _records(cfg)]
+    assert zs[0] == 1.2 and zs[1] == zs[2] == zs[3] != 1.2
+    assert result.epsilon <= 4.0 and result.epsilon == pytest.approx(4.0, abs=1e-2)
+
+
+def test_warm_start_and_model_averaging(tiny_emnist_dir, tmp_path):
+    warm = tiny_config(tiny_emnist_dir, tmp_path / "warm", rounds=2, data=PUBLIC,
+                       strategy={"warm_start": {"epochs": 2, "lr": 0.1}, "model_average": {"kind": "window", "window": 1}})
+    cold = tiny_config(tiny_emnist_dir, tmp_path / "cold", rounds=2, data=PUBLIC)
+    warm_result, cold_result = _run(warm), _run(cold)
+    records = _records(warm)
+    assert "warm_start/train_loss" in records[0] and "warm_start/train_loss" not in records[1]
+    assert not torch.equal(warm_result.params["0.weight"], cold_result.params["0.weight"])
+    assert all(r["avg_eval_accuracy"] == r["eval_accuracy"] for r in records)  # a window of 1 is the last model
+    assert warm_result.epsilon == cold_result.epsilon
+
+
+def test_ema_averaging_survives_a_resume(tiny_emnist_dir, tmp_path):
+    strategy = {"model_average": {"kind": "ema", "decay": 0.5}}
+    whole = tiny_config(tiny_emnist_dir, tmp_path / "whole", rounds=3, strategy=strategy)
+    _run(whole)
+    part = tiny_config(tiny_emnist_dir, tmp_path / "part", rounds=3, strategy=strategy)
+    experiment = build_experiment(part)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(record):
+        if record["round"] == 1:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_in_process(experiment, RunDirectory(part.output_dir / part.name), on_round=stop_after_two)
+    _run(part)
+    assert _records(part)[-1]["avg_eval_accuracy"] == _records(whole)[-1]["avg_eval_accuracy"]
+
+
+def test_token_frequency_adadps_on_stackoverflow_tags(tiny_emnist_dir, tmp_path):
+    cfg = so_config(tmp_path, "so_tag", "so_tag_logreg", name="adadps",
+                    precondition={"source": "token_frequency", "placement": "client"})
+    experiment = build_experiment(cfg)
+    params = {k: v.detach() for k, v in experiment.new_model().named_parameters()}
+    a = experiment.strategy.local_preconditioner(experiment.strategy.init(params))
+    assert a["0.weight"].shape[1] == experiment.train.num_features and torch.equal(a["0.bias"], torch.ones_like(a["0.bias"]))
+    assert float(a["0.weight"].min()) >= 1e-2 and float(a["0.weight"].max()) > 1.0
+    result = run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name))
+    assert 0.0 <= result.final_metrics["eval_recall_at_5"] <= 1.0
+    with pytest.raises(ValueError, match="so_tag_logreg"):
+        build_experiment(tiny_config(tiny_emnist_dir, tmp_path, strategy={
+            "name": "adadps", "precondition": {"source": "token_frequency"}}))

@@ -1,0 +1,59 @@
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from fedpub.steps.mirror import mirror, mirror_alpha
+from tests.steps.step_contract import assert_step_contract
+
+
+def _tree(params, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(v.shape, generator=g) for k, v in params.items()}
+
+
+def test_contract(params, ctx):
+    private = {k: torch.full_like(v, 0.5) for k, v in params.items()}
+    public_mean = {k: torch.ones_like(v) for k, v in params.items()}
+    shapes = {k: v.shape for k, v in params.items()}
+    later = dataclasses.replace(ctx, round=3)
+    assert_step_contract(lambda: mirror(10, 0.2), params, private, later, shapes, public_mean=public_mean)
+
+
+def test_the_alpha_schedule_is_a_cosine_decay_to_the_floor():
+    assert mirror_alpha(0, 10, 0.0) == 1.0
+    assert mirror_alpha(5, 10, 0.0) == pytest.approx(math.cos(math.pi / 4))
+    assert mirror_alpha(10, 10, 0.0) == pytest.approx(0.0, abs=1e-15)
+    assert mirror_alpha(10, 10, 0.3) == mirror_alpha(500, 10, 0.3) == 0.3  # after K, α stays at the floor
+    schedule = [mirror_alpha(t, 10, 0.1) for t in range(30)]
+    assert all(a >= b for a, b in zip(schedule, schedule[1:]))
+
+
+def test_alpha_one_returns_the_private_input_exactly(params, ctx):
+    """PDA-DPMD with α = 1 is DP-FedAvg exactly."""
+    private, public_mean = _tree(params, 1), _tree(params, 2)
+    step = mirror(10)
+    for result in (
+        step.update(private, step.init(params), ctx=ctx, public_mean=public_mean),  # t = 0
+        step.update(private, step.init(params), ctx=dataclasses.replace(ctx, round=7), public_mean=None),
+        mirror(10, alpha_floor=1.0).update(private, {}, ctx=dataclasses.replace(ctx, round=7), public_mean=public_mean),
+    ):
+        assert result.metrics["alpha"] == 1.0
+        assert all(torch.equal(result.updates[k], private[k]) for k in params)
+
+
+def test_mixes_private_and_public_means(params, ctx):
+    private, public_mean = _tree(params, 1), _tree(params, 2)
+    step = mirror(6, alpha_floor=0.1)
+    result = step.update(private, step.init(params), ctx=dataclasses.replace(ctx, round=2), public_mean=public_mean)
+    alpha = math.cos(math.pi * 2 / 12)
+    assert result.metrics["alpha"] == pytest.approx(alpha)
+    for k in params:
+        torch.testing.assert_close(result.updates[k], alpha * private[k] + (1 - alpha) * public_mean[k])
+
+
+@pytest.mark.parametrize(("decay_rounds", "floor"), [(0, 0.0), (5, -0.1), (5, 1.5)])
+def test_invalid_schedule_is_refused(decay_rounds, floor):
+    with pytest.raises(ValueError, match="decay_rounds >= 1 and 0 <= alpha_floor <= 1"):
+        mirror(decay_rounds, floor)

@@ -1,0 +1,127 @@
+import math
+
+import pytest
+import torch
+
+from fedpub import tree
+from fedpub.models.stackoverflow import TagLogisticRegression
+from fedpub.steps.precondition import current_preconditioner, precondition, token_frequency_preconditioner
+from tests.steps.step_contract import assert_step_contract
+
+
+def _public(params, seed: int, rows: int = 3) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(rows, *v.shape, generator=g) for k, v in params.items()}
+
+
+def test_contract(params, stacked, ctx):
+    shapes = {k: v.shape for k, v in stacked.items()}
+    public_mean = {k: torch.ones_like(v) for k, v in params.items()}
+    static = {k: torch.full_like(v, 2.0) for k, v in params.items()}
+    for make in (
+        lambda: precondition("server"),
+        lambda: precondition("client"),
+        lambda: precondition("server", static=static),
+    ):
+        assert_step_contract(
+            make, params, stacked, ctx, shapes, public_updates=_public(params, 5), public_mean=public_mean
+        )
+
+
+def test_static_ones_leave_the_updates_exactly_unchanged(params, stacked, ctx):
+    """AdaDPS with A = 1 is DP-FedAvg exactly."""
+    public_mean = {k: v[0] for k, v in _public(params, 4).items()}
+    step = precondition("server", static=tree.map_tree(torch.ones_like, params))
+    result = step.update(stacked, step.init(params), ctx=ctx, public_mean=public_mean)
+    assert all(torch.equal(result.updates[k], stacked[k]) for k in stacked)
+    assert all(torch.equal(result.outputs["public_mean"][k], public_mean[k]) for k in params)
+
+
+def test_rmsprop_statistics_with_bias_correction_over_two_rounds(params, stacked, ctx):
+    beta, eps = 0.8, 1e-3
+    first, second = _public(params, 1), _public(params, 2, rows=2)
+    step = precondition("server", beta=beta, eps=eps)
+    state = step.init(params)
+    assert current_preconditioner(state) is None
+    r1 = step.update(stacked, state, ctx=ctx, public_updates=first)
+    r2 = step.update(stacked, r1.state, ctx=ctx, public_updates=second)
+    for k in params:
+        v1 = (1 - beta) * first[k].pow(2).mean(0)
+        v2 = beta * v1 + (1 - beta) * second[k].pow(2).mean(0)
+        a1 = torch.sqrt(v1 / (1 - beta)) + eps  # the first round's A is this round's mean |Δ|² root
+        a2 = torch.sqrt(v2 / (1 - beta**2)) + eps
+        torch.testing.assert_close(r1.updates[k], stacked[k] / a1)
+        torch.testing.assert_close(r2.updates[k], stacked[k] / a2)
+        torch.testing.assert_close(current_preconditioner(r2.state)[k], a2)
+    assert r2.metrics["public_updates"] == 2.0
+    assert r2.metrics["preconditioner_min"] <= r2.metrics["preconditioner_mean"] <= r2.metrics["preconditioner_max"]
+
+
+def test_without_public_updates_nothing_is_learned_and_a_is_one(params, stacked, ctx):
+    step = precondition("server")
+    empty = {k: torch.zeros(0, *v.shape) for k, v in params.items()}
+    for public in (None, empty):
+        result = step.update(stacked, step.init(params), ctx=ctx, public_updates=public)
+        assert all(torch.equal(result.updates[k], stacked[k]) for k in stacked)
+        assert result.state["count"] == 0 and current_preconditioner(result.state) is None
+        assert result.metrics["preconditioner_max"] == 1.0 and result.metrics["public_updates"] == 0.0
+
+
+def test_server_placement_divides_the_public_mean_too(params, stacked, ctx):
+    static = {k: torch.full_like(v, 4.0) for k, v in params.items()}
+    public_mean = {k: torch.ones_like(v) for k, v in params.items()}
+    step = precondition("server", static=static)
+    result = step.update(stacked, step.init(params), ctx=ctx, public_mean=public_mean)
+    for k in params:
+        torch.testing.assert_close(result.outputs["public_mean"][k], torch.full_like(params[k], 0.25))
+        torch.testing.assert_close(result.updates[k], stacked[k] / 4.0)
+        assert torch.equal(result.outputs["preconditioner"][k], static[k])
+
+
+def test_client_placement_passes_the_updates_through_and_tracks_a(params, stacked, ctx):
+    public, public_mean = _public(params, 3), {k: torch.ones_like(v) for k, v in params.items()}
+    step = precondition("client", beta=0.5)
+    result = step.update(stacked, step.init(params), ctx=ctx, public_updates=public, public_mean=public_mean)
+    assert all(torch.equal(result.updates[k], stacked[k]) for k in stacked)
+    assert "public_mean" not in result.outputs
+    for k in params:
+        expected = public[k].pow(2).mean(0).sqrt() + 1e-3
+        torch.testing.assert_close(current_preconditioner(result.state)[k], expected)
+        torch.testing.assert_close(result.outputs["preconditioner"][k], expected)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+def test_invalid_static_preconditioner_is_refused(params, bad):
+    static = {k: torch.ones_like(v) for k, v in params.items()}
+    static["b"][1] = bad
+    with pytest.raises(ValueError, match="'b' must be finite and > 0"):
+        precondition("server", static=static)
+
+
+def test_invalid_arguments_name_the_problem(params):
+    with pytest.raises(ValueError, match="placement"):
+        precondition("both")
+    with pytest.raises(ValueError, match="beta"):
+        precondition("server", beta=1.0)
+    with pytest.raises(ValueError, match="names and shapes"):
+        precondition("server", static={"w": torch.ones(4, 3)}).init(params)
+
+
+def test_token_frequency_gives_rare_words_larger_steps():
+    model = TagLogisticRegression(num_classes=3, vocab_size=4)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    a = token_frequency_preconditioner(params, [8, 2, 0, 6], weight_name="0.weight", power=0.5, floor=0.1)
+    # mean count 4: (2, 0.5, 0, 1.5)^0.5 floored at 0.1
+    column = torch.tensor([2**0.5, 0.5**0.5, 0.1, 1.5**0.5])
+    torch.testing.assert_close(a["0.weight"], column.expand(3, 4))
+    assert torch.equal(a["0.bias"], torch.ones(3))
+    state = precondition("client", static=a).init(params)
+    assert all(torch.equal(current_preconditioner(state)[k], a[k]) for k in params)
+
+
+def test_token_frequency_checks_the_vocabulary_size():
+    params = {"0.weight": torch.zeros(3, 4), "0.bias": torch.zeros(3)}
+    with pytest.raises(ValueError, match="5 entries .* vocabulary of 4"):
+        token_frequency_preconditioner(params, [1.0] * 5, weight_name="0.weight")
+    with pytest.raises(ValueError, match="weight_name"):
+        token_frequency_preconditioner(params, [1.0] * 4, weight_name="0.bias")
