@@ -3,9 +3,11 @@
 
 A is non-sensitive, so it costs no privacy. It comes either from side information (``static``, e.g.
 token frequencies: :func:`token_frequency_preconditioner`) or from the public users' updates as
-RMSProp statistics: v ← β v + (1−β) mean_pub(Δ²), A = sqrt(v / (1 − β^count)) + ε (bias-corrected),
+RMSProp statistics: v ← β v + (1−β) mean_pub(Δ²), A ∝ sqrt(v / (1 − β^count)) + ε (bias-corrected),
 refreshed with this round's public updates before A is used (Alg. 1, option 1); before any public
-update A = 1. Placement "server" divides every private update, and the public mean, by A before
+update A = 1. Public-statistics A is scaled to mean 1 over all coordinates: the statistics are of
+model updates, not of gradients, so only their relative sizes are meaningful, and the clip norm and
+learning rates keep the scale they have without preconditioning. Placement "server" divides every private update, and the public mean, by A before
 clipping; placement "client" leaves the updates as they are, because each client already divided
 its local gradients by the A of :func:`current_preconditioner` (Alg. 3). A = 1 is DP-FedAvg.
 """
@@ -89,7 +91,9 @@ def current_preconditioner(state: dict[str, Any]) -> Updates | None:
     if state["count"] == 0:
         return None
     correction = 1 - state["beta"] ** state["count"]
-    return {k: torch.sqrt(v / correction) + state["eps"] for k, v in state["v"].items()}
+    a = {k: torch.sqrt(v / correction) + state["eps"] for k, v in state["v"].items()}
+    mean = torch.cat([x.flatten() for x in a.values()]).mean()
+    return {k: v / mean for k, v in a.items()}
 
 
 def token_frequency_preconditioner(

@@ -55,12 +55,14 @@ def test_client_side_adadps_trains_private_clients_with_the_public_preconditione
     params = {k: v.detach().clone() for k, v in experiment.new_model().named_parameters()}
     state = core.init(params)
     assert core.local_preconditioner(state) is None  # no public statistics yet: A = 1
-    public = [{k: torch.full_like(v, 0.01) for k, v in params.items()}]
+    public = [{k: torch.full_like(v, 0.01 if k == "0.weight" else 0.03) for k, v in params.items()}]
     state = core.aggregate(params, [], state, 0, public_updates=public).state
     a = core.local_preconditioner(state)
     assert a is not None and core.local_preconditioner(state, public=True) is None  # public users train plain
+    raw = {k: float(v.flatten()[0]) + 1e-3 for k, v in public[0].items()}  # bias-corrected |Δ| + eps
+    mean = sum(raw[k] * params[k].numel() for k in params) / sum(v.numel() for v in params.values())
     for k in params:
-        torch.testing.assert_close(a[k], torch.full_like(params[k], 0.01 + 1e-3))  # bias-corrected |Δ| + eps
+        torch.testing.assert_close(a[k], torch.full_like(params[k], raw[k] / mean))  # scaled to mean 1
 
 
 def test_a_unit_preconditioner_leaves_local_training_exactly_as_it_was(tiny_emnist_dir, tmp_path):

@@ -45,11 +45,13 @@ def test_rmsprop_statistics_with_bias_correction_over_two_rounds(params, stacked
     assert current_preconditioner(state) is None
     r1 = step.update(stacked, state, ctx=ctx, public_updates=first)
     r2 = step.update(stacked, r1.state, ctx=ctx, public_updates=second)
+    v1 = {k: (1 - beta) * first[k].pow(2).mean(0) for k in params}
+    v2 = {k: beta * v1[k] + (1 - beta) * second[k].pow(2).mean(0) for k in params}
+    raw1 = {k: torch.sqrt(v1[k] / (1 - beta)) + eps for k in params}  # the first round's: mean |Δ|² root
+    raw2 = {k: torch.sqrt(v2[k] / (1 - beta**2)) + eps for k in params}
+    mean1, mean2 = (torch.cat([r.flatten() for r in raw.values()]).mean() for raw in (raw1, raw2))
     for k in params:
-        v1 = (1 - beta) * first[k].pow(2).mean(0)
-        v2 = beta * v1 + (1 - beta) * second[k].pow(2).mean(0)
-        a1 = torch.sqrt(v1 / (1 - beta)) + eps  # the first round's A is this round's mean |Δ|² root
-        a2 = torch.sqrt(v2 / (1 - beta**2)) + eps
+        a1, a2 = raw1[k] / mean1, raw2[k] / mean2  # scaled to mean 1
         torch.testing.assert_close(r1.updates[k], stacked[k] / a1)
         torch.testing.assert_close(r2.updates[k], stacked[k] / a2)
         torch.testing.assert_close(current_preconditioner(r2.state)[k], a2)
@@ -84,8 +86,10 @@ def test_client_placement_passes_the_updates_through_and_tracks_a(params, stacke
     result = step.update(stacked, step.init(params), ctx=ctx, public_updates=public, public_mean=public_mean)
     assert all(torch.equal(result.updates[k], stacked[k]) for k in stacked)
     assert "public_mean" not in result.outputs
+    raw = {k: public[k].pow(2).mean(0).sqrt() + 1e-3 for k in params}
+    mean = torch.cat([r.flatten() for r in raw.values()]).mean()
     for k in params:
-        expected = public[k].pow(2).mean(0).sqrt() + 1e-3
+        expected = raw[k] / mean
         torch.testing.assert_close(current_preconditioner(result.state)[k], expected)
         torch.testing.assert_close(result.outputs["preconditioner"][k], expected)
 
