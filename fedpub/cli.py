@@ -3,15 +3,20 @@
     fedpub run [CONFIG.yaml]      run (or resume) an experiment; no CONFIG runs the quick-start
     fedpub account ...            user-level ε of T rounds of the sampled Gaussian, PLD and RDP
     fedpub calibrate ...          the noise multiplier z reaching a target ε
+    fedpub compare SWEEP.yaml     run every (strategy, ε, seed) of a sweep and compare them
+    fedpub report RUN_DIR...      the same comparison table and plots from existing runs
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markdown import Markdown
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -165,6 +170,52 @@ def calibrate(
     except USER_ERRORS as error:
         _fail(error)
     console.print(f"noise multiplier z = [bold]{z!r}[/] ({accountant.upper()}, ε ≤ {target_epsilon:g}, δ = {delta:g}, T = {rounds})", highlight=False)
+
+
+def _show_comparison(table: str, out_dir: Path) -> None:
+    console.print(Markdown(table))
+    console.print(f"results in {out_dir}/ (compare.md, compare.csv, accuracy_vs_epsilon.png, accuracy_vs_round.png)")
+
+
+@app.command()
+def compare(
+    sweep: Annotated[Path, typer.Argument(help="sweep YAML: base config, epsilons, seeds, strategies (see README)")],
+    fresh: Annotated[bool, typer.Option("--fresh", help="discard recorded results and restart every run")] = False,
+) -> None:
+    """Run every (strategy, ε, seed) of a sweep in process (resumable), then write compare.csv,
+    compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/."""
+    from simulations.compare import load_sweep, run_sweep
+
+    try:
+        plan = load_sweep(sweep)
+    except USER_ERRORS as error:
+        _fail(error)
+    console.print(f"[bold]{plan.name}[/]: {len(plan.runs)} runs into {plan.root}/", highlight=False)
+    result = run_sweep(plan, fresh=fresh, console=console)
+    if result.table is not None:
+        _show_comparison(result.table, plan.root)
+    if result.failures:
+        console.print(f"[bold red]{len(result.failures)} of {len(plan.runs)} runs failed:[/]")
+        for f in result.failures:
+            console.print(f"  {f.run.describe()}: {escape(f.error)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run directories (runs/<name>/)")],
+    out: Annotated[Optional[Path], typer.Option(help="where to write; default: the runs' common parent")] = None,
+) -> None:
+    """Compare finished runs: compare.csv, compare.md (mean ± std over seeds per strategy and ε) and plots.
+    A run's label is <label> of a compare run named <label>__eps<ε>__seed<seed>, else its strategy.name."""
+    from simulations.compare_report import report_runs
+
+    out_dir = out or Path(os.path.commonpath([p.resolve().parent for p in run_dirs]))
+    try:
+        table = report_runs(run_dirs, out_dir)
+    except USER_ERRORS as error:
+        _fail(error)
+    _show_comparison(table, out_dir)
 
 
 def main() -> None:

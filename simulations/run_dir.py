@@ -2,7 +2,8 @@
 
 ``config.yaml`` (resolved), ``metrics.jsonl`` (one record per round), ``ledger.json`` (the
 composed DpEvent and ε), ``checkpoint.pt`` (model, step states, accountant), ``accuracy.png`` and
-``summary.md``; ``released_model.pt`` when the released model is not the last private one (model reuse).
+``summary.md``, ``final_metrics.json`` (the released model's final evaluation); ``released_model.pt``
+when the released model is not the last private one (model reuse).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class RunDirectory:
     plot_path = property(lambda self: self.root / "accuracy.png")
     summary_path = property(lambda self: self.root / "summary.md")
     released_path = property(lambda self: self.root / "released_model.pt")
+    final_metrics_path = property(lambda self: self.root / "final_metrics.json")
 
     def start(self, resolved_config: str) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -64,6 +66,15 @@ class RunDirectory:
             return None
         return torch.load(self.checkpoint_path, weights_only=False)
 
+    def save_final_metrics(self, metrics: Mapping[str, float]) -> None:
+        """The released model's final evaluation (after model reuse, if any)."""
+        write_text_atomic(self.final_metrics_path, json.dumps(_jsonable(metrics), indent=1))
+
+    def read_final_metrics(self) -> dict[str, float] | None:
+        if not self.final_metrics_path.exists():
+            return None
+        return json.loads(self.final_metrics_path.read_text())
+
     def save_released_params(self, params: Mapping[str, torch.Tensor]) -> None:
         with atomic_path(self.released_path) as tmp:
             torch.save({k: v.detach().cpu() for k, v in params.items()}, tmp)
@@ -71,7 +82,7 @@ class RunDirectory:
     def clear(self) -> None:
         """Remove the files a run writes (for ``--fresh``); other files are left alone."""
         for path in (self.config_path, self.metrics_path, self.ledger_path, self.checkpoint_path,
-                     self.plot_path, self.summary_path, self.released_path):
+                     self.plot_path, self.summary_path, self.released_path, self.final_metrics_path):
             path.unlink(missing_ok=True)
 
 

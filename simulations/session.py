@@ -177,6 +177,7 @@ class RunSession:
             self._evaluate(released)
             self.last_eval.update({**private_eval, **self.public_metrics})
             self.run_dir.save_released_params(released)
+        self.run_dir.save_final_metrics(self.last_eval)
         epsilon = self.accountant.epsilon(self.delta)
         records = self.run_dir.read_metrics()
         write_plot(records, self.run_dir.plot_path, self.experiment.task.headline)

@@ -1,0 +1,214 @@
+"""``fedpub compare``: every (strategy, ε, seed) of a sweep file, run in process, then compared.
+
+A sweep file names a base experiment config (a path relative to the sweep file, or an inline
+mapping), target ε values, seeds and strategies, each a label with overrides deep-merged over the
+whole base. Run (label, ε, seed) is the merged config with ``strategy.target_epsilon`` = ε (z is
+calibrated, and cached, per strategy and ε), ``seed``, ``name`` = ``<label>__eps<ε>__seed<seed>``
+and its directory under ``<output_dir>/<sweep name>/runs/``. A finished run's row is recorded at
+once (``compare.csv``, rewritten atomically), so a rerun skips recorded runs and resumes a
+half-done one from its checkpoint; a failed run is reported and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from rich.console import Console
+from rich.markup import escape
+
+from fedpub.atomic import write_text_atomic
+from fedpub.config import ConfigError, ExperimentConfig, dump_config, parse_config
+from fedpub.tasks import get_task
+from simulations.compare_report import (
+    CSV_FILE,
+    OUTPUT_FILES,
+    ComparedRun,
+    csv_text,
+    eval_curve,
+    read_csv,
+    read_run,
+    run_name,
+    write_comparison,
+)
+from simulations.engine import run_in_process
+from simulations.experiment import build_experiment
+from simulations.run_dir import RunDirectory
+
+NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+LABEL = re.compile(r"[A-Za-z0-9.-]+(_[A-Za-z0-9.-]+)*")
+"""A strategy label: a run name's characters, no ``__`` (it separates the label in run names)."""
+
+
+class SweepConfig(BaseModel):
+    """A sweep file (see the module docstring); unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base: Path | dict[str, Any] = Field(description="experiment YAML (relative to the sweep file) or mapping")
+    name: str | None = Field(None, pattern=NAME_PATTERN, description="output folder; default: the file's stem")
+    output_dir: Path | None = Field(None, description="default: the base config's output_dir")
+    epsilons: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    strategies: dict[str, dict[str, Any] | None] = Field(min_length=1, description="label -> overrides")
+
+    @field_validator("epsilons", "seeds")
+    @classmethod
+    def _distinct(cls, values: list) -> list:
+        if len(set(values)) != len(values):
+            raise ValueError("values must be distinct")
+        return values
+
+    @field_validator("strategies")
+    @classmethod
+    def _labels(cls, strategies: dict[str, Any]) -> dict[str, Any]:
+        for label in strategies:
+            if not LABEL.fullmatch(label):
+                raise ValueError(f"label {label!r}: use letters, digits, '.', '-' and single '_' inside")
+        return strategies
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    label: str
+    target_epsilon: float
+    seed: int
+    config: ExperimentConfig
+
+    @property
+    def run_dir(self) -> RunDirectory:
+        return RunDirectory(self.config.output_dir / self.config.name)
+
+    @property
+    def key(self) -> tuple[str, float, int]:
+        return self.label, self.target_epsilon, self.seed
+
+    def describe(self) -> str:
+        return f"{self.label} ε={self.target_epsilon:g} seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    root: Path
+    """``<output_dir>/<name>``: compare.csv, compare.md, the plots and ``runs/``."""
+    runs: tuple[SweepRun, ...]
+    headline: str
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    run: SweepRun
+    error: str
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    failures: list[RunFailure]
+    table: str | None
+    """compare.md's text; None when no run has finished."""
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` merged in: mappings merge key by key, anything else replaces."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = deep_merge(merged[key], value) if both else value
+    return merged
+
+
+def _read_yaml(path: Path, context: str = "") -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{context}cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def _describe(error: Any) -> str:
+    where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        return f"unknown key `{where}`; allowed keys here: {', '.join(SweepConfig.model_fields)}"
+    return f"field `{where}`: {error['msg']}"
+
+
+def load_sweep(path: Path) -> Sweep:
+    """Read a sweep file and validate it and every run's merged config; ConfigError names the field."""
+    path = Path(path)
+    try:
+        sweep = SweepConfig.model_validate(_read_yaml(path))  # not a mapping: an error at the top level
+    except pydantic.ValidationError as exc:
+        problems = "\n".join(f"  - {_describe(e)}" for e in exc.errors())
+        raise ConfigError(f"{path}: invalid sweep\n{problems}") from None
+    if isinstance(sweep.base, dict):
+        base, base_source = sweep.base, "the inline base"
+    else:
+        base_path = path.parent / sweep.base
+        base, base_source = _read_yaml(base_path, f"{path}: field `base`: ") or {}, str(base_path)
+        if not isinstance(base, dict):
+            raise ConfigError(f"{base_path}: the top level must be a mapping of keys")
+    name = sweep.name or path.stem
+    output_dir = sweep.output_dir or base.get("output_dir") or ExperimentConfig.model_fields["output_dir"].default
+    root = Path(output_dir) / name
+    runs = []
+    for label, overrides in sweep.strategies.items():
+        merged = deep_merge(base, overrides or {})
+        for epsilon in sweep.epsilons:
+            strategy = {**(merged.get("strategy") or {}), "target_epsilon": epsilon, "noise_multiplier": None}
+            for seed in sweep.seeds:
+                raw_run = {**merged, "strategy": strategy, "seed": seed, "name": run_name(label, epsilon, seed),
+                           "output_dir": str(root / "runs")}
+                config = parse_config(raw_run, f"{path}: strategies.{label} over {base_source}")
+                runs.append(SweepRun(label, epsilon, seed, config))
+    tasks = {run.config.task for run in runs}
+    if len(tasks) > 1:
+        raise ConfigError(f"{path}: the strategies run different tasks ({', '.join(sorted(tasks))}); compare one task")
+    return Sweep(name, root, tuple(runs), get_task(tasks.pop()).headline)
+
+
+def run_sweep(sweep: Sweep, *, fresh: bool = False, console: Console | None = None) -> SweepResult:
+    """Run every run not yet recorded (all of them with ``fresh``), then write the comparison."""
+    console = console or Console()
+    csv_path = sweep.root / CSV_FILE
+    if fresh:
+        for name in OUTPUT_FILES:
+            (sweep.root / name).unlink(missing_ok=True)
+    rows = read_csv(csv_path) if csv_path.exists() else []
+    recorded = {(r["strategy"], r["target_epsilon"], r["seed"]): r for r in rows}
+    done: dict[tuple[str, float, int], ComparedRun] = {}
+    failures: list[RunFailure] = []
+    for i, run in enumerate(sweep.runs, 1):
+        step = f"[{i}/{len(sweep.runs)}] {run.describe()}"
+        row = recorded.get(run.key)
+        if row is not None and run.run_dir.stored_config() == dump_config(run.config):
+            done[run.key] = ComparedRun(row, eval_curve(run.run_dir.read_metrics(), sweep.headline), sweep.headline)
+            console.print(f"{step}: recorded, skipped", highlight=False)
+            continue
+        console.print(f"{step}: started", highlight=False)
+        started = time.perf_counter()
+        try:
+            result = run_in_process(build_experiment(run.config), run.run_dir, fresh=fresh)
+        except Exception as error:  # noqa: BLE001 — one failed run must not stop the sweep
+            failures.append(RunFailure(run, f"{type(error).__name__}: {error}"))
+            console.print(f"{step}: [red]failed[/]: {escape(str(error))}", highlight=False)
+            continue
+        done[run.key] = read_run(run.run_dir, run.label, result.final_metrics)
+        rows = [done[r.key].row for r in sweep.runs if r.key in done]
+        write_text_atomic(csv_path, csv_text(rows, sweep.headline))
+        metric = result.final_metrics.get(f"eval_{sweep.headline}", float("nan"))
+        console.print(
+            f"{step}: {sweep.headline} {metric:.4f}, ε {result.epsilon:.4g} after {result.rounds_done} rounds, "
+            f"{time.perf_counter() - started:.1f} s",
+            highlight=False,
+        )
+    compared = [done[r.key] for r in sweep.runs if r.key in done]
+    table = write_comparison(sweep.root, compared, f"Comparison `{sweep.name}`") if compared else None
+    return SweepResult(failures, table)
