@@ -186,8 +186,21 @@ class BudgetScheduleConfig(_Section):
     """Seed 001, Table 2: a few rounds with a smaller z (more budget), the rest calibrated to the target."""
 
     boosted_rounds: int = Field(..., ge=1)
-    boosted_noise_multiplier: float = Field(..., gt=0)
+    boosted_noise_multiplier: float | None = Field(None, gt=0, description="z of the boosted rounds")
+    boosted_noise_ratio: float | None = Field(None, gt=0, description="or: their z is this times the others'")
     position: Literal["first", "last"] = "first"
+
+    @model_validator(mode="after")
+    def _one_noise(self) -> BudgetScheduleConfig:
+        if (self.boosted_noise_multiplier is None) == (self.boosted_noise_ratio is None):
+            raise ValueError("give exactly one of boosted_noise_multiplier or boosted_noise_ratio")
+        return self
+
+    def boosted_z(self, noise_multiplier: float) -> float:
+        """The boosted rounds' z when the other rounds use ``noise_multiplier``."""
+        if self.boosted_noise_multiplier is not None:
+            return self.boosted_noise_multiplier
+        return self.boosted_noise_ratio * noise_multiplier
 
 
 class PublicTrainingConfig(_Section):

@@ -183,7 +183,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         sampling,
         config.rounds,
         config.privacy,
-        boosted=(len(boosted), schedule.boosted_noise_multiplier) if schedule is not None else None,
+        boost=schedule,
     )
     if strategy_cfg.target_epsilon is not None:
         z = dp_fedavg.sum_noise_multiplier(strategy_cfg, z)
@@ -204,7 +204,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         )
     if (strategy_cfg.warm_start or strategy_cfg.model_reuse) and not public_ids:
         raise ValueError("strategy.warm_start and strategy.model_reuse train on public users: set data.public")
-    first_z = schedule.boosted_noise_multiplier if 0 in boosted else z
+    first_z = schedule.boosted_z(z) if 0 in boosted else z
     planned = round_event(sampling, dp_fedavg.mechanism_events(strategy_cfg, first_z))
     experiment = Experiment(
         config=config,

@@ -3,7 +3,7 @@ multiplier (given, or calibrated to a target ε with the accountant)."""
 
 from __future__ import annotations
 
-from fedpub.config import PrivacyConfig, SamplingConfig
+from fedpub.config import BudgetScheduleConfig, PrivacyConfig, SamplingConfig
 from fedpub.privacy.calibration import calibrate_noise_multiplier
 from fedpub.privacy.events import FixedSizeSampling, PoissonSampling, Sampling
 
@@ -31,14 +31,22 @@ def resolve_noise_multiplier(
     rounds: int,
     privacy: PrivacyConfig,
     *,
-    boosted: tuple[int, float] | None = None,
+    boost: BudgetScheduleConfig | None = None,
 ) -> float:
-    """The configured z, or the smallest z reaching ``target_epsilon`` after ``rounds`` rounds,
-    ``boosted = (k, z_b)`` of which use the fixed z_b."""
+    """The configured z, or the smallest z reaching ``target_epsilon`` after ``rounds`` rounds, of which
+    ``boost.boosted_rounds`` use z_b (given, or a ratio times z)."""
     if noise_multiplier is not None:
         return noise_multiplier
     if target_epsilon is None:
         raise ValueError("give one of noise_multiplier or target_epsilon")
     return calibrate_noise_multiplier(
-        target_epsilon, privacy.delta, sampling, rounds, accountant=privacy.accountant, boosted=boosted
+        target_epsilon,
+        privacy.delta,
+        sampling,
+        rounds,
+        accountant=privacy.accountant,
+        boosted=(boost.boosted_rounds, boost.boosted_noise_multiplier)
+        if boost is not None and boost.boosted_noise_multiplier is not None else None,
+        boosted_ratio=(boost.boosted_rounds, boost.boosted_noise_ratio)
+        if boost is not None and boost.boosted_noise_ratio is not None else None,
     )

@@ -43,7 +43,8 @@ def strategy_steps(
         steps += adadps.preconditioning_steps(config.precondition, side_information)
     steps += before
     if config.budget_schedule is not None:
-        schedule = budget_schedule(boosted_rounds(config, rounds), config.budget_schedule.boosted_noise_multiplier)
+        boosted_z = config.budget_schedule.boosted_z(noise_multiplier)
+        schedule = budget_schedule(boosted_rounds(config, rounds), boosted_z)
         steps.append(("budget_schedule", schedule))
     steps += private_mean_steps(config, noise_multiplier, seed) + after
     if config.mirror is not None:

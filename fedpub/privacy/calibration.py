@@ -53,23 +53,25 @@ def calibrate_noise_multiplier(
     *,
     pld_discretization: float = 1e-4,
     boosted: tuple[int, float] | None = None,
+    boosted_ratio: tuple[int, float] | None = None,
 ) -> float:
     """The smallest noise multiplier z (to within 1e-5) whose ``rounds`` rounds cost at most
     ``target_epsilon`` at ``delta``; results are cached in ``cache_dir/calibration.json``.
 
-    ``boosted = (k, z_b)``: k of the rounds use noise multiplier z_b and z is for the other rounds − k."""
+    ``boosted = (k, z_b)``: k of the rounds use noise multiplier z_b and z is for the other rounds − k;
+    ``boosted_ratio = (k, r)``: k of the rounds use r·z."""
     eps = target_epsilon
     if isinstance(eps, bool) or not isinstance(eps, Real) or not 0 < eps < math.inf:
         raise PrivacyError(f"target_epsilon must be a finite number > 0, got {target_epsilon!r}")
     PrivacyBudget(target_epsilon, delta)  # validates delta
     if isinstance(rounds, bool) or not isinstance(rounds, Integral) or rounds < 1:
         raise PrivacyError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if boosted is not None and boosted_ratio is not None:
+        raise PrivacyError("give boosted or boosted_ratio, not both")
     if boosted is not None:
-        k, z_b = boosted
-        if isinstance(k, bool) or not isinstance(k, Integral) or not 0 < k < rounds:
-            raise PrivacyError(f"boosted rounds k must be an integer with 0 < k < rounds={rounds}, got {k!r}")
-        if isinstance(z_b, bool) or not isinstance(z_b, Real) or not 0 < z_b < math.inf:
-            raise PrivacyError(f"the boosted noise multiplier must be a finite number > 0, got {z_b!r}")
+        _check_boost(boosted, rounds, "boosted noise multiplier")
+    if boosted_ratio is not None:
+        _check_boost(boosted_ratio, rounds, "boosted noise ratio")
     relation = neighboring_relation(sampling)
     UserLevelAccountant(accountant, relation, pld_discretization).check_supported(
         round_event(sampling, [dp_event.GaussianDpEvent(1.0)])
@@ -84,6 +86,7 @@ def calibrate_noise_multiplier(
             "delta": float(delta),
             "pld_discretization": float(pld_discretization),
             "boosted": None if boosted is None else [int(boosted[0]), float(boosted[1])],
+            "boosted_ratio": None if boosted_ratio is None else [int(boosted_ratio[0]), float(boosted_ratio[1])],
             "tolerance": _TOL,
             "dp_accounting": importlib.metadata.version("dp-accounting"),
         },
@@ -98,10 +101,12 @@ def calibrate_noise_multiplier(
         return dp_event.SelfComposedDpEvent(round_event(sampling, [dp_event.GaussianDpEvent(z)]), int(count))
 
     boost = None if boosted is None else rounds_at(boosted[1], boosted[0])
-    regular_rounds = rounds if boosted is None else rounds - boosted[0]
+    boosted_count = next((b[0] for b in (boosted, boosted_ratio) if b is not None), 0)
 
     def make_event(z: float) -> dp_event.DpEvent:
-        regular = rounds_at(z, regular_rounds)
+        regular = rounds_at(z, rounds - boosted_count)
+        if boosted_ratio is not None:
+            return dp_event.ComposedDpEvent([rounds_at(boosted_ratio[1] * z, boosted_count), regular])
         return regular if boost is None else dp_event.ComposedDpEvent([boost, regular])
 
     def fresh(kind: AccountantKind) -> Callable[[], dp_accounting.PrivacyAccountant]:
@@ -139,6 +144,15 @@ def calibrate_noise_multiplier(
     except OSError as err:
         warnings.warn(f"could not write calibration cache {path}: {err}", stacklevel=2)
     return z
+
+
+def _check_boost(boost: tuple[int, float], rounds: int, what: str) -> None:
+    """(k, value): 0 < k < rounds boosted rounds and a finite value > 0."""
+    k, value = boost
+    if isinstance(k, bool) or not isinstance(k, Integral) or not 0 < k < rounds:
+        raise PrivacyError(f"boosted rounds k must be an integer with 0 < k < rounds={rounds}, got {k!r}")
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 < value < math.inf:
+        raise PrivacyError(f"the {what} must be a finite number > 0, got {value!r}")
 
 
 def _bracket_below(

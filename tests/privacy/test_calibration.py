@@ -117,6 +117,16 @@ def test_boosted_rounds_spend_more_and_the_rest_is_calibrated_to_the_target(acco
     assert [json.loads(k)["boosted"] for k in json.loads((tmp_path / CACHE_FILE).read_text())] == [[2, 2.5], None]
 
 
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_boosted_rounds_at_a_ratio_of_z_are_calibrated_to_the_target(accountant: str, tmp_path: Path) -> None:
+    rounds = 10
+    z = calibrate_noise_multiplier(4.0, DELTA, FULL, rounds, accountant, cache_dir=tmp_path, boosted_ratio=(2, 0.5))
+    epsilon = _direct_epsilon(accountant, 1.0, (2, 0.5 * z), z, rounds)
+    assert 4.0 - 1e-3 <= epsilon <= 4.0
+    with pytest.raises(PrivacyError, match="not both"):
+        calibrate_noise_multiplier(4.0, DELTA, FULL, rounds, accountant, boosted=(2, 1.0), boosted_ratio=(2, 0.5))
+
+
 def test_boosted_rounds_that_rdp_overstates_are_calibrated_with_pld(tmp_path: Path) -> None:
     # one Gaussian at z_b = 2 costs 1.99 under PLD but 2.17 under RDP: the target 2.1 is out of RDP's reach
     z = calibrate_noise_multiplier(2.1, DELTA, FULL, 5, "pld", cache_dir=tmp_path, boosted=(1, 2.0))

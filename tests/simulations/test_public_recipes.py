@@ -120,6 +120,18 @@ def test_a_budget_schedule_calibrated_to_a_target_spends_exactly_it(tiny_emnist_
     assert result.epsilon <= 4.0 and result.epsilon == pytest.approx(4.0, abs=1e-2)
 
 
+def test_a_budget_schedule_at_a_ratio_of_the_calibrated_z(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(
+        tiny_emnist_dir, tmp_path, rounds=4, privacy={"accountant": "rdp"},
+        strategy={"noise_multiplier": None, "target_epsilon": 4.0,
+                  "budget_schedule": {"boosted_rounds": 2, "boosted_noise_ratio": 0.8, "position": "last"}},
+    )
+    result = _run(cfg)
+    zs = [r["noise/noise_multiplier"] for r in _records(cfg)]
+    assert zs[0] == zs[1] and zs[2] == zs[3] == pytest.approx(0.8 * zs[0])
+    assert result.epsilon <= 4.0 and result.epsilon == pytest.approx(4.0, abs=1e-2)
+
+
 def test_warm_start_and_model_averaging(tiny_emnist_dir, tmp_path):
     warm = tiny_config(tiny_emnist_dir, tmp_path / "warm", rounds=2, data=PUBLIC,
                        strategy={"warm_start": {"epochs": 2, "lr": 0.1}, "model_average": {"kind": "window", "window": 1}})

@@ -1,0 +1,1 @@
+"""Reproductions of the seed papers' experiments that need no download; each module is one command."""
