@@ -173,7 +173,7 @@ class MirrorConfig(_Section):
 
 
 class PublicScheduleConfig(_Section):
-    """PPSGD (Wang et al.): public users steer the noise multiplier and the clip norm."""
+    """PPSGD (Wang & Zhou 2020): public users steer the noise multiplier and the clip norm."""
 
     budget_growth: float = Field(0.1, gt=0, description="α: ρ ← (1+α)ρ, i.e. z ← z/sqrt(1+α)")
     clip_decay: float = Field(0.05, gt=0, lt=1, description="β: C ← (1−β)C")

@@ -3,7 +3,7 @@ so this costs no privacy. Two uses:
 
 - warm start (Ganesh et al. 2023, "Why is public pretraining necessary for private model
   training?"; also seeds 000 and 002): pretrain w_0 on public data before the private rounds;
-- model reuse (PPSGD, Wang et al., Alg. 1 line 25): after the private rounds, minimise
+- model reuse (PPSGD, Wang & Zhou 2020, Alg. 1 line 25): after the private rounds, minimise
   L_pub(w) + λ‖w − w_T‖² from w_T.
 """
 

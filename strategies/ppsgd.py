@@ -1,4 +1,4 @@
-"""PPSGD in federated form (Wang et al., "Differentially private learning with small public
+"""PPSGD in federated form (Wang & Zhou 2020, "Differentially private learning with small public
 data", Alg. 1): each round the public users' mean update steers the next round — when it is small
 against the noise (φ‖Δ̄_pub‖ < sqrt(d)·z_t C_t/m) the budget per round grows (z ← z/sqrt(1+α)), when
 it is small against the clip (ϕ‖Δ̄_pub‖ < C_t) the clip shrinks (C ← (1−β)C). The rounds' Gaussians

@@ -1,0 +1,130 @@
+"""The PPSGD synthetic reproduction (seed 004, Figure 3): data, accounting, the DP-SGD reduction, outputs."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import dp_accounting
+import pytest
+import torch
+
+from fedpub.config import PublicScheduleConfig
+from fedpub.privacy.accountant import UserLevelAccountant
+from simulations.reproductions import ppsgd_synthetic as ppsgd
+
+SMALL = {"dim": 20, "num_private": 400, "num_public": 20, "num_test": 200}
+SETUP = ppsgd.Setup(batch_size=40, planned_steps=30)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """One calibration cache for the module's runs (they share (ε, q, T))."""
+    return tmp_path_factory.mktemp("calibration")
+
+
+@pytest.mark.parametrize("loss", ppsgd.LOSSES)
+def test_data_shapes_labels_and_determinism(loss):
+    data = ppsgd.make_data(loss, seed=3)
+    assert data.private_x.shape == (9950, 100) and data.public_x.shape == (50, 100)
+    assert data.test_x.shape == (10_000, 100) and data.private_y.shape == (9950,)
+    assert torch.allclose(data.private_x.norm(dim=1), torch.ones(9950, dtype=torch.float64))
+    if loss == "hinge":
+        assert set(data.private_y.tolist()) == {-1.0, 1.0}
+    else:
+        assert data.private_y.abs().max() <= 1.0 and data.private_y.std() > 0.1
+    again, other = ppsgd.make_data(loss, seed=3), ppsgd.make_data(loss, seed=4)
+    assert all(torch.equal(a, b) for a, b in zip(vars(data).values(), vars(again).values()))
+    assert not torch.equal(data.private_x, other.private_x)
+    other_loss = ppsgd.make_data("square" if loss == "hinge" else "hinge", seed=3)
+    assert torch.equal(data.private_x, other_loss.private_x)  # same features, the loss only sets the labels
+
+
+@pytest.mark.parametrize("loss", ppsgd.LOSSES)
+def test_regularized_erm_is_the_minimiser(loss):
+    data = ppsgd.make_data(loss, seed=0, **SMALL)
+    x, y, anchor = data.public_x, data.public_y, torch.full((20,), 0.3, dtype=torch.float64)
+
+    def objective(w: torch.Tensor) -> float:
+        margin = x @ w
+        losses = torch.clamp(1 - y * margin, min=0) if loss == "hinge" else (y - margin) ** 2
+        return float(losses.mean() + 0.1 * ((w - anchor) ** 2).sum())
+
+    w = ppsgd.regularized_erm(loss, x, y, 0.1, anchor)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        assert objective(w) <= objective(w + 1e-3 * torch.randn(20, generator=gen, dtype=torch.float64)) + 1e-9
+
+
+def test_ppsgd_spends_at_most_the_target_and_accounts_the_z_it_used(cache_dir):
+    data = ppsgd.make_data("hinge", seed=0, **SMALL)
+    schedule = PublicScheduleConfig(budget_growth=0.3, clip_decay=0.3, noise_test_factor=1.0, clip_test_factor=100.0,
+                                    min_noise_multiplier=ppsgd.NO_FLOOR)
+    run = ppsgd.private_sgd("hinge", data.private_x, data.private_y, target_epsilon=1.0, setup=SETUP, seed=1,
+                            schedule=schedule, public=(data.public_x, data.public_y), cache_dir=cache_dir)
+    zs = run.noise_multipliers
+    assert len(set(zs)) > 1 and all(b < a for a, b in zip(zs, zs[1:]) if b != a)  # the budget grew
+    assert 0 < run.steps < SETUP.planned_steps and run.epsilon <= 1.0
+    q = SETUP.batch_size / 400
+    assert run.sampling.sampling_rate == q
+
+    def event(z: float) -> dp_accounting.DpEvent:
+        return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
+
+    recomputed = UserLevelAccountant("pld", pld_discretization=SETUP.pld_discretization)
+    for z in zs:
+        recomputed.compose(event(z))
+    assert recomputed.ledger == run.accountant.ledger
+    assert recomputed.epsilon(SETUP.delta) == pytest.approx(run.epsilon)
+    for z, c, std in zip(zs, run.clip_norms, run.noise_stds):
+        assert std == pytest.approx(z * c / SETUP.batch_size)
+    # it stopped because the next step (at the last z, or lower) would have exceeded the target
+    assert run.accountant.epsilon_if(event(zs[-1] / math.sqrt(1.3)), SETUP.delta) > 1.0
+
+
+def test_disabled_schedule_without_reuse_is_dpsgd_on_the_private_data(cache_dir):
+    data = ppsgd.make_data("square", seed=0, **SMALL)
+    frozen = PublicScheduleConfig(budget_growth=0.3, clip_decay=0.3, noise_test_factor=1.0, clip_test_factor=1e12,
+                                  min_noise_multiplier=1e9)  # the budget never grows, the clip never shrinks
+    kwargs = {"target_epsilon": 1.0, "setup": SETUP, "seed": 5, "cache_dir": cache_dir}
+    ppsgd_run = ppsgd.private_sgd("square", data.private_x, data.private_y, schedule=frozen,
+                                  public=(data.public_x, data.public_y), **kwargs)
+    dpsgd_run = ppsgd.private_sgd("square", data.private_x, data.private_y, **kwargs)
+    assert torch.equal(ppsgd_run.weights, dpsgd_run.weights)
+    assert ppsgd_run.noise_multipliers == dpsgd_run.noise_multipliers
+    assert ppsgd_run.steps == dpsgd_run.steps == SETUP.planned_steps
+    assert set(ppsgd_run.clip_norms) == {SETUP.initial_clip_norm}
+    assert ppsgd_run.accountant.ledger == dpsgd_run.accountant.ledger
+    with pytest.raises(ValueError, match="public"):
+        ppsgd.private_sgd("square", data.private_x, data.private_y, schedule=frozen, **kwargs)
+
+
+def test_end_to_end_writes_the_four_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDPUB_CACHE_DIR", str(tmp_path / "cache"))
+    out = ppsgd.main(["--epsilons", "0.05", "--seeds", "2", "--steps", "10", "--losses", "square",
+                      "--out", str(tmp_path / "out")])
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.md", "figure.png", "table.csv", "table.md"]
+    with open(out / "table.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    setup = ppsgd.Setup()
+    clips, weights = len(setup.clip_norms), len(setup.reuse_weights)
+    per_cell = 1 + weights + clips * (1 + weights) + clips  # non-private, public, PPSGD (w_T, reused), merged
+    assert len(rows) == per_cell and all(r["seeds"] == "2" for r in rows)
+    kept = [(r["loss"], r["epsilon"], r["method"]) for r in rows if r["selected"] == "True"]
+    assert len(kept) == len(set(kept)) == len(ppsgd.LABELS)
+    assert {(r["loss"], r["metric"]) for r in rows} == {("square", "mse")}
+    table = (out / "table.md").read_text(encoding="utf-8")
+    assert all(label in table for label in ppsgd.LABELS.values()) and "ε = 0.05" in table
+    claims = [line for line in (out / "comparison.md").read_text(encoding="utf-8").splitlines()
+              if line.startswith("- ") and "reproduced" in line]
+    assert len(claims) == len(ppsgd.CLAIMS)
+
+
+@pytest.mark.parametrize("guess", [1, 200])
+def test_affordable_steps_finds_the_last_count_within_the_budget(guess):
+    accountant = UserLevelAccountant("pld", pld_discretization=1e-2)
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(3.0)), 5)
+    event = dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(2.0))
+    k = ppsgd.affordable_steps(accountant, event, 1.0, 1e-5, guess=guess)
+    assert accountant.epsilon_if(event, 1e-5, count=k) <= 1.0 < accountant.epsilon_if(event, 1e-5, count=k + 1)
+    assert ppsgd.affordable_steps(accountant, event, 1e-3, 1e-5, guess=guess) == 0
