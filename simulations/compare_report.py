@@ -186,9 +186,9 @@ def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
     for label, epsilon, members in _groups(runs):
         cells = [label, f"{epsilon:g}"]
         for key in metrics:
-            values = _values(members, key)
+            values = [v for v in _values(members, key) if not math.isnan(v)]
             mean, std = _stats(values)
-            cells.append(f"{mean:.4f} ± {std:.4f}" if len(values) > 1 else f"{mean:.4f}")
+            cells.append("—" if not values else f"{mean:.4f} ± {std:.4f}" if len(values) > 1 else f"{mean:.4f}")
         means = {key: _stats(_values(members, key))[0] for key in ("epsilon", "noise_multiplier", "wall_time_s")}
         cells += [f"{means['epsilon']:.4g}", f"{means['noise_multiplier']:.4g}", f"{means['wall_time_s']:.1f}",
                   str(len(members))]
@@ -198,7 +198,8 @@ def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
         "",
         f"Mean ± standard deviation over seeds of the final test metrics; user-level ε at δ = {deltas}, "
         "z the noise multiplier of the first round's noisy sum, wall time the training rounds' sum. "
-        "Hyper-parameter tuning is not counted in ε.",
+        "Hyper-parameter tuning is not counted in ε. — : the metric does not apply (e.g. `private test` is the "
+        "last private model before model reuse).",
     ]
     if any(r.row["target_epsilon"] is None for r in runs):
         lines.append("Runs with a fixed noise multiplier are listed at the ε they achieved (3 digits).")
