@@ -19,7 +19,7 @@ from simulations.flower_simulation import run_flower_simulation
 from simulations.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
-FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 60}
+FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}
 
 
 def _in_process(cfg):
