@@ -30,7 +30,7 @@ from fedpub.privacy.events import neighboring_relation, round_event
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
-from fedpub.types import Params, Updates
+from fedpub.types import Updates
 from strategies import adadps, dp_fedavg
 from strategies.compose import boosted_rounds, build_strategy
 from strategies.common import make_sampling, resolve_noise_multiplier
@@ -141,7 +141,7 @@ def resolve_device(name: str) -> torch.device:
     return default_device() if name == "auto" else torch.device(name)
 
 
-def side_information(config: ExperimentConfig, train: FederatedDataset, params: Params) -> Updates | None:
+def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updates | None:
     """AdaDPS's fixed preconditioner from StackOverflow's word counts, when the config asks for it."""
     precondition = config.strategy.precondition
     if precondition is None or precondition.source != "token_frequency":
@@ -152,6 +152,7 @@ def side_information(config: ExperimentConfig, train: FederatedDataset, params: 
             f"model so_tag_logreg, not {config.model.name}"
         )
     counts = load_word_counts(Path(config.data.path) / WORD_COUNT_FILE, train.num_features)
+    params = model_params(new_model(config, train.num_classes, torch.device("cpu")))  # names and shapes
     return adadps.token_frequency_side_information(precondition, params, list(counts.values()))
 
 
@@ -188,7 +189,6 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
     if strategy_cfg.target_epsilon is not None:
         z = dp_fedavg.sum_noise_multiplier(strategy_cfg, z)
     device = resolve_device(config.device)
-    model = new_model(config, train.num_classes, device)
     strategy = build_strategy(
         strategy_cfg,
         sampling=sampling,
@@ -196,7 +196,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         noise_multiplier=z,
         seed=config.seed,
         rounds=config.rounds,
-        side_information=side_information(config, train, model_params(model)),
+        side_information=side_information(config, train),
     )
     if strategy.public_cohort and not public_ids:
         raise ValueError(

@@ -39,14 +39,17 @@ def resolve_noise_multiplier(
         return noise_multiplier
     if target_epsilon is None:
         raise ValueError("give one of noise_multiplier or target_epsilon")
+    boosted = boosted_ratio = None
+    if boost is not None and boost.boosted_noise_multiplier is not None:
+        boosted = (boost.boosted_rounds, boost.boosted_noise_multiplier)
+    elif boost is not None:
+        boosted_ratio = (boost.boosted_rounds, boost.boosted_noise_ratio)
     return calibrate_noise_multiplier(
         target_epsilon,
         privacy.delta,
         sampling,
         rounds,
         accountant=privacy.accountant,
-        boosted=(boost.boosted_rounds, boost.boosted_noise_multiplier)
-        if boost is not None and boost.boosted_noise_multiplier is not None else None,
-        boosted_ratio=(boost.boosted_rounds, boost.boosted_noise_ratio)
-        if boost is not None and boost.boosted_noise_ratio is not None else None,
+        boosted=boosted,
+        boosted_ratio=boosted_ratio,
     )

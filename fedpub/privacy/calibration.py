@@ -103,11 +103,14 @@ def calibrate_noise_multiplier(
     boost = None if boosted is None else rounds_at(boosted[1], boosted[0])
     boosted_count = next((b[0] for b in (boosted, boosted_ratio) if b is not None), 0)
 
+    def boosted_z(z: float) -> float:
+        return boosted[1] if boosted is not None else boosted_ratio[1] * z
+
     def make_event(z: float) -> dp_event.DpEvent:
         regular = rounds_at(z, rounds - boosted_count)
-        if boosted_ratio is not None:
-            return dp_event.ComposedDpEvent([rounds_at(boosted_ratio[1] * z, boosted_count), regular])
-        return regular if boost is None else dp_event.ComposedDpEvent([boost, regular])
+        if not boosted_count:
+            return regular
+        return dp_event.ComposedDpEvent([rounds_at(boosted_z(z), boosted_count), regular])
 
     def fresh(kind: AccountantKind) -> Callable[[], dp_accounting.PrivacyAccountant]:
         return lambda: make_dp_accountant(kind, relation, pld_discretization)
