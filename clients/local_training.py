@@ -52,6 +52,33 @@ def model_params(model: torch.nn.Module) -> Params:
     return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
 
 
+@dataclass(frozen=True)
+class LocalPlan:
+    """What one user's local training will do, drawn from its generator: the (capped) examples, the
+    minibatch index order of every local step, and the seed of stochastic layers (dropout)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    batches: list[torch.Tensor]
+    layer_seed: int
+
+
+def plan_local_training(data: ClientData, config: LocalTrainingConfig, generator: torch.Generator) -> LocalPlan:
+    """Draw the user's subsample (``max_examples``), layer seed and per-epoch shuffles, in that order, from
+    ``generator``: the per-client loop and the vectorised cohort trainer both follow this plan."""
+    x, y = data.x, data.y
+    if config.max_examples is not None and len(y) > config.max_examples:
+        keep = torch.randperm(len(y), generator=generator)[: config.max_examples]
+        x, y = x[keep], y[keep]
+    n = len(y)
+    layer_seed = int(torch.randint(2**62, (1,), generator=generator))
+    batches = []
+    for _ in range(config.epochs):
+        order = torch.randperm(n, generator=generator)
+        batches += [order[start : start + config.batch_size] for start in range(0, n, config.batch_size)]
+    return LocalPlan(x, y, batches, layer_seed)
+
+
 def train_client(
     model: torch.nn.Module,
     params: Params,
@@ -72,44 +99,41 @@ def train_client(
     """
     device = next(model.parameters()).device
     load_params_(model, params)
-    x, y = data.x, data.y
-    if config.max_examples is not None and len(y) > config.max_examples:
-        keep = torch.randperm(len(y), generator=generator)[: config.max_examples]
-        x, y = x[keep], y[keep]
-    x, y = x.to(device), y.to(device)
-    n = len(y)
+    plan = plan_local_training(data, config, generator)
+    x, y = plan.x.to(device), plan.y.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     named = list(model.named_parameters())
     anchor = {name: params[name].to(device) for name, _ in named} if config.prox_weight else {}
     divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
     loss_sum, hits, total, seen = 0.0, 0.0, 0.0, 0
-    layer_seed = int(torch.randint(2**62, (1,), generator=generator))
     model.train()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(layer_seed)
-        for _ in range(config.epochs):
-            order = torch.randperm(n, generator=generator).to(device)
-            for start in range(0, n, config.batch_size):
-                batch = order[start : start + config.batch_size]
-                logits = model(x[batch])
-                loss = task.loss(logits, y[batch])
-                objective = loss
-                if anchor:
-                    objective = loss + config.prox_weight * sum(((p - anchor[n]) ** 2).sum() for n, p in named)
-                optimizer.zero_grad(set_to_none=True)
-                objective.backward()
-                for name, p in named:
-                    if name in divisors and p.grad is not None:
-                        p.grad.div_(divisors[name])
-                optimizer.step()
-                loss_sum += loss.detach() * len(batch)
-                numerator, denominator = task.counts(logits.detach(), y[batch])[task.headline]
-                hits, total, seen = hits + numerator, total + denominator, seen + len(batch)
+        torch.manual_seed(plan.layer_seed)
+        for batch in plan.batches:
+            batch = batch.to(device)
+            logits = model(x[batch])
+            loss = task.loss(logits, y[batch])
+            objective = loss
+            if anchor:
+                objective = loss + config.prox_weight * sum(((p - anchor[n]) ** 2).sum() for n, p in named)
+            optimizer.zero_grad(set_to_none=True)
+            objective.backward()
+            for name, p in named:
+                if name in divisors and p.grad is not None:
+                    p.grad.div_(divisors[name])
+            optimizer.step()
+            loss_sum += loss.detach() * len(batch)
+            numerator, denominator = task.counts(logits.detach(), y[batch])[task.headline]
+            hits, total, seen = hits + numerator, total + denominator, seen + len(batch)
     update = {
         name: p.detach().to("cpu") - params[name].to("cpu") for name, p in model.named_parameters()
     }
-    metrics = {
+    return ClientResult(update, len(plan.y), training_metrics(task, loss_sum, hits, total, seen))
+
+
+def training_metrics(task: Task, loss_sum: object, hits: object, total: object, seen: int) -> dict[str, float]:
+    """``train_loss`` (example-weighted mean) and ``train_<headline>`` from a user's running sums."""
+    return {
         "train_loss": float(loss_sum) / max(seen, 1),
         f"train_{task.headline}": float(hits) / max(float(total), 1.0),
     }
-    return ClientResult(update, n, metrics)

@@ -104,7 +104,10 @@ def run(
             if backend == "flower":
                 result = run_flower_simulation(cfg, len(experiment.train.client_ids), fresh=fresh, on_round=on_round)
             else:
-                result = run_in_process(experiment, run_dir, fresh=fresh, on_round=on_round)
+                result = run_in_process(
+                    experiment, run_dir, fresh=fresh, on_round=on_round,
+                    log=lambda line: progress.console.print(line, highlight=False),
+                )
         except (RunDirectoryError, *USER_ERRORS) as error:
             progress.stop()
             _fail(error)

@@ -107,6 +107,9 @@ class ClientConfig(_Section):
     lr: float = Field(0.05, gt=0)
     momentum: float = Field(0.0, ge=0, lt=1)
     max_examples: int | None = Field(None, ge=1, description="cap on a client's examples per round")
+    vectorise: bool = Field(
+        True, description="train the cohort at once (vmap) when the model and task allow; else user by user"
+    )
 
 
 class SamplingConfig(_Section):

@@ -34,6 +34,11 @@ class Task:
     """(numerator, denominator) of every metric on a batch."""
     headline: str
     """The metric reported in progress bars, summaries and plots (a key of ``counts``)."""
+    example_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    """Per-example losses ``(B,)`` whose mean is ``loss``: lets padded batches be masked (vectorised
+    training). ``None`` when the loss does not split by example (token-averaged next-word loss)."""
+    example_headline: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+    """Per-example (numerator, denominator) ``(B,)`` of the headline metric, summing to ``counts``'s."""
 
 
 def _classification_counts(logits: torch.Tensor, y: torch.Tensor) -> Counts:
@@ -41,19 +46,44 @@ def _classification_counts(logits: torch.Tensor, y: torch.Tensor) -> Counts:
     return {"accuracy": (correct, torch.tensor(y.numel()))}
 
 
-CLASSIFICATION = Task("classification", F.cross_entropy, _classification_counts, "accuracy")
+def _classification_example_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, y, reduction="none")
+
+
+def _classification_example_headline(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    correct = (logits.argmax(dim=-1) == y).to(logits.dtype)
+    return correct, torch.ones_like(correct)
+
+
+CLASSIFICATION = Task(
+    "classification", F.cross_entropy, _classification_counts, "accuracy",
+    _classification_example_losses, _classification_example_headline,
+)
+
+
+def _tag_example_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Sigmoid cross-entropy summed over the tags, per example."""
+    return F.binary_cross_entropy_with_logits(logits, y, reduction="none").sum(dim=-1)
 
 
 def _tag_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Sigmoid cross-entropy summed over the tags, averaged over the examples."""
-    return F.binary_cross_entropy_with_logits(logits, y, reduction="none").sum(dim=-1).mean()
+    return _tag_example_losses(logits, y).mean()
+
+
+def _tag_example_recall_at_5(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per example: true tags among its 5 highest logits, and its true tags (micro recall@5's terms)."""
+    top = logits.topk(5, dim=-1).indices
+    return (y.gather(-1, top) > 0).sum(dim=-1).to(logits.dtype), (y > 0).sum(dim=-1).to(logits.dtype)
 
 
 def _tag_counts(logits: torch.Tensor, y: torch.Tensor) -> Counts:
     return {"recall_at_5": recall_at_k(logits, y, 5), "precision": precision_at_threshold(logits, y, 0.5)}
 
 
-TAG_PREDICTION = Task("so_tag", _tag_loss, _tag_counts, "recall_at_5")
+TAG_PREDICTION = Task(
+    "so_tag", _tag_loss, _tag_counts, "recall_at_5", _tag_example_losses, _tag_example_recall_at_5
+)
 
 
 def _next_word_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

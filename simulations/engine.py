@@ -1,8 +1,8 @@
 """The in-process engine: the round loop of DESIGN.md §3 in one process.
 
-One resident model is trained for each sampled user in turn, its parameters reset in place (no
-per-client process, no serialisation). Each round: sample the private cohort (Poisson), train,
-aggregate privately through the strategy core, stop before the privacy budget would be exceeded,
+One resident model trains the whole sampled cohort, vectorised when the model allows it and user by
+user otherwise (:mod:`clients.cohort_training`; no per-client process, no serialisation). Each round:
+sample the private cohort (Poisson), train, aggregate privately through the strategy core, stop before the privacy budget would be exceeded,
 compose the round's DP event; the :class:`RunSession` records, evaluates and checkpoints. A run
 directory with a checkpoint and the same resolved config is resumed, giving the same final model.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from clients.local_training import ClientResult, train_client
+from clients.cohort_training import CohortTrainer
+from clients.local_training import ClientResult
 from fedpub.data.base import FederatedDataset
 from fedpub.seeding import torch_generator
 from simulations.experiment import Experiment
@@ -28,23 +29,26 @@ def run_in_process(
     *,
     fresh: bool = False,
     on_round: Callable[[dict[str, Any]], None] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Run (or resume) ``experiment``, writing every result into ``run_dir``."""
+    """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
+    saying how cohorts are trained (vectorised, or the per-client loop and why)."""
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
-    strategy, model = experiment.strategy, session.model
+    strategy = experiment.strategy
+    trainer = CohortTrainer(session.model, experiment.local_training, experiment.task, vectorise=cfg.client.vectorise)
+    if log is not None:
+        log(trainer.describe())
     stopped_by_budget = False
     for t in range(session.rounds_done, cfg.rounds):
         session.start_round()
         def train_cohort(ids: list[str], data: FederatedDataset, purpose: str) -> list[ClientResult]:
-            preconditioner = strategy.local_preconditioner(session.state, public=purpose == "public_client")
-            return [
-                train_client(
-                    model, session.params, data.client_data(cid), experiment.local_training,
-                    torch_generator(cfg.seed, t, purpose, cid), experiment.task, preconditioner=preconditioner,
-                )
-                for cid in ids
-            ]
+            return trainer.train(
+                session.params,
+                [data.client_data(cid) for cid in ids],
+                [torch_generator(cfg.seed, t, purpose, cid) for cid in ids],
+                preconditioner=strategy.local_preconditioner(session.state, public=purpose == "public_client"),
+            )
 
         results = train_cohort(strategy.sample_cohort(experiment.private_ids, t), experiment.train, "client")
         public_results = train_cohort(

@@ -218,7 +218,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         noise_multiplier=z,
         planned_round_event=planned,
         budget_epsilon=privacy_budget(config),
-        local_training=LocalTrainingConfig(**config.client.model_dump()),
+        local_training=LocalTrainingConfig(**config.client.model_dump(exclude={"vectorise"})),
         task=get_task(config.task),
         device=device,
     )

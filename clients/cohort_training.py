@@ -1,0 +1,193 @@
+"""Training a whole cohort at once: every user's local SGD run as one vectorised computation over stacked
+per-user parameters (``torch.func.functional_call`` + ``vmap``), instead of one user after another.
+
+The per-user overheads that dominate small federated clients (a Python step loop per user, a parameter reset,
+an optimizer per user) are paid once per cohort, the way pfl-research keeps one resident model per worker
+(Granqvist et al. 2024, "pfl-research: simulation framework for accelerating research in private federated
+learning"). Each user still follows its own :func:`~clients.local_training.plan_local_training` (its
+subsample and shuffles drawn from its own generator), so the updates equal the per-client loop's to float
+rounding. Users are grouped by their number of local steps; a short last batch is padded and masked out of
+the loss. Models with stochastic or stateful layers (dropout, batch norm, recurrent layers) and tasks whose
+loss does not split by example fall back to the per-client loop, and :class:`CohortTrainer` says so.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from clients.local_training import (
+    ClientResult,
+    LocalPlan,
+    LocalTrainingConfig,
+    plan_local_training,
+    train_client,
+    training_metrics,
+)
+from fedpub.data.base import ClientData
+from fedpub.tasks import Task
+from fedpub.types import Params, Updates
+
+STACKED_ELEMENTS_BUDGET = 2**26
+"""Most parameter elements stacked in one vectorised group (users × parameters): 256 MB of float32 per copy;
+a group holds about four copies (parameters, gradients, momentum, update)."""
+
+_UNVECTORISABLE_LAYERS = (nn.Dropout, nn.modules.batchnorm._BatchNorm, nn.RNNBase)
+
+
+def vectorisation_blocker(model: nn.Module, task: Task) -> str | None:
+    """Why ``model`` and ``task`` cannot be trained vectorised, or ``None`` when they can."""
+    if task.example_losses is None or task.example_headline is None:
+        return f"task {task.name!r} has no per-example loss to mask padded batches with"
+    for name, module in model.named_modules():
+        if isinstance(module, _UNVECTORISABLE_LAYERS):
+            return f"layer {name!r} ({type(module).__name__}) is stochastic or stateful"
+    if any(True for _ in model.buffers()):
+        return "the model has buffers (running statistics)"
+    return None
+
+
+def train_cohort_vectorised(
+    model: nn.Module,
+    params: Params,
+    datas: Sequence[ClientData],
+    config: LocalTrainingConfig,
+    generators: Sequence[torch.Generator],
+    task: Task,
+    *,
+    preconditioner: Updates | None = None,
+) -> list[ClientResult]:
+    """Train every user of the cohort from ``params`` at once on ``model``'s device; the same results, in the
+    same order, as :func:`~clients.local_training.train_client` called user by user."""
+    blocker = vectorisation_blocker(model, task)
+    if blocker is not None:
+        raise ValueError(f"cannot vectorise: {blocker}")
+    plans = [plan_local_training(d, config, g) for d, g in zip(datas, generators, strict=True)]
+    device = next(model.parameters()).device
+    start = {name: params[name].to(device) for name, _ in model.named_parameters()}
+    divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
+    results: list[ClientResult | None] = [None] * len(plans)
+    for group in _groups(plans, sum(p.numel() for p in start.values())):
+        for index, result in zip(group, _train_group(model, start, [plans[i] for i in group], config, task, divisors)):
+            results[index] = result
+    return results  # type: ignore[return-value]
+
+
+def _groups(plans: Sequence[LocalPlan], num_parameters: int) -> list[list[int]]:
+    """Users with the same number of local steps, in chunks within :data:`STACKED_ELEMENTS_BUDGET`."""
+    by_steps: dict[int, list[int]] = defaultdict(list)
+    for index, plan in enumerate(plans):
+        by_steps[len(plan.batches)].append(index)
+    chunk = max(1, STACKED_ELEMENTS_BUDGET // max(num_parameters, 1))
+    return [ids[i : i + chunk] for _, ids in sorted(by_steps.items()) for i in range(0, len(ids), chunk)]
+
+
+def _train_group(
+    model: nn.Module,
+    start: Params,
+    plans: Sequence[LocalPlan],
+    config: LocalTrainingConfig,
+    task: Task,
+    divisors: Updates,
+) -> list[ClientResult]:
+    """K users with S local steps each: S vectorised steps over (K, batch) index and mask tensors."""
+    device = next(iter(start.values())).device
+    users, steps, batch_size = len(plans), len(plans[0].batches), config.batch_size
+    offsets = torch.tensor([0] + [len(p.y) for p in plans]).cumsum(0)[:-1].tolist()
+    x = torch.cat([p.x for p in plans]).to(device, non_blocking=True)
+    y = torch.cat([p.y for p in plans]).to(device, non_blocking=True)
+    index = torch.zeros(users, steps, batch_size, dtype=torch.long)
+    mask = torch.zeros(users, steps, batch_size)
+    for k, plan in enumerate(plans):
+        for s, batch in enumerate(plan.batches):
+            index[k, s, : len(batch)] = batch + offsets[k]
+            mask[k, s, : len(batch)] = 1.0
+    index, mask = index.to(device, non_blocking=True), mask.to(device, non_blocking=True)
+    stacked = {name: value.expand(users, *value.shape).clone() for name, value in start.items()}
+    momentum: dict[str, torch.Tensor] = {}
+    per_user_gradient = vmap(grad(_user_objective(model, config, task), has_aux=True), in_dims=(0, 0, 0, 0, None))
+    loss_sum = torch.zeros(users, device=device)
+    hits = torch.zeros(users, device=device)
+    total = torch.zeros(users, device=device)
+    for s in range(steps):
+        batch = index[:, s]
+        gradients, (loss, numerator, denominator) = per_user_gradient(stacked, x[batch], y[batch], mask[:, s], start)
+        with torch.no_grad():
+            for name, value in stacked.items():
+                g = gradients[name]
+                if name in divisors:
+                    g = g / divisors[name]
+                if config.momentum:
+                    g = momentum[name] = g.clone() if s == 0 else momentum[name].mul_(config.momentum).add_(g)
+                value.add_(g, alpha=-config.lr)
+        count = mask[:, s].sum(dim=1)
+        loss_sum, hits, total = loss_sum + loss * count, hits + numerator, total + denominator
+    seen = mask.sum(dim=(1, 2)).tolist()
+    loss_sum, hits, total = loss_sum.tolist(), hits.tolist(), total.tolist()
+    return [
+        ClientResult(
+            {name: (stacked[name][k] - start[name]).to("cpu") for name in stacked},
+            len(plans[k].y),
+            training_metrics(task, loss_sum[k], hits[k], total[k], int(seen[k])),
+        )
+        for k in range(users)
+    ]
+
+
+def _user_objective(model: nn.Module, config: LocalTrainingConfig, task: Task):  # noqa: ANN202 (a closure for torch.func)
+    """One user's masked minibatch objective as a function of its parameters, with (loss, headline terms)."""
+
+    def objective(
+        params: Params, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, anchor: Params
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        logits = functional_call(model, params, (x,))
+        loss = (task.example_losses(logits, y) * mask).sum() / mask.sum().clamp_min(1.0)
+        numerator, denominator = task.example_headline(logits, y)
+        value = loss
+        if config.prox_weight:
+            value = loss + config.prox_weight * sum(((params[n] - anchor[n]) ** 2).sum() for n in params)
+        aux = (loss.detach(), (numerator * mask).sum(), (denominator * mask).sum())
+        return value, aux
+
+    return objective
+
+
+class CohortTrainer:
+    """Trains a round's cohort on one resident model: vectorised when the model and task allow it (and
+    ``vectorise`` is on), user by user otherwise; :attr:`mode` says which, :attr:`reason` why not."""
+
+    def __init__(self, model: nn.Module, config: LocalTrainingConfig, task: Task, *, vectorise: bool = True) -> None:
+        self.model, self.config, self.task = model, config, task
+        self.reason = vectorisation_blocker(model, task) if vectorise else "client.vectorise is false"
+
+    @property
+    def mode(self) -> str:
+        return "vectorised" if self.reason is None else "per-client loop"
+
+    def describe(self) -> str:
+        """One line for the run log."""
+        return f"cohort training: {self.mode}" + ("" if self.reason is None else f" ({self.reason})")
+
+    def train(
+        self,
+        params: Params,
+        datas: Sequence[ClientData],
+        generators: Sequence[torch.Generator],
+        *,
+        preconditioner: Updates | None = None,
+    ) -> list[ClientResult]:
+        """Every user's :class:`ClientResult`, in the order of ``datas``."""
+        if not datas:
+            return []
+        if self.reason is None:
+            return train_cohort_vectorised(
+                self.model, params, datas, self.config, generators, self.task, preconditioner=preconditioner
+            )
+        return [
+            train_client(self.model, params, d, self.config, g, self.task, preconditioner=preconditioner)
+            for d, g in zip(datas, generators, strict=True)
+        ]

@@ -1,0 +1,112 @@
+"""The vectorised cohort trainer gives the per-client loop's updates and metrics, and falls back where it must."""
+
+import pytest
+import torch
+
+from clients import cohort_training
+from clients.cohort_training import CohortTrainer, train_cohort_vectorised, vectorisation_blocker
+from clients.local_training import LocalTrainingConfig, model_params, train_client
+from fedpub.data.base import ClientData
+from fedpub.models import build_model
+from fedpub.tasks import CLASSIFICATION, TAG_PREDICTION, get_task
+
+
+def _emnist_cohort(sizes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [ClientData(torch.rand(n, 1, 28, 28, generator=g), torch.randint(10, (n,), generator=g)) for n in sizes]
+
+
+def _generators(count, offset=0):
+    return [torch.Generator().manual_seed(offset + i) for i in range(count)]
+
+
+def _assert_same_as_loop(model, datas, config, task, preconditioner=None):
+    params = model_params(model)
+    loop = [
+        train_client(model, params, d, config, g, task, preconditioner=preconditioner)
+        for d, g in zip(datas, _generators(len(datas)))
+    ]
+    vectorised = train_cohort_vectorised(
+        model, params, datas, config, _generators(len(datas)), task, preconditioner=preconditioner
+    )
+    assert len(vectorised) == len(loop)
+    for a, b in zip(loop, vectorised):
+        assert a.num_examples == b.num_examples
+        for name in a.update:
+            torch.testing.assert_close(b.update[name], a.update[name], rtol=1e-4, atol=1e-6)
+        assert b.metrics.keys() == a.metrics.keys()
+        for key in a.metrics:
+            assert b.metrics[key] == pytest.approx(a.metrics[key], rel=1e-5, abs=1e-6)
+    assert any(float(v.abs().max()) > 1e-4 for v in vectorised[0].update.values()), "nothing was trained"
+
+
+@pytest.mark.parametrize("model_name", ["emnist_small_cnn", "emnist_mlp"])
+def test_vectorised_updates_equal_the_per_client_loop_for_ragged_users(model_name):
+    # sizes give 1 to 4 steps per epoch and short last batches: several step groups, masked padding
+    datas = _emnist_cohort([3, 16, 17, 40, 23, 9, 64, 31])
+    config = LocalTrainingConfig(epochs=2, batch_size=16, lr=0.1)
+    _assert_same_as_loop(build_model(model_name, 10), datas, config, CLASSIFICATION)
+
+
+def test_momentum_prox_term_subsampling_and_a_preconditioner_match_the_loop():
+    model = build_model("emnist_mlp", 10)
+    datas = _emnist_cohort([12, 30, 45, 7])
+    config = LocalTrainingConfig(epochs=2, batch_size=8, lr=0.05, momentum=0.9, prox_weight=0.3, max_examples=20)
+    g = torch.Generator().manual_seed(5)
+    preconditioner = {k: 0.5 + torch.rand(v.shape, generator=g) for k, v in model_params(model).items()}
+    _assert_same_as_loop(model, datas, config, CLASSIFICATION, preconditioner)
+
+
+def test_multi_label_tag_prediction_matches_the_loop():
+    model = build_model("so_tag_logreg", 20)
+    g = torch.Generator().manual_seed(1)
+    datas = [
+        ClientData(torch.rand(n, 10_000, generator=g), (torch.rand(n, 20, generator=g) < 0.1).float())
+        for n in (5, 11, 20)
+    ]
+    _assert_same_as_loop(model, datas, LocalTrainingConfig(epochs=1, batch_size=4, lr=0.5), TAG_PREDICTION)
+
+
+def test_groups_respect_the_stacked_parameter_budget(monkeypatch):
+    model = build_model("emnist_mlp", 10)
+    size = sum(p.numel() for p in model.parameters())
+    monkeypatch.setattr(cohort_training, "STACKED_ELEMENTS_BUDGET", 2 * size)  # two users per group
+    datas = _emnist_cohort([16] * 5 + [32] * 2)
+    plans = [cohort_training.plan_local_training(d, LocalTrainingConfig(), g) for d, g in zip(datas, _generators(7))]
+    assert cohort_training._groups(plans, size) == [[0, 1], [2, 3], [4], [5, 6]]
+    _assert_same_as_loop(model, datas, LocalTrainingConfig(batch_size=16, lr=0.1), CLASSIFICATION)
+
+
+def test_users_without_examples_return_a_zero_update():
+    model = build_model("emnist_mlp", 10)
+    datas = [ClientData(torch.zeros(0, 1, 28, 28), torch.zeros(0, dtype=torch.long))] + _emnist_cohort([5])
+    results = train_cohort_vectorised(model, model_params(model), datas, LocalTrainingConfig(), _generators(2), CLASSIFICATION)
+    assert results[0].num_examples == 0 and all(float(v.abs().max()) == 0 for v in results[0].update.values())
+    assert results[1].num_examples == 5
+
+
+def test_dropout_recurrent_models_and_token_averaged_losses_fall_back_to_the_loop_with_a_reason():
+    assert vectorisation_blocker(build_model("emnist_small_cnn", 10), CLASSIFICATION) is None
+    assert "Dropout" in vectorisation_blocker(build_model("emnist_cnn_dropout", 10), CLASSIFICATION)
+    assert "so_nwp" in vectorisation_blocker(build_model("emnist_small_cnn", 10), get_task("so_nwp"))
+    lstm = torch.nn.Sequential(torch.nn.LSTM(4, 4))
+    assert "LSTM" in vectorisation_blocker(lstm, CLASSIFICATION)
+    with pytest.raises(ValueError, match="cannot vectorise"):
+        train_cohort_vectorised(build_model("emnist_cnn_dropout", 10), {}, [], LocalTrainingConfig(), [], CLASSIFICATION)
+
+
+def test_the_trainer_says_which_path_it_takes_and_gives_the_same_results_either_way():
+    model = build_model("emnist_small_cnn", 10)
+    config = LocalTrainingConfig(batch_size=8, lr=0.1)
+    fast, slow = CohortTrainer(model, config, CLASSIFICATION), CohortTrainer(model, config, CLASSIFICATION, vectorise=False)
+    assert fast.describe() == "cohort training: vectorised"
+    assert slow.describe() == "cohort training: per-client loop (client.vectorise is false)"
+    dropout = CohortTrainer(build_model("emnist_cnn_dropout", 10), config, CLASSIFICATION)
+    assert dropout.mode == "per-client loop" and "Dropout" in dropout.describe()
+    datas, params = _emnist_cohort([10, 20]), model_params(model)
+    a = fast.train(params, datas, _generators(2))
+    b = slow.train(params, datas, _generators(2))
+    for x, y in zip(a, b):
+        for name in x.update:
+            torch.testing.assert_close(x.update[name], y.update[name], rtol=1e-4, atol=1e-6)
+    assert fast.train(params, [], []) == []
