@@ -87,15 +87,17 @@ def run(
         console=console,
     )
     metric = experiment.task.headline
-    status = {"acc": "–"}
+    status = {"acc": "–", "epsilon": "–"}
 
     def on_round(record: dict[str, Any]) -> None:
         if f"eval_{metric}" in record:
             status["acc"] = f"{record[f'eval_{metric}']:.3f}"
+        if "epsilon" in record:
+            status["epsilon"] = f"{float(record['epsilon']):.3g}"
         progress.update(
             task,
             completed=record["round"] + 1,
-            status=f"{metric} {status['acc']}  ε {float(record['epsilon']):.3g}  cohort {int(record['cohort_sampled'])}",
+            status=f"{metric} {status['acc']}  ε {status['epsilon']}  cohort {int(record['cohort_sampled'])}",
         )
 
     with progress:

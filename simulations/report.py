@@ -26,7 +26,7 @@ def write_plot(records: Sequence[Mapping[str, Any]], path: Path, metric: str = "
     ax.set_xlabel("round")
     ax.set_ylabel(f"test {metric}", color="C0")
     ax.grid(alpha=0.3)
-    eps = [(r["round"] + 1, float(r["epsilon"])) for r in records]  # inf is stored as "inf"
+    eps = [(r["round"] + 1, float(r["epsilon"])) for r in records if "epsilon" in r]  # inf is stored as "inf"
     if eps and all(e < float("inf") for _, e in eps):
         twin = ax.twinx()
         twin.plot([t for t, _ in eps], [e for _, e in eps], "-", color="C3")

@@ -108,6 +108,12 @@ class RunSession:
     def start_round(self) -> None:
         self._round_started = time.perf_counter()
 
+    def _reports_epsilon(self) -> bool:
+        """Whether this round's record carries ε besides evaluation rounds (privacy.epsilon_every, or free
+        because the budget check priced the round already)."""
+        every = self.experiment.config.privacy.epsilon_every
+        return self.experiment.budget_epsilon is not None or (every is not None and self.rounds_done % every == 0)
+
     def record(
         self,
         round_index: int,
@@ -120,9 +126,11 @@ class RunSession:
         cfg = self.experiment.config
         self.params, self.state, self.rounds_done = outcome.params, outcome.state, round_index + 1
         headline = self.experiment.task.headline
-        record: dict[str, Any] = {
-            "round": round_index,
-            "epsilon": self.accountant.epsilon(self.delta),
+        evaluates = self.rounds_done % cfg.eval_every == 0 or self.rounds_done == cfg.rounds
+        record: dict[str, Any] = {"round": round_index}
+        if evaluates or self._reports_epsilon():
+            record["epsilon"] = self.accountant.epsilon(self.delta)
+        record |= {
             "delta": self.delta,
             **outcome.metrics,
             **{k: _mean([m[k] for m in client_metrics]) for k in ("train_loss", f"train_{headline}")},
@@ -132,7 +140,7 @@ class RunSession:
         self.public_metrics = {}
         if cfg.strategy.model_average is not None:
             self.average = update_average(cfg.strategy.model_average, self.average, self.params)
-        if self.rounds_done % cfg.eval_every == 0 or self.rounds_done == cfg.rounds:
+        if evaluates:
             record.update(self._evaluate())
         record["wall_time"] = time.perf_counter() - self._round_started
         self.run_dir.append_metrics(record)

@@ -3,8 +3,8 @@
 The round loop composes each round's DpEvent (see ``events.py``; user-level DP-FedAvg accounting as in
 McMahan et al. 2018) into a :class:`UserLevelAccountant`. It keeps the ledger grouped (consecutive
 equal events become one ``SelfComposedDpEvent``, so a homogeneous run is a single self-composition,
-which the PLD accountant evaluates by FFT) and evaluates epsilon on a fresh dp-accounting accountant
-built from the groups, caching the last result. ``epsilon_if`` prices the next round without
+which the PLD accountant evaluates by FFT) and evaluates epsilon from the groups, each distinct event's
+privacy curve built once by dp-accounting (``composition.py``), caching the last result. ``epsilon_if`` prices the next round without
 composing it, so a run can stop before its budget is exceeded.
 """
 
@@ -23,6 +23,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from fedpub.privacy.composition import grouped_epsilon
 from fedpub.privacy.errors import BudgetExceededError, PrivacyError
 from fedpub.privacy.events import Sampling, event_from_dict, event_to_dict, neighboring_relation, round_event
 
@@ -174,10 +175,8 @@ class UserLevelAccountant:
             return 0.0
         if self._last is not None and self._last[1] == delta and self._last[0] == groups:
             return self._last[2]
-        dp_accountant = make_dp_accountant(self._kind, self._relation, self._discretization)
-        for event, count in groups:
-            dp_accountant.compose(event, count)
-        epsilon = float(dp_accountant.get_epsilon(delta))
+        setting = (self._kind, self._relation, self._discretization)
+        epsilon = grouped_epsilon(lambda: make_dp_accountant(*setting), setting, groups, delta)
         self._last = (groups, delta, epsilon)
         return epsilon
 

@@ -111,7 +111,8 @@ def assert_all_stopped(registry: ProcessRegistry) -> None:
 
 
 def check_completed_run(config_path: Path, rounds: int) -> None:
-    """metrics.jsonl has ε per round as dp_accounting computes it; the model moved away from its init."""
+    """metrics.jsonl reports ε (on evaluation rounds and the last) as dp_accounting computes it; the model
+    moved away from its init."""
     cfg = load_config(config_path)
     root = cfg.output_dir / cfg.name
     for name in ("config.yaml", "metrics.jsonl", "ledger.json", "checkpoint.pt", "summary.md"):
@@ -120,8 +121,9 @@ def check_completed_run(config_path: Path, rounds: int) -> None:
     assert [r["round"] for r in records] == list(range(rounds))
     sampling = PoissonSampling(COHORT / USERS)
     for r in records:
-        assert r["epsilon"] == pytest.approx(epsilon_for(sampling, NOISE, r["round"] + 1, DELTA), rel=1e-9)
-    assert records[-1]["epsilon"] == pytest.approx(epsilon_for(sampling, NOISE, rounds, DELTA), rel=1e-9)
+        if "epsilon" in r:
+            assert r["epsilon"] == pytest.approx(epsilon_for(sampling, NOISE, r["round"] + 1, DELTA), rel=1e-6)
+    assert records[-1]["epsilon"] == pytest.approx(epsilon_for(sampling, NOISE, rounds, DELTA), rel=1e-6)
 
     checkpoint = torch.load(root / "checkpoint.pt", weights_only=False)
     assert checkpoint["rounds_done"] == rounds

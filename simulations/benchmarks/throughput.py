@@ -1,0 +1,229 @@
+"""Benchmark: client updates per second and seconds per round, side by side on the same work.
+
+For each task (EMNIST small CNN, EMNIST 2-layer MLP, StackOverflow tag logistic regression on the offline
+look-alike files) and cohort size, the same DP-FedAvg rounds (Poisson cohorts of m users expected of N, one
+local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
+
+- ``floor``: a bare PyTorch loop doing exactly the local SGD steps of those rounds (same users, same data
+  already in memory, same minibatch order), nothing else: the compute floor on this machine;
+- ``fedpub-vectorised`` / ``fedpub-loop``: fedpub's in-process engine, whole rounds (reading the users' data,
+  training, clipping, noise, server step, accounting), with ``client.vectorise`` on and off;
+- ``flower``: the same experiment in Flower's simulation (Ray), one virtual SuperNode per user;
+- ``pfl-research`` (with ``--pfl-python``): pfl 0.6's PyTorch simulation on the same users, model and local
+  work (:mod:`simulations.benchmarks.pfl_research`; pfl lives in its own venv).
+
+Steady figures leave out the first round (start-up, Ray actors) and the last (it evaluates). Writes
+``throughput.md`` and ``throughput.csv`` under ``--out``.
+
+    python -m simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
+        [--rounds 4] [--no-flower] [--pfl-python .venv-pfl/bin/python] [--out runs/benchmarks/throughput]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clients.local_training import LocalTrainingConfig, load_params_, plan_local_training
+from fedpub.config import parse_config
+from fedpub.seeding import torch_generator
+from simulations.benchmarks.pfl_research import run_pfl
+from simulations.engine import run_in_process
+from simulations.experiment import Experiment, build_experiment, load_data
+from simulations.flower_simulation import run_flower_simulation
+from simulations.run_dir import RunDirectory
+
+TASKS: dict[str, dict[str, Any]] = {
+    "emnist_cnn": {"model": {"name": "emnist_small_cnn"}, "data": {"source": "synthetic_emnist"}},
+    "emnist_mlp": {"model": {"name": "emnist_mlp"}, "data": {"source": "synthetic_emnist"}},
+    "so_logreg": {"model": {"name": "so_tag_logreg"}, "data": {"source": "synthetic_stackoverflow"}, "task": "so_tag"},
+}
+
+
+def _config(task: str, cohort: int, rounds: int, root: Path, *, vectorise: bool = True) -> dict[str, Any]:
+    population = max(200, 2 * cohort)
+    spec = TASKS[task]
+    return {
+        "name": f"{task}_{cohort}",
+        "seed": 0,
+        "rounds": rounds,
+        "eval_every": rounds,
+        "checkpoint_every": rounds,
+        "output_dir": str(root / "runs"),
+        "device": "cpu",
+        "task": spec.get("task", "classification"),
+        "model": spec["model"],
+        "data": {
+            **spec["data"],
+            "path": str(root / "data" / f"{task}_{population}"),
+            "synthetic": {"num_writers": population, "min_examples": 20, "max_examples": 80, "seed": 0},
+            "synthetic_stackoverflow": {"num_clients": population, "test_clients": 20, "seed": 0},
+            "eval_clients": 20,
+        },
+        "client": {"epochs": 1, "batch_size": 16, "lr": 0.05, "vectorise": vectorise},
+        "strategy": {
+            "clip_norm": 0.5,
+            "noise_multiplier": 1.0,
+            "sampling": {"kind": "poisson", "clients_per_round": cohort},
+            "server_optimizer": {"name": "sgd", "lr": 1.0},
+        },
+        "privacy": {"accountant": "pld"},
+        "flower": {"client_num_cpus": 1, "ray_num_cpus": 2},
+    }
+
+
+def _floor(experiment: Experiment, rounds: int) -> list[float]:
+    """Seconds per round of a bare loop doing exactly the engine's local SGD steps (data preloaded)."""
+    cfg, config = experiment.config, experiment.local_training
+    model = experiment.new_model()
+    params = [p.detach().clone() for p in model.parameters()]
+    cohorts = [experiment.strategy.sample_cohort(experiment.private_ids, t) for t in range(rounds)]
+    data = {cid: experiment.train.client_data(cid) for cohort in cohorts for cid in cohort}
+    times = []
+    for t, cohort in enumerate(cohorts):
+        generators = [torch_generator(cfg.seed, t, "client", cid) for cid in cohort]
+        started = time.perf_counter()
+        for cid, generator in zip(cohort, generators):
+            with torch.no_grad():
+                for p, start in zip(model.parameters(), params):
+                    p.copy_(start)
+            optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+            plan = plan_local_training(data[cid], config, generator)
+            for batch in plan.batches:
+                optimizer.zero_grad()
+                experiment.task.loss(model(plan.x[batch]), plan.y[batch]).backward()
+                optimizer.step()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> list[float]:
+    cfg = parse_config(cfg_dict)
+    run(cfg)
+    records = RunDirectory(cfg.output_dir / cfg.name).read_metrics()
+    return [r["wall_time"] for r in records]
+
+
+def _export_for_pfl(experiment: Experiment, cohort: int, rounds: int, path: Path) -> None:
+    """The population, initial model and local work, in the file format of the pfl-research worker."""
+    model = experiment.new_model()
+    users = [experiment.train.client_data(cid) for cid in experiment.private_ids]
+    config: LocalTrainingConfig = experiment.local_training
+    torch.save(
+        {
+            "model": experiment.config.model.name,
+            "num_classes": experiment.train.num_classes,
+            "task": experiment.config.task,
+            "users": [{"x": u.x, "y": u.y} for u in users],
+            "initial_params": {k: v.detach() for k, v in model.state_dict().items()},
+            "local": {"epochs": config.epochs, "batch_size": config.batch_size, "lr": config.lr},
+            "cohort": cohort,
+            "rounds": rounds,
+            "clip_norm": experiment.config.strategy.clip_norm,
+            "noise_multiplier": experiment.noise_multiplier,
+            "seed": experiment.config.seed,
+        },
+        path,
+    )
+
+
+def measure(task: str, cohort: int, rounds: int, root: Path, *, flower: bool, pfl_python: str | None) -> dict[str, list[float]]:
+    """Per-round seconds of every path on one task and cohort size."""
+    base = _config(task, cohort, rounds, root)
+    experiment = build_experiment(parse_config(base))  # also generates the data, outside every timing
+    population = len(experiment.private_ids)
+    times = {"floor": _floor(experiment, rounds)}
+    for label, vectorise in (("fedpub-vectorised", True), ("fedpub-loop", False)):
+        cfg_dict = {**_config(task, cohort, rounds, root, vectorise=vectorise), "name": f"{task}_{cohort}_{label}"}
+        times[label] = _engine(cfg_dict, lambda cfg: run_in_process(build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True))
+    if flower:
+        cfg_dict = {**base, "name": f"{task}_{cohort}_flower"}
+        times["flower"] = _engine(cfg_dict, lambda cfg: run_flower_simulation(cfg, population, fresh=True))
+    if pfl_python:
+        task_file = root / f"{task}_{cohort}_pfl.pt"
+        _export_for_pfl(experiment, cohort, rounds, task_file)
+        times["pfl-research"] = run_pfl(pfl_python, task_file)["round_s"]
+    return times
+
+
+def _rows(task: str, cohort: int, times: dict[str, list[float]]) -> list[dict[str, Any]]:
+    steady = {label: sum(_steady_of(t)) / len(_steady_of(t)) for label, t in times.items()}
+    fedpub = min(steady["fedpub-vectorised"], steady["fedpub-loop"])
+    return [
+        {
+            "task": task,
+            "cohort": cohort,
+            "path": label,
+            "steady_s_per_round": round(seconds, 4),
+            "updates_per_s": round(cohort / seconds, 1),
+            "x_floor": round(seconds / steady["floor"], 2),
+            "fedpub_speedup": round(seconds / fedpub, 2),
+        }
+        for label, seconds in steady.items()
+    ]
+
+
+def _steady_of(times: list[float]) -> list[float]:
+    """Round times without the first round (start-up) and the last (it evaluates)."""
+    return times[1:-1] or times
+
+
+def _write(rows: list[dict[str, Any]], out: Path, header: str) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "throughput.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    columns = ["task", "cohort", "path", "steady_s_per_round", "updates_per_s", "x_floor", "fedpub_speedup"]
+    lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
+    lines += [
+        "",
+        "x_floor: round time ÷ the bare loop's; fedpub_speedup: the path's round time ÷ fedpub's best in-process"
+        " path (so > 1 means fedpub is that many times faster).",
+    ]
+    text = "\n".join(lines) + "\n"
+    (out / "throughput.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default="emnist_cnn,emnist_mlp,so_logreg")
+    parser.add_argument("--cohorts", default="10,50,200")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--no-flower", dest="flower", action="store_false")
+    parser.add_argument("--pfl-python", default=None, help="python of a venv with pfl 0.6 (see pfl_research.py)")
+    parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/throughput"))
+    args = parser.parse_args()
+    tasks = args.tasks.split(",")
+    if unknown := [t for t in tasks if t not in TASKS]:
+        parser.error(f"--tasks: unknown {unknown}; allowed: {', '.join(TASKS)}")
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3 (the first and last rounds are not steady)")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for task in tasks:
+            for cohort in (int(c) for c in args.cohorts.split(",")):
+                started = time.perf_counter()
+                times = measure(task, cohort, args.rounds, Path(tmp), flower=args.flower, pfl_python=args.pfl_python)
+                rows += _rows(task, cohort, times)
+                print(f"{task} cohort {cohort}: {json.dumps({k: [round(x, 3) for x in v] for k, v in times.items()})}"
+                      f" ({time.perf_counter() - started:.0f} s)", flush=True)
+    header = (
+        f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, torch threads "
+        f"{torch.get_num_threads()}, {torch.__version__}"
+    )
+    print(_write(rows, args.out, header))
+
+
+if __name__ == "__main__":
+    main()
