@@ -32,11 +32,15 @@ class RoundOutcome:
 
 
 def usable_update(update: Updates, params: Params) -> bool:
-    """True when ``update`` has exactly the parameters' keys and shapes and only finite values."""
+    """True when ``update`` has exactly the parameters' keys and shapes and only finite values.
+
+    Finiteness is read from each tensor's sum (one reduction, no mask the size of the model): any NaN or
+    Inf makes the sum non-finite; a finite tensor whose sum overflows (|sum| > 3e38 in float32) is refused
+    too, which, like any refusal, only removes a contribution."""
     if update.keys() != params.keys():
         return False
     return all(
-        update[k].shape == params[k].shape and bool(torch.isfinite(update[k]).all())
+        update[k].shape == params[k].shape and bool(torch.isfinite(update[k].sum()))
         for k in params
     )
 

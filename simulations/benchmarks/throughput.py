@@ -80,8 +80,12 @@ def _config(task: str, cohort: int, rounds: int, root: Path, *, vectorise: bool 
     }
 
 
-def _floor(experiment: Experiment, rounds: int) -> list[float]:
-    """Seconds per round of a bare loop doing exactly the engine's local SGD steps (data preloaded)."""
+Rounds = list[tuple[float, int]]
+"""(seconds, user updates) of each round."""
+
+
+def _floor(experiment: Experiment, rounds: int) -> Rounds:
+    """Each round of a bare loop doing exactly the engine's local SGD steps (data preloaded)."""
     cfg, config = experiment.config, experiment.local_training
     model = experiment.new_model()
     params = [p.detach().clone() for p in model.parameters()]
@@ -101,15 +105,15 @@ def _floor(experiment: Experiment, rounds: int) -> list[float]:
                 optimizer.zero_grad()
                 experiment.task.loss(model(plan.x[batch]), plan.y[batch]).backward()
                 optimizer.step()
-        times.append(time.perf_counter() - started)
+        times.append((time.perf_counter() - started, len(cohort)))
     return times
 
 
-def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> list[float]:
+def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> Rounds:
     cfg = parse_config(cfg_dict)
     run(cfg)
     records = RunDirectory(cfg.output_dir / cfg.name).read_metrics()
-    return [r["wall_time"] for r in records]
+    return [(r["wall_time"], int(r["cohort_sampled"])) for r in records]
 
 
 def _export_for_pfl(experiment: Experiment, cohort: int, rounds: int, path: Path) -> None:
@@ -135,8 +139,8 @@ def _export_for_pfl(experiment: Experiment, cohort: int, rounds: int, path: Path
     )
 
 
-def measure(task: str, cohort: int, rounds: int, root: Path, *, flower: bool, pfl_python: str | None) -> dict[str, list[float]]:
-    """Per-round seconds of every path on one task and cohort size."""
+def measure(task: str, cohort: int, rounds: int, root: Path, *, flower: bool, pfl_python: str | None) -> dict[str, Rounds]:
+    """Every path's rounds on one task and cohort size (pfl-research: fixed cohorts of ``cohort``)."""
     base = _config(task, cohort, rounds, root)
     experiment = build_experiment(parse_config(base))  # also generates the data, outside every timing
     population = len(experiment.private_ids)
@@ -150,30 +154,29 @@ def measure(task: str, cohort: int, rounds: int, root: Path, *, flower: bool, pf
     if pfl_python:
         task_file = root / f"{task}_{cohort}_pfl.pt"
         _export_for_pfl(experiment, cohort, rounds, task_file)
-        times["pfl-research"] = run_pfl(pfl_python, task_file)["round_s"]
+        times["pfl-research"] = [(seconds, cohort) for seconds in run_pfl(pfl_python, task_file)["round_s"]]
     return times
 
 
-def _rows(task: str, cohort: int, times: dict[str, list[float]]) -> list[dict[str, Any]]:
-    steady = {label: sum(_steady_of(t)) / len(_steady_of(t)) for label, t in times.items()}
-    fedpub = min(steady["fedpub-vectorised"], steady["fedpub-loop"])
+def _rows(task: str, cohort: int, times: dict[str, Rounds]) -> list[dict[str, Any]]:
+    """Steady rounds (not the first, start-up, nor the last, which evaluates): mean seconds per round, updates
+    per second, and ratios. The floor and the fedpub and Flower paths train the same Poisson cohorts."""
+    steady = {label: rounds[1:-1] or rounds for label, rounds in times.items()}
+    seconds = {label: sum(s for s, _ in r) / len(r) for label, r in steady.items()}
+    rate = {label: sum(n for _, n in r) / sum(s for s, _ in r) for label, r in steady.items()}
+    fedpub = max(rate["fedpub-vectorised"], rate["fedpub-loop"])
     return [
         {
             "task": task,
             "cohort": cohort,
             "path": label,
-            "steady_s_per_round": round(seconds, 4),
-            "updates_per_s": round(cohort / seconds, 1),
-            "x_floor": round(seconds / steady["floor"], 2),
-            "fedpub_speedup": round(seconds / fedpub, 2),
+            "steady_s_per_round": round(seconds[label], 4),
+            "updates_per_s": round(rate[label], 1),
+            "x_floor": round(seconds[label] / seconds["floor"], 2),
+            "fedpub_speedup": round(fedpub / rate[label], 2),
         }
-        for label, seconds in steady.items()
+        for label in steady
     ]
-
-
-def _steady_of(times: list[float]) -> list[float]:
-    """Round times without the first round (start-up) and the last (it evaluates)."""
-    return times[1:-1] or times
 
 
 def _write(rows: list[dict[str, Any]], out: Path, header: str) -> str:
@@ -187,8 +190,8 @@ def _write(rows: list[dict[str, Any]], out: Path, header: str) -> str:
     lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
     lines += [
         "",
-        "x_floor: round time ÷ the bare loop's; fedpub_speedup: the path's round time ÷ fedpub's best in-process"
-        " path (so > 1 means fedpub is that many times faster).",
+        "x_floor: seconds per round ÷ the bare loop's on the same cohorts (pfl-research trains fixed cohorts of m);"
+        " fedpub_speedup: fedpub's best in-process updates/s ÷ the path's (> 1: fedpub is that many times faster).",
     ]
     text = "\n".join(lines) + "\n"
     (out / "throughput.md").write_text(text)
@@ -216,7 +219,7 @@ def main() -> None:
                 started = time.perf_counter()
                 times = measure(task, cohort, args.rounds, Path(tmp), flower=args.flower, pfl_python=args.pfl_python)
                 rows += _rows(task, cohort, times)
-                print(f"{task} cohort {cohort}: {json.dumps({k: [round(x, 3) for x in v] for k, v in times.items()})}"
+                print(f"{task} cohort {cohort}: {json.dumps({k: [round(s, 3) for s, _ in v] for k, v in times.items()})}"
                       f" ({time.perf_counter() - started:.0f} s)", flush=True)
     header = (
         f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, torch threads "
