@@ -42,6 +42,9 @@ class SyntheticStackOverflowConfig(_Section):
     test_clients: int = Field(100, ge=1)
     min_examples: int = Field(5, ge=1)
     max_examples: int = Field(30, ge=1)
+    topic_rank_offset: int = Field(
+        0, ge=0, description="frequency rank of the first tag's topic words (large: rare words carry the tags)"
+    )
     seed: int = 0
 
 

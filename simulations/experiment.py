@@ -86,7 +86,11 @@ def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, ...]
     data, so = config.data, config.data.stackoverflow
     if data.source == "synthetic_stackoverflow":
         synthetic = data.synthetic_stackoverflow
-        shared = {"min_examples": synthetic.min_examples, "max_examples": synthetic.max_examples}
+        shared = {
+            "min_examples": synthetic.min_examples,
+            "max_examples": synthetic.max_examples,
+            "topic_rank_offset": synthetic.topic_rank_offset,
+        }
         ensure_synthetic_stackoverflow(
             data.path,
             SyntheticStackOverflowSpec(num_clients=synthetic.num_clients, seed=synthetic.seed, **shared),

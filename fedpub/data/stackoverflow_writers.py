@@ -267,7 +267,9 @@ class SyntheticStackOverflowSpec:
     tag or another one (Zipf-distributed ranks over ``num_tags``, more than the 500 of the task, so some are OOV),
     and its words come from the tag's topic words or from a Zipf distribution over ``num_words`` (more than the
     10,000 of the vocabulary, so some are OOV). Word ``r`` is ``w<r>``, tag ``t`` is ``tag<t>``; ranks are in
-    descending frequency, as in the count files.
+    descending frequency, as in the count files. Tag ``t``'s 7 topic words have ranks ``topic_rank_offset + 7t``
+    to ``+ 7t + 6`` (modulo ``num_words``): at 0 the popular tags' topic words are frequent words; a large offset
+    puts the tag signal in rare words, the situation AdaDPS's token-frequency side information is for.
     """
 
     num_clients: int = 1_000
@@ -277,6 +279,7 @@ class SyntheticStackOverflowSpec:
     num_tags: int = 600
     max_tokens: int = 30
     max_title_words: int = 8
+    topic_rank_offset: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -287,8 +290,9 @@ class SyntheticStackOverflowSpec:
         for name in ("num_words", "num_tags", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_title_words < 0:
-            raise ValueError(f"max_title_words must be >= 0, got {self.max_title_words}")
+        for name in ("max_title_words", "topic_rank_offset"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 def _zipf_ranks(rng: np.random.Generator, size: int | tuple[int, ...], n: int) -> np.ndarray:
@@ -324,7 +328,8 @@ def synthetic_columns(spec: SyntheticStackOverflowSpec) -> Iterator[tuple[str, C
         token_lengths = rng.integers(0, spec.max_tokens + 1, size=n)
         title_lengths = rng.integers(0, spec.max_title_words + 1, size=n)
         total = int(token_lengths.sum() + title_lengths.sum())
-        topic = np.repeat(tag_ids[:, 0], token_lengths + title_lengths) * 7 + rng.integers(0, 7, size=total)
+        topic = spec.topic_rank_offset + np.repeat(tag_ids[:, 0], token_lengths + title_lengths) * 7
+        topic += rng.integers(0, 7, size=total)
         ranks = np.where(rng.random(total) < 0.3, topic % spec.num_words, _zipf_ranks(rng, total, spec.num_words))
         texts = _join(words[ranks], np.stack([token_lengths, title_lengths], axis=1).reshape(-1))
         seconds = rng.integers(0, 8 * 365 * 86_400, size=n)
