@@ -5,11 +5,13 @@
     fedpub calibrate ...          the noise multiplier z reaching a target ε
     fedpub compare SWEEP.yaml     run every (strategy, ε, seed) of a sweep and compare them
     fedpub report RUN_DIR...      the same comparison table and plots from existing runs
+    fedpub audit CONFIG.yaml      empirical ε from canary clients, against the accountant's
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -17,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from fedpub.config import ConfigError, load_config
@@ -33,7 +35,7 @@ USER_ERRORS = (ConfigError, DatasetError, PrivacyError, ValueError, FileNotFound
 
 
 def _fail(error: Exception) -> None:
-    console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -45,6 +47,36 @@ def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[in
     if q is None and population is not None and cohort is not None:
         return FixedSizeSampling(population=population, cohort_size=cohort)
     raise PrivacyError("give --q (Poisson sampling) or both --population and --cohort (fixed size)")
+
+
+def _round_progress(label: str = "round") -> Progress:
+    """A progress bar over rounds whose status column a :func:`_round_reporter` fills."""
+    return Progress(
+        TextColumn(f"{label} {{task.completed}}/{{task.total}}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+
+def _round_reporter(progress: Progress, task: TaskID, metric: str) -> Callable[[dict[str, Any]], None]:
+    """An ``on_round`` callback moving ``task`` on and showing the headline metric, ε and the cohort."""
+    status = {"acc": "–", "epsilon": "–"}
+
+    def on_round(record: dict[str, Any]) -> None:
+        if f"eval_{metric}" in record:
+            status["acc"] = f"{record[f'eval_{metric}']:.3f}"
+        if "epsilon" in record:
+            status["epsilon"] = f"{float(record['epsilon']):.3g}"
+        progress.update(
+            task,
+            completed=record["round"] + 1,
+            status=f"{metric} {status['acc']}  ε {status['epsilon']}  cohort {int(record['cohort_sampled'])}",
+        )
+
+    return on_round
 
 
 @app.command()
@@ -78,30 +110,10 @@ def run(
         highlight=False,
     )
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
-    progress = Progress(
-        TextColumn("round {task.completed}/{task.total}"),
-        BarColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-    )
+    progress = _round_progress()
     metric = experiment.task.headline
-    status = {"acc": "–", "epsilon": "–"}
-
-    def on_round(record: dict[str, Any]) -> None:
-        if f"eval_{metric}" in record:
-            status["acc"] = f"{record[f'eval_{metric}']:.3f}"
-        if "epsilon" in record:
-            status["epsilon"] = f"{float(record['epsilon']):.3g}"
-        progress.update(
-            task,
-            completed=record["round"] + 1,
-            status=f"{metric} {status['acc']}  ε {status['epsilon']}  cohort {int(record['cohort_sampled'])}",
-        )
-
     with progress:
-        task = progress.add_task("rounds", total=cfg.rounds, status="")
+        on_round = _round_reporter(progress, progress.add_task("rounds", total=cfg.rounds, status=""), metric)
         try:
             if backend == "flower":
                 result = run_flower_simulation(cfg, len(experiment.train.client_ids), fresh=fresh, on_round=on_round)
@@ -221,6 +233,56 @@ def report(
     except USER_ERRORS as error:
         _fail(error)
     _show_comparison(table, out_dir)
+
+
+@app.command()
+def audit(
+    config: Annotated[Path, typer.Argument(help="experiment YAML to audit")],
+    canaries: Annotated[int, typer.Option(help="canary clients, half inserted and half held out (>= 4)")] = 1000,
+    noise_scale: Annotated[
+        Optional[list[float]],
+        typer.Option("--noise-scale", help="run with z·scale while claiming the ε of z (repeatable; < 1 breaks the mechanism)"),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the canaries and the bootstrap")] = 0,
+    fresh: Annotated[bool, typer.Option("--fresh", help="discard existing audit runs and start over")] = False,
+) -> None:
+    """Estimate ε empirically with canary clients (Andrew et al., ICLR 2024) and compare it with the
+    accountant's ε: one run per noise scale, into <output_dir>/<name>_audit_x<scale>_k<canaries>_s<seed>/."""
+    from fedpub.tasks import get_task
+    from simulations.audit import check_options, run_audit
+    from simulations.engine import RunDirectoryError
+
+    scales = noise_scale or [1.0]
+    try:
+        check_options(canaries, scales)
+        cfg = load_config(config)
+    except USER_ERRORS as error:
+        _fail(error)
+    metric, results = get_task(cfg.task).headline, []
+    for scale in scales:
+        progress = _round_progress(f"noise ×{scale:g}: round")
+        with progress:
+            on_round = _round_reporter(progress, progress.add_task("rounds", total=cfg.rounds, status=""), metric)
+            try:
+                results.append(run_audit(cfg, canaries=canaries, noise_scale=scale, seed=seed, fresh=fresh,
+                                         on_round=on_round))
+            except (RunDirectoryError, *USER_ERRORS) as error:
+                progress.stop()
+                _fail(error)
+    delta = results[0].delta
+    table = Table(title=f"{cfg.name}: empirical ε from {canaries} canaries, δ = {delta:g}, {cfg.rounds} rounds")
+    for column in ("noise scale", "z used", "claimed ε", "empirical ε [95%]", "μ", "verdict"):
+        table.add_column(column, justify="left" if column == "verdict" else "right")
+    for r in results:
+        low, high = r.interval
+        table.add_row(
+            f"{r.noise_scale:g}", f"{r.noise_multiplier_used:.4g}", f"{r.claimed_epsilon:.4g}",
+            f"{r.empirical_epsilon:.3g} [{low:.3g}, {high:.3g}]", f"{r.mu:.3g}",
+            r.verdict if r.verdict == "consistent" else f"[bold red]{r.verdict}[/]",
+        )
+    console.print(table)
+    for r in results:
+        console.print(f"results in {r.run_dir}/ (audit.json, cosines.png)", highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from clients.cohort_training import CohortTrainer
 from clients.local_training import ClientResult
 from fedpub.data.base import FederatedDataset
 from fedpub.seeding import torch_generator
+from fedpub.types import Updates
 from simulations.experiment import Experiment
 from simulations.run_dir import RunDirectory
 from simulations.session import RunDirectoryError, RunResult, RunSession
@@ -30,9 +31,12 @@ def run_in_process(
     fresh: bool = False,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     log: Callable[[str], None] | None = None,
+    extra_updates: Callable[[int], list[Updates]] | None = None,
 ) -> RunResult:
     """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
-    saying how cohorts are trained (vectorised, or the per-client loop and why)."""
+    saying how cohorts are trained (vectorised, or the per-client loop and why). ``extra_updates(t)``
+    (an audit's canary users) join round t's private updates: counted in the sampled cohort, clipped
+    and noised like them."""
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
     strategy = experiment.strategy
@@ -54,8 +58,9 @@ def run_in_process(
         public_results = train_cohort(
             strategy.sample_public_cohort(experiment.public_ids, t), experiment.public_data, "public_client"
         )
+        extra = extra_updates(t) if extra_updates is not None else []
         outcome = strategy.aggregate(
-            session.params, [r.update for r in results], session.state, t,
+            session.params, [r.update for r in results] + extra, session.state, t,
             public_updates=[r.update for r in public_results],
         )
         if session.exceeds_budget(outcome.event):
