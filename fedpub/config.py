@@ -7,18 +7,28 @@ Every section maps 1:1 to the arguments of a factory; a bad value is reported as
 from __future__ import annotations
 
 import math
+import reprlib
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedpub.models import MODELS
 
 
 class ConfigError(ValueError):
     """A configuration that cannot be run; the message names the file and the field."""
+
+
+def _no_nul(path: Path) -> Path:
+    if "\0" in str(path):
+        raise ValueError("a path cannot contain a NUL character")
+    return path
+
+
+FilePath = Annotated[Path, AfterValidator(_no_nul)]
 
 
 class _Section(BaseModel):
@@ -73,7 +83,7 @@ class DataConfig(_Section):
     source: Literal[
         "synthetic_emnist", "emnist_h5", "emnist_sqlite", "stackoverflow", "synthetic_stackoverflow"
     ] = "synthetic_emnist"
-    path: Path = Field(
+    path: FilePath = Field(
         Path("data/synthetic_emnist"),
         description="directory with fed_emnist[_digitsonly]_{train,test}.h5, or emnist_all.sqlite[.lzma], "
         "or (StackOverflow) stackoverflow_*.h5 or stackoverflow.sqlite[.lzma] with the two count files",
@@ -271,7 +281,8 @@ class StrategyConfig(_Section):
         if not isinstance(raw, dict):
             return raw
         filled = dict(raw)
-        for section in RECIPE_SECTIONS.get(filled.get("name", "dp_fedavg"), ()):
+        name = filled.get("name", "dp_fedavg")
+        for section in RECIPE_SECTIONS.get(name, ()) if isinstance(name, str) else ():
             if filled.get(section) is None:
                 filled[section] = {}
         if "public_clients_per_round" not in filled and _needs_public_cohort(filled):
@@ -336,7 +347,7 @@ class ExperimentConfig(_Section):
     rounds: int = Field(40, ge=1)
     eval_every: int = Field(5, ge=1)
     checkpoint_every: int = Field(5, ge=1)
-    output_dir: Path = Path("runs")
+    output_dir: FilePath = Path("runs")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     task: Literal["classification", "so_tag", "so_tag_single", "so_nwp"] = Field(
         "classification", description="loss and metrics; the so_* tasks need StackOverflow data"
@@ -374,6 +385,10 @@ def _walk(loc: tuple) -> tuple[list[str], list[str]]:
     return path, list(model.model_fields) if model is not None else []
 
 
+_SHOWN = reprlib.Repr()  # a given value is shown cut short: YAML aliases can nest a huge value in a few lines
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 80, 80
+
+
 def _describe(error: Any) -> str:
     path, _ = _walk(error["loc"])
     where = ".".join(path) or "(top level)"
@@ -381,7 +396,7 @@ def _describe(error: Any) -> str:
         allowed = ", ".join(_walk(error["loc"][:-1])[1])
         return f"unknown key `{where}`; allowed keys here: {allowed}"
     given = error.get("input")
-    shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    shown = "" if isinstance(given, dict) else f" (got {_SHOWN.repr(given)})"
     return f"field `{where}`: {error['msg']}{shown}"
 
 
@@ -406,13 +421,15 @@ def parse_config(raw: Any, source: str = "<config>") -> ExperimentConfig:
 def load_config(path: Path) -> ExperimentConfig:
     """Read and validate a YAML experiment file."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_bytes()  # YAML decodes it: UTF-8, or UTF-16 with a byte order mark
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     try:
         raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except yaml.YAMLError as exc:  # also text that is not UTF-8
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: lists or mappings nested too deeply") from None
     return parse_config(raw, str(path))
 
 

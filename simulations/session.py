@@ -56,13 +56,12 @@ class RunSession:
         cfg = experiment.config
         resolved = dump_config(cfg)
         stored = run_dir.stored_config()
-        if fresh:
-            run_dir.clear()
-        elif stored is not None and stored != resolved:
+        if not fresh and stored is not None and stored != resolved:
             raise RunDirectoryError(
                 f"{run_dir.root} holds a run with a different config; use another `name` or --fresh"
             )
         self.experiment, self.run_dir = experiment, run_dir
+        self._fresh, self._resolved, self._started = fresh, resolved, False
         self.model = experiment.new_model()
         self.params = model_params(self.model)
         self.state = experiment.strategy.init(self.params)
@@ -76,14 +75,24 @@ class RunSession:
             self.accountant = UserLevelAccountant.from_dict(checkpoint["accountant"])
             self.rounds_done = checkpoint["rounds_done"]
             self.average = checkpoint.get("model_average", self.average)
-            run_dir.truncate_metrics(self.rounds_done)
         elif cfg.strategy.warm_start is not None:
             self.params = self._train_on_public(self.params, cfg.strategy.warm_start, "warm_start")
-        run_dir.start(resolved)
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
         self.last_eval: dict[str, float] = {}
         self.last_eval_round = -1
         self._round_started = time.perf_counter()
+
+    def _start(self) -> None:
+        """Write the run directory (with --fresh, cleared first) when the first results are ready, so a run
+        that fails before then (a corrupt data file, a failed first round) leaves no directory behind and an
+        existing one as it was. Metrics past the checkpoint are dropped: those rounds run again."""
+        if self._started:
+            return
+        if self._fresh:
+            self.run_dir.clear()
+        self.run_dir.start(self._resolved)
+        self.run_dir.truncate_metrics(self.rounds_done)
+        self._started = True
 
     def _train_on_public(self, params: Params, config: PublicTrainingConfig, purpose: str) -> Params:
         """``params`` trained on the pooled public users (warm start or model reuse); its training
@@ -123,6 +132,7 @@ class RunSession:
     ) -> dict[str, Any]:
         """Adopt the round's outcome (its event already composed into ``self.accountant``),
         write its metrics record, evaluate and checkpoint when due; return the record."""
+        self._start()
         cfg = self.experiment.config
         self.params, self.state, self.rounds_done = outcome.params, outcome.state, round_index + 1
         headline = self.experiment.task.headline
@@ -174,6 +184,7 @@ class RunSession:
 
     def finish(self, stopped_by_budget: bool) -> RunResult:
         """Final evaluation (if the last round had none), checkpoint, ledger, plot and summary."""
+        self._start()
         if self.last_eval_round != self.rounds_done:
             self._evaluate()
         self.checkpoint()

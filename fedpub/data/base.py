@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -19,6 +22,25 @@ def open_h5(path: Path, missing: str) -> h5py.File:
         return h5py.File(path, "r")
     except OSError as exc:
         raise DatasetError(f"{path} is not a readable HDF5 file (corrupt or truncated?): {exc}") from exc
+
+
+@contextmanager
+def h5_errors(where: str) -> Iterator[None]:
+    """Report an exception from inside h5py (a corrupt file: a broken link, an unreadable object, a dtype it cannot
+    convert) as a DatasetError; ``where`` names the file (and the client)."""
+    try:
+        yield
+    except DatasetError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+        raise DatasetError(f"{where}: cannot be read (corrupt or truncated file?): {exc}") from None
+
+
+def require_listed(client_ids: list[str], client_id: str, where: str) -> None:
+    """Raise KeyError (naming ``where``) unless ``client_id`` is in the sorted list ``client_ids``."""
+    i = bisect.bisect_left(client_ids, client_id)
+    if i == len(client_ids) or client_ids[i] != client_id:
+        raise KeyError(f"client {client_id!r} is not in {where}")
 
 
 class DatasetError(ValueError):

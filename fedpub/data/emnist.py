@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import torch
 
-from fedpub.data.base import ClientData, DatasetError, open_h5
+from fedpub.data.base import ClientData, DatasetError, h5_errors, open_h5, require_listed
 
 TFF_DATASETS_URL = "https://storage.googleapis.com/tff-datasets-public"
 IMAGE_SHAPE = (28, 28)
@@ -54,7 +54,8 @@ class EmnistH5:
             raise ValueError(f"num_classes must be 10 or 62 for EMNIST, got {self.num_classes}")
         self._file: h5py.File | None = None
         self._pid = -1
-        self.client_ids: list[str] = sorted(self._examples().keys())
+        with h5_errors(str(self.path)):
+            self.client_ids: list[str] = sorted(self._examples().keys())
 
     @staticmethod
     def _infer_num_classes(path: Path) -> int:
@@ -75,29 +76,33 @@ class EmnistH5:
         return examples
 
     def _datasets(self, client_id: str) -> tuple[h5py.Dataset, h5py.Dataset]:
-        """The client's (label, pixels) datasets, with shapes checked from metadata only."""
-        group = self._examples().get(client_id)
-        if group is None:
-            raise KeyError(f"client {client_id!r} is not in {self.path}")
+        """The client's (label, pixels) datasets, with shapes and dtypes checked from metadata only."""
+        require_listed(self.client_ids, client_id, str(self.path))
         where = f"{self.path}: client {client_id!r}"
-        found = {}
-        for name in ("label", "pixels"):
-            ds = group.get(name)
-            if not isinstance(ds, h5py.Dataset):
-                raise DatasetError(f"{where} has no '{name}' dataset")
-            found[name] = ds
-        label, pixels = found["label"], found["pixels"]
-        if pixels.ndim != 3 or pixels.shape[1:] != IMAGE_SHAPE:
-            raise DatasetError(f"{where} has pixels of shape {pixels.shape}, expected (N, 28, 28)")
-        if not (label.ndim == 1 or (label.ndim == 2 and label.shape[1] == 1)):
-            raise DatasetError(f"{where} has labels of shape {label.shape}, expected (N,) or (N, 1)")
-        if not np.issubdtype(label.dtype, np.integer):
-            raise DatasetError(f"{where} has labels of dtype {label.dtype}, expected integers")
-        if label.shape[0] != pixels.shape[0]:
-            raise DatasetError(
-                f"{where} has {label.shape[0]} labels but {pixels.shape[0]} pixel arrays (lengths must match)"
-            )
-        return label, pixels
+        with h5_errors(where):
+            group = self._examples().get(client_id)
+            if not isinstance(group, h5py.Group):
+                raise DatasetError(f"{where} is not a group of 'label' and 'pixels' datasets")
+            found = {}
+            for name in ("label", "pixels"):
+                ds = group.get(name)
+                if not isinstance(ds, h5py.Dataset):
+                    raise DatasetError(f"{where} has no '{name}' dataset")
+                found[name] = ds
+            label, pixels = found["label"], found["pixels"]
+            if pixels.ndim != 3 or pixels.shape[1:] != IMAGE_SHAPE:
+                raise DatasetError(f"{where} has pixels of shape {pixels.shape}, expected (N, 28, 28)")
+            if not np.issubdtype(pixels.dtype, np.floating):
+                raise DatasetError(f"{where} has pixels of dtype {pixels.dtype}, expected floats")
+            if not (label.ndim == 1 or (label.ndim == 2 and label.shape[1] == 1)):
+                raise DatasetError(f"{where} has labels of shape {label.shape}, expected (N,) or (N, 1)")
+            if not np.issubdtype(label.dtype, np.integer):
+                raise DatasetError(f"{where} has labels of dtype {label.dtype}, expected integers")
+            if label.shape[0] != pixels.shape[0]:
+                raise DatasetError(
+                    f"{where} has {label.shape[0]} labels but {pixels.shape[0]} pixel arrays (lengths must match)"
+                )
+            return label, pixels
 
     def num_examples(self, client_id: str) -> int:
         """Number of examples of ``client_id``, from the HDF5 metadata (no pixels are read)."""
@@ -106,12 +111,11 @@ class EmnistH5:
     def client_data(self, client_id: str) -> ClientData:
         """Read one client: x float32 ``(N, 1, 28, 28)`` in [0, 1] (background 1.0), y int64 ``(N,)``."""
         label, pixels = self._datasets(client_id)
-        try:
+        where = f"{self.path}: client {client_id!r}"
+        with h5_errors(where):
             y = np.asarray(label[()], dtype=np.int64).reshape(-1)
             x = np.asarray(pixels[()], dtype=np.float32)
-        except OSError as exc:
-            raise DatasetError(f"{self.path}: cannot read client {client_id!r} (corrupt file?): {exc}") from exc
-        return checked_client_data(x, y, self.num_classes, f"{self.path}: client {client_id!r}")
+        return checked_client_data(x, y, self.num_classes, where)
 
     def close(self) -> None:
         """Close the HDF5 handle (a later read reopens it)."""

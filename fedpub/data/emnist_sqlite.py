@@ -37,6 +37,8 @@ TFF_TABLES: dict[str, tuple[str, ...]] = {
 }
 """The tables and columns TFF's SqlClientData requires (extra ones are allowed)."""
 NUM_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
+SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
+"""What sqlite3 raises on a corrupt database (a damaged page, or text that is no longer UTF-8)."""
 SQLITE_HINT = (
     "download https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma "
     "(`fedpub data download emnist_all.sqlite.lzma`)"
@@ -68,7 +70,7 @@ def connect_tff_sqlite(path: str | os.PathLike[str]) -> sqlite3.Connection:
                     f"{path}: table '{table}' lacks column(s) {', '.join(missing)} "
                     f"(it has {', '.join(sorted(columns))}; TFF needs {', '.join(required)})"
                 )
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         connection.close()
         raise DatasetError(f"{path} is not a readable SQLite database (corrupt?): {exc}") from None
     except BaseException:
@@ -108,7 +110,7 @@ class SqliteSplitConnection:
     def query(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
             return self.handle().execute(sql, tuple(parameters)).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise DatasetError(f"{self.path}: cannot read split {self.split!r} (corrupt database?): {exc}") from None
 
     def close(self) -> None:

@@ -35,7 +35,7 @@ from typing import Any, Protocol, TypedDict, TypeVar, cast
 import h5py
 import numpy as np
 
-from fedpub.data.base import DatasetError, open_h5
+from fedpub.data.base import DatasetError, h5_errors, open_h5, require_listed
 from fedpub.data.download import TFF_BASE
 from fedpub.data.emnist_sqlite import SqliteSplitConnection, connect_tff_sqlite, resolve_sqlite_path
 from fedpub.data.tf_example import ExampleDecodeError, decode_example
@@ -148,7 +148,8 @@ class StackOverflowH5(_Reader):
         self._file: h5py.File | None = None
         self._examples: h5py.Group | None = None
         self._pid = -1
-        self.client_ids: list[str] = sorted(self._handle().keys())
+        with h5_errors(str(self.path)):
+            self.client_ids: list[str] = sorted(self._handle().keys())
 
     def _handle(self) -> h5py.Group:
         """The ``/examples`` group, opening the file in this process if needed."""
@@ -171,30 +172,31 @@ class StackOverflowH5(_Reader):
 
         h5py's low-level API: about three times faster per client than ``group[name]``, which matters for cohorts
         of small clients."""
-        examples, key = self._handle().id, client_id.encode()
-        if key not in examples:
-            raise KeyError(f"client {client_id!r} is not in {self.path}")
+        require_listed(self.client_ids, client_id, str(self.path))
         where = f"{self.path}: client {client_id!r}"
-        try:
-            group = h5py.h5g.open(examples, key)
-        except (KeyError, ValueError):
-            raise DatasetError(f"{where} is not a group (a StackOverflow client is a group of datasets)") from None
-        found: dict[str, h5py.h5d.DatasetID] = {}
-        for name in fields:
-            if name.encode() not in group:
-                raise DatasetError(f"{where} has no '{name}' dataset (a StackOverflow client has {', '.join(FIELDS)})")
+        with h5_errors(where):
             try:
-                dataset = h5py.h5d.open(group, name.encode())
+                group = h5py.h5g.open(self._handle().id, client_id.encode())
             except (KeyError, ValueError):
-                raise DatasetError(f"{where}: '{name}' is not a dataset") from None
-            if len(dataset.shape) != 1:
-                raise DatasetError(f"{where}: '{name}' has shape {dataset.shape}, expected (N,)")
-            if name == "score":
-                if not np.issubdtype(dataset.dtype, np.integer):
-                    raise DatasetError(f"{where}: 'score' has dtype {dataset.dtype}, expected integers")
-            elif h5py.check_string_dtype(dataset.dtype) is None:
-                raise DatasetError(f"{where}: '{name}' has dtype {dataset.dtype}, expected strings")
-            found[name] = dataset
+                raise DatasetError(f"{where} is not a group (a StackOverflow client is a group of datasets)") from None
+            found: dict[str, h5py.h5d.DatasetID] = {}
+            for name in fields:
+                if name.encode() not in group:
+                    raise DatasetError(
+                        f"{where} has no '{name}' dataset (a StackOverflow client has {', '.join(FIELDS)})"
+                    )
+                try:
+                    dataset = h5py.h5d.open(group, name.encode())
+                except (KeyError, ValueError):
+                    raise DatasetError(f"{where}: '{name}' is not a dataset") from None
+                if len(dataset.shape) != 1:
+                    raise DatasetError(f"{where}: '{name}' has shape {dataset.shape}, expected (N,)")
+                if name == "score":
+                    if not np.issubdtype(dataset.dtype, np.integer):
+                        raise DatasetError(f"{where}: 'score' has dtype {dataset.dtype}, expected integers")
+                elif h5py.check_string_dtype(dataset.dtype) is None:
+                    raise DatasetError(f"{where}: '{name}' has dtype {dataset.dtype}, expected strings")
+                found[name] = dataset
         lengths = {name: dataset.shape[0] for name, dataset in found.items()}
         if len(set(lengths.values())) > 1:
             raise DatasetError(f"{where} has datasets of different lengths {lengths} (they must be parallel)")
@@ -210,12 +212,10 @@ class StackOverflowH5(_Reader):
         _check_fields(fields)
         out: Columns = {}
         for name, dataset in self._datasets(client_id, fields).items():
-            values = np.empty(dataset.shape, dtype=dataset.dtype)
-            try:
+            with h5_errors(f"{self.path}: client {client_id!r}"):
+                values = np.empty(dataset.shape, dtype=dataset.dtype)
                 if values.size:
                     dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, values)
-            except OSError as exc:
-                raise DatasetError(f"{self.path}: cannot read client {client_id!r} (corrupt file?): {exc}") from exc
             if name == "score":
                 out[name] = values.tolist()
                 continue
@@ -435,7 +435,7 @@ def load_word_counts(path: str | os.PathLike[str], vocab_size: int | None = None
                 if vocab_size is not None and len(counts) == vocab_size:
                     break
                 parts = line.split()
-                if len(parts) != 2 or not parts[1].isdigit():
+                if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
                     raise DatasetError(f"{path}, line {number}: expected 'word count', got {line.rstrip()!r}")
                 if parts[0] in counts:
                     raise DatasetError(f"{path}, line {number}: word {parts[0]!r} is listed twice")
@@ -460,7 +460,7 @@ def load_tag_counts(path: str | os.PathLike[str], vocab_size: int | None = None)
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # a JSON or Unicode decoding error, or an integer too long
         raise DatasetError(f"{path} is not a JSON file (corrupt or truncated?): {exc}") from None
     if not isinstance(raw, dict) or not raw:
         raise DatasetError(f"{path} must hold one non-empty JSON object {{tag: count}}, got {type(raw).__name__}")
