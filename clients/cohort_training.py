@@ -9,18 +9,23 @@ subsample and shuffles drawn from its own generator), so the updates equal the p
 rounding. Users are grouped by their number of local steps; a short last batch is padded and masked out of
 the loss. Models with stochastic or stateful layers (dropout, batch norm, recurrent layers) and tasks whose
 loss does not split by example fall back to the per-client loop, and :class:`CohortTrainer` says so.
+
+A user whose local training raises sends nothing (:class:`~clients.local_training.ClientFailure`, its error kept
+for the round's log): the round goes on without it, like a Flower node that fails. When a vectorised group
+raises, that group is trained again user by user, from the same generator states, to find who failed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from clients.local_training import (
+    ClientFailure,
     ClientResult,
     LocalPlan,
     LocalTrainingConfig,
@@ -60,28 +65,47 @@ def train_cohort_vectorised(
     task: Task,
     *,
     preconditioner: Updates | None = None,
-) -> list[ClientResult]:
+    alone: Callable[[int], ClientResult | ClientFailure] | None = None,
+) -> list[ClientResult | ClientFailure]:
     """Train every user of the cohort from ``params`` at once on ``model``'s device; the same results, in the
-    same order, as :func:`~clients.local_training.train_client` called user by user."""
+    same order, as :func:`~clients.local_training.train_client` called user by user. With ``alone``, a user
+    whose plan cannot be drawn, or every user of a group that raises, is trained by ``alone(index)`` instead;
+    without it the error propagates."""
     blocker = vectorisation_blocker(model, task)
     if blocker is not None:
         raise ValueError(f"cannot vectorise: {blocker}")
-    plans = [plan_local_training(d, config, g) for d, g in zip(datas, generators, strict=True)]
     device = next(model.parameters()).device
     start = {name: params[name].to(device) for name, _ in model.named_parameters()}
     divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
-    results: list[ClientResult | None] = [None] * len(plans)
+    results: list[ClientResult | ClientFailure | None] = [None] * len(datas)
+    plans: list[LocalPlan | None] = []
+    for index, (data, generator) in enumerate(zip(datas, generators, strict=True)):
+        try:
+            plans.append(plan_local_training(data, config, generator))
+        except Exception:
+            if alone is None:
+                raise
+            plans.append(None)
+            results[index] = alone(index)
     for group in _groups(plans, sum(p.numel() for p in start.values())):
-        for index, result in zip(group, _train_group(model, start, [plans[i] for i in group], config, task, divisors)):
+        try:
+            trained = _train_group(model, start, [plans[i] for i in group], config, task, divisors)
+        except Exception:
+            if alone is None:
+                raise
+            trained = [alone(i) for i in group]
+        for index, result in zip(group, trained, strict=True):
             results[index] = result
     return results  # type: ignore[return-value]
 
 
-def _groups(plans: Sequence[LocalPlan], num_parameters: int) -> list[list[int]]:
-    """Users with the same number of local steps, in chunks within :data:`STACKED_ELEMENTS_BUDGET`."""
+def _groups(plans: Sequence[LocalPlan | None], num_parameters: int) -> list[list[int]]:
+    """Users with the same number of local steps (those with a plan), in chunks within
+    :data:`STACKED_ELEMENTS_BUDGET`."""
     by_steps: dict[int, list[int]] = defaultdict(list)
     for index, plan in enumerate(plans):
-        by_steps[len(plan.batches)].append(index)
+        if plan is not None:
+            by_steps[len(plan.batches)].append(index)
     chunk = max(1, STACKED_ELEMENTS_BUDGET // max(num_parameters, 1))
     return [ids[i : i + chunk] for _, ids in sorted(by_steps.items()) for i in range(0, len(ids), chunk)]
 
@@ -179,15 +203,26 @@ class CohortTrainer:
         generators: Sequence[torch.Generator],
         *,
         preconditioner: Updates | None = None,
-    ) -> list[ClientResult]:
-        """Every user's :class:`ClientResult`, in the order of ``datas``."""
+    ) -> list[ClientResult | ClientFailure]:
+        """Every user's :class:`ClientResult`, in the order of ``datas``; a :class:`ClientFailure` (the error,
+        no update) for a user whose training raises."""
         if not datas:
             return []
+        states = [g.get_state() for g in generators]
+
+        def alone(index: int) -> ClientResult | ClientFailure:
+            generator = generators[index]
+            generator.set_state(states[index])  # as if the vectorised attempt had not drawn from it
+            try:
+                return train_client(
+                    self.model, params, datas[index], self.config, generator, self.task, preconditioner=preconditioner
+                )
+            except Exception as exc:  # noqa: BLE001 (any error of one user's training only loses that user)
+                return ClientFailure.of(exc)
+
         if self.reason is None:
             return train_cohort_vectorised(
-                self.model, params, datas, self.config, generators, self.task, preconditioner=preconditioner
+                self.model, params, datas, self.config, generators, self.task, preconditioner=preconditioner,
+                alone=alone,
             )
-        return [
-            train_client(self.model, params, d, self.config, g, self.task, preconditioner=preconditioner)
-            for d, g in zip(datas, generators, strict=True)
-        ]
+        return [alone(i) for i in range(len(datas))]

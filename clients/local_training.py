@@ -35,6 +35,22 @@ class ClientResult:
     metrics: Mapping[str, float]
 
 
+@dataclass(frozen=True)
+class ClientFailure:
+    """A user whose local training raised: it sends no update (contributes nothing to the round)."""
+
+    error: str
+    """The exception, as ``Type: message`` (cut to :data:`ERROR_CHARS` characters)."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> ClientFailure:
+        text = f"{type(exc).__name__}: {exc}"
+        return cls(text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…")
+
+
+ERROR_CHARS = 300
+
+
 def default_device() -> torch.device:
     """CUDA when present, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -21,6 +21,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be read by others
     try:
         yield Path(tmp)
+        with open(tmp, "rb") as written:
+            os.fsync(written.fileno())  # on disk before the rename: a power cut leaves the old file or the new one
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

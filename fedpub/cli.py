@@ -120,7 +120,7 @@ def run(
             else:
                 result = run_in_process(
                     experiment, run_dir, fresh=fresh, on_round=on_round,
-                    log=lambda line: progress.console.print(line, highlight=False),
+                    log=lambda line: progress.console.print(line, highlight=False, markup=False),
                 )
         except (RunDirectoryError, *USER_ERRORS) as error:
             progress.stop()

@@ -32,7 +32,8 @@ class RoundOutcome:
 
 
 def usable_update(update: Updates, params: Params) -> bool:
-    """True when ``update`` has exactly the parameters' keys and shapes and only finite values.
+    """True when ``update`` has exactly the parameters' keys, shapes and dtypes and only finite values (another
+    dtype would silently change the global model's, e.g. to float64).
 
     Finiteness is read from each tensor's sum (one reduction, no mask the size of the model): any NaN or
     Inf makes the sum non-finite; a finite tensor whose sum overflows (|sum| > 3e38 in float32) is refused
@@ -40,7 +41,8 @@ def usable_update(update: Updates, params: Params) -> bool:
     if update.keys() != params.keys():
         return False
     return all(
-        update[k].shape == params[k].shape and bool(torch.isfinite(update[k].sum()))
+        update[k].shape == params[k].shape and update[k].dtype == params[k].dtype
+        and bool(torch.isfinite(update[k].sum()))
         for k in params
     )
 

@@ -5,15 +5,19 @@ user otherwise (:mod:`clients.cohort_training`; no per-client process, no serial
 sample the private cohort (Poisson), train, aggregate privately through the strategy core, stop before the privacy budget would be exceeded,
 compose the round's DP event; the :class:`RunSession` records, evaluates and checkpoints. A run
 directory with a checkpoint and the same resolved config is resumed, giving the same final model.
+A user whose training raises contributes nothing, as a failed Flower node does: it counts in
+``cohort_failed``, its error is logged once per round, and the round's noise and DP event stay those
+of the sampled cohort.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from clients.cohort_training import CohortTrainer
-from clients.local_training import ClientResult
+from clients.local_training import ClientFailure, ClientResult
 from fedpub.data.base import FederatedDataset
 from fedpub.seeding import torch_generator
 from fedpub.types import Updates
@@ -22,6 +26,20 @@ from simulations.run_dir import RunDirectory
 from simulations.session import RunDirectoryError, RunResult, RunSession
 
 __all__ = ["RunDirectoryError", "RunResult", "run_in_process"]
+
+_logger = logging.getLogger(__name__)
+SHOWN_ERRORS = 3
+"""Distinct errors quoted in a round's failure line."""
+
+
+def failure_line(round_index: int, who: str, failures: Sequence[ClientFailure], trained: int) -> str:
+    """One log line for the ``who`` users of a round whose training raised, quoting the distinct errors."""
+    errors = list(dict.fromkeys(f.error for f in failures))
+    more = f"; {len(errors) - SHOWN_ERRORS} other errors" if len(errors) > SHOWN_ERRORS else ""
+    return (
+        f"round {round_index}: {len(failures)} of {trained} {who} users failed and contribute nothing "
+        f"(noise and ε stay those of the sampled cohort): {'; '.join(errors[:SHOWN_ERRORS])}{more}"
+    )
 
 
 def run_in_process(
@@ -34,7 +52,8 @@ def run_in_process(
     extra_updates: Callable[[int], list[Updates]] | None = None,
 ) -> RunResult:
     """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
-    saying how cohorts are trained (vectorised, or the per-client loop and why). ``extra_updates(t)``
+    saying how cohorts are trained (vectorised, or the per-client loop and why), and one line for each
+    round in which users failed (else those go to the ``simulations.engine`` logger). ``extra_updates(t)``
     (an audit's canary users) join round t's private updates: counted in the sampled cohort, clipped
     and noised like them."""
     cfg = experiment.config
@@ -47,21 +66,27 @@ def run_in_process(
     for t in range(session.rounds_done, cfg.rounds):
         session.start_round()
         def train_cohort(ids: list[str], data: FederatedDataset, purpose: str) -> list[ClientResult]:
-            return trainer.train(
+            trained = trainer.train(
                 session.params,
                 [data.client_data(cid) for cid in ids],
                 [torch_generator(cfg.seed, t, purpose, cid) for cid in ids],
                 preconditioner=strategy.local_preconditioner(session.state, public=purpose == "public_client"),
             )
+            failures = [r for r in trained if isinstance(r, ClientFailure)]
+            if failures:
+                who = "public" if purpose == "public_client" else "private"
+                (log or _logger.warning)(failure_line(t, who, failures, len(trained)))
+            return [r for r in trained if isinstance(r, ClientResult)]
 
-        results = train_cohort(strategy.sample_cohort(experiment.private_ids, t), experiment.train, "client")
+        cohort = strategy.sample_cohort(experiment.private_ids, t)
+        results = train_cohort(cohort, experiment.train, "client")
         public_results = train_cohort(
             strategy.sample_public_cohort(experiment.public_ids, t), experiment.public_data, "public_client"
         )
         extra = extra_updates(t) if extra_updates is not None else []
         outcome = strategy.aggregate(
             session.params, [r.update for r in results] + extra, session.state, t,
-            public_updates=[r.update for r in public_results],
+            sampled=len(cohort) + len(extra), public_updates=[r.update for r in public_results],
         )
         if session.exceeds_budget(outcome.event):
             stopped_by_budget = True  # the round's output is discarded, never released

@@ -35,7 +35,11 @@ class RunDirectory:
     final_metrics_path = property(lambda self: self.root / "final_metrics.json")
 
     def start(self, resolved_config: str) -> None:
+        """Create the directory, write the config and remove what a killed writer left (its temporary files)."""
         self.root.mkdir(parents=True, exist_ok=True)
+        for path in self._files():
+            for leftover in self.root.glob(f".{path.name}.*.tmp"):
+                leftover.unlink(missing_ok=True)
         write_text_atomic(self.config_path, resolved_config)
 
     def stored_config(self) -> str | None:
@@ -47,9 +51,17 @@ class RunDirectory:
             f.write(json.dumps(_jsonable(record)) + "\n")
 
     def read_metrics(self) -> list[dict[str, Any]]:
+        """The records; a last line cut short (the process killed while appending it) is left out."""
         if not self.metrics_path.exists():
             return []
-        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+        text = self.metrics_path.read_text()
+        lines = text.splitlines()
+        if lines and not text.endswith("\n"):
+            try:
+                json.loads(lines[-1])
+            except json.JSONDecodeError:
+                lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
 
     def truncate_metrics(self, rounds_done: int) -> None:
         """Keep only the records of rounds ``< rounds_done`` (those the checkpoint covers)."""
@@ -79,10 +91,13 @@ class RunDirectory:
         with atomic_path(self.released_path) as tmp:
             torch.save({k: v.detach().cpu() for k, v in params.items()}, tmp)
 
+    def _files(self) -> tuple[Path, ...]:
+        return (self.config_path, self.metrics_path, self.ledger_path, self.checkpoint_path,
+                self.plot_path, self.summary_path, self.released_path, self.final_metrics_path)
+
     def clear(self) -> None:
         """Remove the files a run writes (for ``--fresh``); other files are left alone."""
-        for path in (self.config_path, self.metrics_path, self.ledger_path, self.checkpoint_path,
-                     self.plot_path, self.summary_path, self.released_path, self.final_metrics_path):
+        for path in self._files():
             path.unlink(missing_ok=True)
 
 

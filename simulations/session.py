@@ -170,6 +170,10 @@ class RunSession:
         return self.last_eval
 
     def checkpoint(self) -> None:
+        """The ledger, then the checkpoint, each written atomically: a crash between the two leaves a ledger
+        that counts the round the checkpoint lacks (ε over-, never under-stated); resuming redoes that round
+        with the same seeds and writes both again."""
+        write_ledger(self.run_dir.ledger_path, self.accountant, self.delta)
         self.run_dir.save_checkpoint(
             {
                 "rounds_done": self.rounds_done,
@@ -180,7 +184,6 @@ class RunSession:
                 "torch_version": torch.__version__,
             }
         )
-        write_ledger(self.run_dir.ledger_path, self.accountant, self.delta)
 
     def finish(self, stopped_by_budget: bool) -> RunResult:
         """Final evaluation (if the last round had none), checkpoint, ledger, plot and summary."""

@@ -137,9 +137,14 @@ class FedpubStrategy(Strategy):
             if reply.has_error():
                 log(WARNING, "fedpub: a node failed in round %d: %s", t, reply.error.reason)
                 continue
-            cid = str(reply.content["client"]["client-id"])
+            try:
+                cid = str(reply.content["client"]["client-id"])
+                update, metrics = to_tensors(reply.content["update"]), dict(reply.content["metrics"])
+            except Exception as exc:  # noqa: BLE001 (a reply that cannot be read is a failed reply)
+                log(WARNING, "fedpub: a malformed reply in round %d: %s: %s", t, type(exc).__name__, exc)
+                continue
             if cid in self._cohort:
-                by_client[cid] = (to_tensors(reply.content["update"]), dict(reply.content["metrics"]))
+                by_client[cid] = (update, metrics)
         answered = [cid for cid in self._cohort if cid in by_client]  # the cohort's order, not arrival's
         outcome = self.core.aggregate(
             self._params, [by_client[c][0] for c in answered], self.state, t, sampled=len(self._cohort)
