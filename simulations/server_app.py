@@ -43,7 +43,9 @@ def run_on_grid(
             f"strategy `{experiment.strategy.name}` {' and '.join(in_process_only)}, which the Flower backends "
             "do not do yet: run it in-process (fedpub run CONFIG)"
         )
-    session = RunSession(experiment, RunDirectory(config.output_dir / config.name), fresh=fresh)
+    session = RunSession(
+        experiment, RunDirectory(config.output_dir / config.name), fresh=fresh, checkpoint_each_round=True
+    )
 
     def record_round(t, outcome, client_metrics, examples) -> None:
         record = session.record(t, outcome, client_metrics, examples)

@@ -52,7 +52,13 @@ def _mean(values: Sequence[float]) -> float:
 class RunSession:
     """Restore-or-start, then :meth:`record` each round and :meth:`finish` once."""
 
-    def __init__(self, experiment: Experiment, run_dir: RunDirectory, *, fresh: bool = False) -> None:
+    def __init__(
+        self, experiment: Experiment, run_dir: RunDirectory, *, fresh: bool = False, checkpoint_each_round: bool = False
+    ) -> None:
+        """``checkpoint_each_round`` (the Flower backends, whose replies can differ when a round is redone):
+        every round is checkpointed before its metrics are released, so a resumed run never redoes a round
+        whose results were released (a redo reuses the round's noise: two releases with different surviving
+        users and the same noise would leak their difference). In-process a redo is bit-identical."""
         cfg = experiment.config
         resolved = dump_config(cfg)
         stored = run_dir.stored_config()
@@ -62,6 +68,8 @@ class RunSession:
             )
         self.experiment, self.run_dir = experiment, run_dir
         self._fresh, self._resolved, self._started = fresh, resolved, False
+        self._checkpoint_each_round = checkpoint_each_round
+        self._unreleased: dict[str, Any] | None = None  # a checkpointed round's record not yet in metrics.jsonl
         self.model = experiment.new_model()
         self.params = model_params(self.model)
         self.state = experiment.strategy.init(self.params)
@@ -75,6 +83,7 @@ class RunSession:
             self.accountant = UserLevelAccountant.from_dict(checkpoint["accountant"])
             self.rounds_done = checkpoint["rounds_done"]
             self.average = checkpoint.get("model_average", self.average)
+            self._unreleased = checkpoint.get("record")
         elif cfg.strategy.warm_start is not None:
             self.params = self._train_on_public(self.params, cfg.strategy.warm_start, "warm_start")
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
@@ -92,6 +101,8 @@ class RunSession:
             self.run_dir.clear()
         self.run_dir.start(self._resolved)
         self.run_dir.truncate_metrics(self.rounds_done)
+        if self._unreleased is not None and len(self.run_dir.read_metrics()) == self.rounds_done - 1:
+            self.run_dir.append_metrics(self._unreleased)  # checkpointed, then killed before its release
         self._started = True
 
     def _train_on_public(self, params: Params, config: PublicTrainingConfig, purpose: str) -> Params:
@@ -153,6 +164,10 @@ class RunSession:
         if evaluates:
             record.update(self._evaluate())
         record["wall_time"] = time.perf_counter() - self._round_started
+        if self._checkpoint_each_round:
+            self.checkpoint(record)
+            self.run_dir.append_metrics(record)
+            return record
         self.run_dir.append_metrics(record)
         if self.rounds_done % cfg.checkpoint_every == 0 or self.rounds_done == cfg.rounds:
             self.checkpoint()
@@ -169,10 +184,10 @@ class RunSession:
         self.last_eval_round = self.rounds_done
         return self.last_eval
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, record: dict[str, Any] | None = None) -> None:
         """The ledger, then the checkpoint, each written atomically: a crash between the two leaves a ledger
         that counts the round the checkpoint lacks (ε over-, never under-stated); resuming redoes that round
-        with the same seeds and writes both again."""
+        with the same seeds and writes both again. ``record``: the round's metrics record, released after."""
         write_ledger(self.run_dir.ledger_path, self.accountant, self.delta)
         self.run_dir.save_checkpoint(
             {
@@ -182,6 +197,7 @@ class RunSession:
                 "accountant": self.accountant.to_dict(),
                 "model_average": self.average,
                 "torch_version": torch.__version__,
+                "record": record,
             }
         )
 

@@ -357,3 +357,37 @@ def test_a_deployment_resumes_after_its_serverapp_is_killed_and_survives_a_kille
     _run(clean)
     assert ledger == _ledger(clean)
     assert_all_stopped(deployment.registry)
+
+
+# -- the Flower backends release a round only once it is checkpointed ----------------------------------------
+def test_flower_releases_a_round_only_after_its_checkpoint_so_a_resume_never_redoes_a_released_round(
+    tiny_emnist_dir, tmp_path, monkeypatch
+):
+    """A redone round reuses its noise; on Flower its surviving users may differ, and two releases with the same
+    noise would leak their difference. So the ServerApp checkpoints each round before writing its record: killed
+    in between, the resumed run writes the checkpointed record and goes on with the next round."""
+    from simulations.flower_simulation import run_flower_simulation
+
+    cfg = _config(tiny_emnist_dir, tmp_path, rounds=3, checkpoint_every=3, flower=FLOWER)
+    run_dir = RunDirectory(cfg.output_dir / cfg.name)
+    released = RunDirectory.append_metrics
+
+    def killed_before_releasing_round_1(self, record):
+        if record["round"] == 1:
+            raise KeyboardInterrupt("killed between round 1's checkpoint and its release")
+        released(self, record)
+
+    monkeypatch.setattr(RunDirectory, "append_metrics", killed_before_releasing_round_1)
+    with pytest.raises((KeyboardInterrupt, RuntimeError)):
+        run_flower_simulation(cfg, USERS)
+    checkpoint = run_dir.load_checkpoint()
+    assert checkpoint["rounds_done"] == 2 and [r["round"] for r in run_dir.read_metrics()] == [0]
+    unreleased = checkpoint["record"]
+
+    monkeypatch.setattr(RunDirectory, "append_metrics", released)
+    result = run_flower_simulation(cfg, USERS)
+    records = run_dir.read_metrics()
+    assert result.rounds_done == 3 and [r["round"] for r in records] == [0, 1, 2]
+    assert records[1] == json.loads(json.dumps(unreleased))  # round 1 as it was checkpointed, not run again
+    assert _ledger(cfg)["rounds"] == 3
+    assert result.epsilon == pytest.approx(fresh_epsilon(COHORT / USERS, NOISE, 3), rel=1e-6)
