@@ -91,7 +91,3 @@ def sum_rows(stacked: Tree) -> Tree:
 
 def mean(trees: Sequence[Tree]) -> Tree:
     return {k: v.mean(dim=0) for k, v in stack(trees).items()}
-
-
-def all_finite(a: Tree) -> bool:
-    return all(bool(torch.isfinite(v).all()) for v in a.values())

@@ -2,9 +2,10 @@
 
 One resident model trains the whole sampled cohort, vectorised when the model allows it and user by
 user otherwise (:mod:`clients.cohort_training`; no per-client process, no serialisation). Each round:
-sample the private cohort (Poisson), train, aggregate privately through the strategy core, stop before the privacy budget would be exceeded,
-compose the round's DP event; the :class:`RunSession` records, evaluates and checkpoints. A run
-directory with a checkpoint and the same resolved config is resumed, giving the same final model.
+sample the private cohort (Poisson), train, aggregate privately through the strategy core, stop before
+the privacy budget would be exceeded, compose the round's DP event; the :class:`RunSession` records,
+evaluates and checkpoints. A run directory with a checkpoint and the same resolved config is resumed,
+giving the same final model.
 A user whose training raises contributes nothing, as a failed Flower node does: it counts in
 ``cohort_failed``, its error is logged once per round, and the round's noise and DP event stay those
 of the sampled cohort.

@@ -4,8 +4,8 @@ The round loop composes each round's DpEvent (see ``events.py``; user-level DP-F
 McMahan et al. 2018) into a :class:`UserLevelAccountant`. It keeps the ledger grouped (consecutive
 equal events become one ``SelfComposedDpEvent``, so a homogeneous run is a single self-composition,
 which the PLD accountant evaluates by FFT) and evaluates epsilon from the groups, each distinct event's
-privacy curve built once by dp-accounting (``composition.py``), caching the last result. ``epsilon_if`` prices the next round without
-composing it, so a run can stop before its budget is exceeded.
+privacy curve built once by dp-accounting (``composition.py``), caching the last result. ``epsilon_if``
+prices the next round without composing it, so a run can stop before its budget is exceeded.
 """
 
 from __future__ import annotations

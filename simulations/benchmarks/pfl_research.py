@@ -2,7 +2,7 @@
 
 pfl-research (Granqvist et al., 2024, "pfl-research: simulation framework for accelerating research in Private
 Federated Learning") runs the same work as fedpub: the same model and initial parameters, the same users, and per
-round a cohort sampled uniformly (pfl's ``random`` sampler, with replacement), local plain SGD in pfl's own PyTorch
+round a cohort sampled uniformly with replacement (from a seeded generator), local plain SGD in pfl's own PyTorch
 training loop (its minibatches are in data order, unshuffled), per-user L2 clipping and Gaussian noise of std
 ``noise_multiplier * clip_norm`` on the sum of the clipped updates (pfl's central ``GaussianMechanism``), the noisy
 sum divided by the cohort size, then the server's SGD step with learning rate 1. Each round's wall time comes from a
@@ -62,7 +62,6 @@ def main() -> None:
     from pfl.callback.base import TrainingProcessCallback
     from pfl.data.dataset import Dataset
     from pfl.data.federated_dataset import FederatedDataset
-    from pfl.data.sampling import get_user_sampler
     from pfl.hyperparam import NNTrainHyperParams
     from pfl.metrics import Metrics, Weighted
     from pfl.model.pytorch import PyTorchModel
@@ -109,8 +108,11 @@ def main() -> None:
             return False, Metrics()
 
     task = torch.load(sys.argv[1], weights_only=False)
-    np.random.seed(task["seed"])  # pfl's samplers and seeds draw from numpy's global generator
+    # pfl 0.6 takes no generator: its dataset and algorithm draw their RandomState seeds from numpy's global
+    # generator when built, and its noise from torch's; seeding both globals is the only way to repeat its run
+    np.random.seed(task["seed"])
     torch.manual_seed(task["seed"])
+    cohort_rng = np.random.default_rng(task["seed"])  # the cohorts: uniform with replacement, as pfl's "random"
     net = build_model(task["model"], task["num_classes"])
     net.load_state_dict(task["initial_params"])
     module = Module(net, get_task(task["task"]).loss)
@@ -118,7 +120,7 @@ def main() -> None:
                          central_optimizer=torch.optim.SGD(module.parameters(), lr=1.0))
     users = task["users"]
     population = FederatedDataset(lambda uid: Dataset((users[uid]["x"], users[uid]["y"]), user_id=str(uid)),
-                                  get_user_sampler("random", list(range(len(users)))))
+                                  lambda: int(cohort_rng.integers(len(users))))
     dp = GaussianMechanism(clipping_bound=task["clip_norm"], relative_noise_stddev=task["noise_multiplier"])
     backend = SimulatedBackend(population, population, postprocessors=[CentrallyAppliedPrivacyMechanism(dp)])
     rounds, cohort, local = task["rounds"], task["cohort"], task["local"]

@@ -6,8 +6,9 @@ local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
 
 - ``floor``: a bare PyTorch loop doing exactly the local SGD steps of those rounds (same users, same data
   already in memory, same minibatch order), nothing else: the compute floor on this machine;
-- ``fedpub-vectorised`` / ``fedpub-loop``: fedpub's in-process engine, whole rounds (reading the users' data,
-  training, clipping, noise, server step, accounting), with ``client.vectorise`` on and off;
+- ``fedpub`` / ``fedpub-loop``: fedpub's in-process engine, whole rounds (reading the users' data, training,
+  clipping, noise, server step, accounting), with ``client.vectorise`` on (the default: vectorised where
+  :class:`~clients.cohort_training.CohortTrainer` chooses it; the path it took is printed) and off;
 - ``flower``: the same experiment in Flower's simulation (Ray), one virtual SuperNode per user;
 - ``pfl-research`` (with ``--pfl-python``): pfl 0.6's PyTorch simulation on the same users, model and local
   work (:mod:`simulations.benchmarks.pfl_research`; pfl lives in its own venv).
@@ -153,9 +154,12 @@ def measure(
         print(f"{task} cohort {cohort}: Flower skipped, a round's replies would hold {replies_gb:.1f} GB", flush=True)
     population = len(experiment.private_ids)
     times = {"floor": _floor(experiment, rounds)}
-    for label, vectorise in (("fedpub-vectorised", True), ("fedpub-loop", False)):
+    for label, vectorise in (("fedpub", True), ("fedpub-loop", False)):
         cfg_dict = {**_config(task, cohort, rounds, root, vectorise=vectorise), "name": f"{task}_{cohort}_{label}"}
-        times[label] = _engine(cfg_dict, lambda cfg: run_in_process(build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True))
+        times[label] = _engine(cfg_dict, lambda cfg: run_in_process(
+            build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True,
+            log=lambda line: print(f"{task} cohort {cohort} {label}: {line}", flush=True),
+        ))
     if flower:
         cfg_dict = {**base, "name": f"{task}_{cohort}_flower"}
         times["flower"] = _engine(cfg_dict, lambda cfg: run_flower_simulation(cfg, population, fresh=True))
@@ -172,7 +176,7 @@ def _rows(task: str, cohort: int, times: dict[str, Rounds]) -> list[dict[str, An
     steady = {label: rounds[1:-1] or rounds for label, rounds in times.items()}
     seconds = {label: sum(s for s, _ in r) / len(r) for label, r in steady.items()}
     rate = {label: sum(n for _, n in r) / sum(s for s, _ in r) for label, r in steady.items()}
-    fedpub = max(rate["fedpub-vectorised"], rate["fedpub-loop"])
+    fedpub = max(rate["fedpub"], rate["fedpub-loop"])
     return [
         {
             "task": task,
