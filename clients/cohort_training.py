@@ -12,11 +12,14 @@ loss does not split by example fall back to the per-client loop, and :class:`Coh
 
 A user whose local training raises sends nothing (:class:`~clients.local_training.ClientFailure`, its error kept
 for the round's log): the round goes on without it, like a Flower node that fails. When a vectorised group
-raises, that group is trained again user by user, from the same generator states, to find who failed.
+raises, that group is trained again user by user, from the same generator states, to find who failed. The
+same goes for ``timeout_s``, a per-user deadline: a group that passes it is trained again user by user, so that
+only the users that pass it alone are dropped (:class:`~clients.local_training.ClientTimeout`).
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -30,6 +33,7 @@ from clients.local_training import (
     LocalPlan,
     LocalTrainingConfig,
     plan_local_training,
+    stop_if_late,
     train_client,
     training_metrics,
 )
@@ -123,7 +127,9 @@ def _train_group(
     task: Task,
     divisors: Updates,
 ) -> list[ClientResult]:
-    """K users with S local steps each: S vectorised steps over (K, batch) index and mask tensors."""
+    """K users with S local steps each: S vectorised steps over (K, batch) index and mask tensors; raises
+    :class:`~clients.local_training.ClientTimeout` when the group passes ``config.timeout_s``."""
+    started = time.perf_counter()
     device = next(iter(start.values())).device
     users, steps, batch_size = len(plans), len(plans[0].batches), config.batch_size
     offsets = torch.tensor([0] + [len(p.y) for p in plans]).cumsum(0)[:-1].tolist()
@@ -155,6 +161,7 @@ def _train_group(
                 value.add_(g, alpha=-config.lr)
         count = mask[:, s].sum(dim=1)
         loss_sum, hits, total = loss_sum + loss * count, hits + numerator, total + denominator
+        stop_if_late(config, started, s + 1, steps)
     seen = mask.sum(dim=(1, 2)).tolist()
     loss_sum, hits, total = loss_sum.tolist(), hits.tolist(), total.tolist()
     return [

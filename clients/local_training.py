@@ -5,6 +5,7 @@ real SuperNodes. The model is resident: its parameters are overwritten in place,
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,6 +25,9 @@ class LocalTrainingConfig:
     max_examples: int | None = None
     prox_weight: float = 0.0
     """λ of λ‖w − w_start‖² added to the loss (PPSGD's model reuse); 0 = plain local SGD."""
+    timeout_s: float | None = None
+    """Wall-clock seconds a user's local training may take, checked after every local step
+    (:func:`stop_if_late`); None = no limit."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,24 @@ class ClientFailure:
 
 
 ERROR_CHARS = 300
+
+
+class ClientTimeout(TimeoutError):
+    """A user's local training passed ``timeout_s``: it sends nothing, like a Flower node past the round's deadline."""
+
+
+def stop_if_late(config: LocalTrainingConfig, started: float, steps_done: int, steps: int) -> None:
+    """Raise :class:`ClientTimeout` when more than ``config.timeout_s`` seconds have passed since ``started``
+    (a :func:`time.perf_counter` reading). Called between local steps: a single step that never returns is
+    not stopped (no watchdog thread interrupts a kernel)."""
+    if config.timeout_s is None:
+        return
+    elapsed = time.perf_counter() - started
+    if elapsed > config.timeout_s:
+        raise ClientTimeout(
+            f"local training passed client.timeout_s = {config.timeout_s:g} s ({elapsed:.2f} s, "
+            f"{steps_done} of {steps} local steps done)"
+        )
 
 
 def default_device() -> torch.device:
@@ -111,8 +133,9 @@ def train_client(
     before the step (AdaDPS on the client, Li et al. 2023, Alg. 3).
 
     ``generator`` (CPU) drives the shuffling and seeds any stochastic layer (dropout), so the
-    same generator seed gives the same update.
+    same generator seed gives the same update. Past ``config.timeout_s`` it raises :class:`ClientTimeout`.
     """
+    started = time.perf_counter()
     device = next(model.parameters()).device
     load_params_(model, params)
     plan = plan_local_training(data, config, generator)
@@ -125,7 +148,7 @@ def train_client(
     model.train()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(plan.layer_seed)
-        for batch in plan.batches:
+        for step, batch in enumerate(plan.batches):
             batch = batch.to(device)
             logits = model(x[batch])
             loss = task.loss(logits, y[batch])
@@ -141,6 +164,7 @@ def train_client(
             loss_sum += loss.detach() * len(batch)
             numerator, denominator = task.counts(logits.detach(), y[batch])[task.headline]
             hits, total, seen = hits + numerator, total + denominator, seen + len(batch)
+            stop_if_late(config, started, step + 1, len(plan.batches))
     update = {
         name: p.detach().to("cpu") - params[name].to("cpu") for name, p in model.named_parameters()
     }

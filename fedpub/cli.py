@@ -86,7 +86,7 @@ def run(
     backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
 ) -> None:
     """Run an experiment and write runs/<name>/ (resumes a checkpointed run)."""
-    from simulations.engine import RunDirectoryError, run_in_process
+    from simulations.engine import CohortsKeepFailing, RunDirectoryError, run_in_process
     from simulations.experiment import build_experiment
     from simulations.flower_simulation import run_flower_simulation
     from simulations.run_dir import RunDirectory
@@ -122,7 +122,7 @@ def run(
                     experiment, run_dir, fresh=fresh, on_round=on_round,
                     log=lambda line: progress.console.print(line, highlight=False, markup=False),
                 )
-        except (RunDirectoryError, *USER_ERRORS) as error:
+        except (RunDirectoryError, CohortsKeepFailing, *USER_ERRORS) as error:
             progress.stop()
             _fail(error)
     if result.stopped_by_budget:

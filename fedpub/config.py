@@ -120,6 +120,10 @@ class ClientConfig(_Section):
     lr: float = Field(0.05, gt=0)
     momentum: float = Field(0.0, ge=0, lt=1)
     max_examples: int | None = Field(None, ge=1, description="cap on a client's examples per round")
+    timeout_s: float | None = Field(
+        None, gt=0, description="seconds a user's local training may take (checked after each step); "
+        "a user past it sends nothing and counts in cohort_failed; null = no limit",
+    )
     vectorise: bool = Field(
         True, description="train the cohort at once (vmap) when the model and task allow; else user by user"
     )
@@ -347,6 +351,10 @@ class ExperimentConfig(_Section):
     rounds: int = Field(40, ge=1)
     eval_every: int = Field(5, ge=1)
     checkpoint_every: int = Field(5, ge=1)
+    stop_after_failed_rounds: int | None = Field(
+        3, ge=1, description="stop (checkpointed, resumable) after this many rounds in a row in which every "
+        "sampled user failed; null = go on, releasing noise only",
+    )
     output_dir: FilePath = Path("runs")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     task: Literal["classification", "so_tag", "so_tag_single", "so_nwp"] = Field(

@@ -8,7 +8,8 @@ evaluates and checkpoints. A run directory with a checkpoint and the same resolv
 giving the same final model.
 A user whose training raises contributes nothing, as a failed Flower node does: it counts in
 ``cohort_failed``, its error is logged once per round, and the round's noise and DP event stay those
-of the sampled cohort.
+of the sampled cohort. When every sampled user fails ``stop_after_failed_rounds`` rounds in a row the run
+stops (:class:`CohortsKeepFailing`), checkpointed.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from clients.cohort_training import CohortTrainer
 from clients.local_training import ClientFailure, ClientResult
 from fedpub.data.base import FederatedDataset
 from fedpub.seeding import torch_generator
-from fedpub.types import Updates
+from fedpub.types import Params, Updates
 from simulations.experiment import Experiment
 from simulations.run_dir import RunDirectory
-from simulations.session import RunDirectoryError, RunResult, RunSession
+from simulations.session import CohortsKeepFailing, RunDirectoryError, RunResult, RunSession
 
-__all__ = ["RunDirectoryError", "RunResult", "run_in_process"]
+__all__ = ["CohortsKeepFailing", "RunDirectoryError", "RunResult", "run_in_process"]
 
 _logger = logging.getLogger(__name__)
 SHOWN_ERRORS = 3
@@ -51,12 +52,14 @@ def run_in_process(
     on_round: Callable[[dict[str, Any]], None] | None = None,
     log: Callable[[str], None] | None = None,
     extra_updates: Callable[[int], list[Updates]] | None = None,
+    on_model: Callable[[int, Params, Params], None] | None = None,
 ) -> RunResult:
     """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
     saying how cohorts are trained (vectorised, or the per-client loop and why), and one line for each
     round in which users failed (else those go to the ``simulations.engine`` logger). ``extra_updates(t)``
     (an audit's canary users) join round t's private updates: counted in the sampled cohort, clipped
-    and noised like them."""
+    and noised like them. ``on_model(t, before, after)`` receives round t's global model before and after
+    the round, once the round is recorded (an audit's per-round canary statistics)."""
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
     strategy = experiment.strategy
@@ -79,6 +82,7 @@ def run_in_process(
                 (log or _logger.warning)(failure_line(t, who, failures, len(trained)))
             return [r for r in trained if isinstance(r, ClientResult)]
 
+        before = session.params
         cohort = strategy.sample_cohort(experiment.private_ids, t)
         results = train_cohort(cohort, experiment.train, "client")
         public_results = train_cohort(
@@ -94,6 +98,8 @@ def run_in_process(
             break
         session.accountant.compose(outcome.event)
         record = session.record(t, outcome, [r.metrics for r in results], sum(r.num_examples for r in results))
+        if on_model is not None:
+            on_model(t, before, session.params)
         if on_round is not None:
             on_round(record)
     return session.finish(stopped_by_budget)

@@ -34,6 +34,10 @@ class RunDirectoryError(RuntimeError):
     """The run directory holds a different experiment; choose another name or start fresh."""
 
 
+class CohortsKeepFailing(RuntimeError):
+    """Every sampled user failed in ``stop_after_failed_rounds`` rounds in a row: the run stopped, checkpointed."""
+
+
 @dataclass(frozen=True)
 class RunResult:
     run_dir: RunDirectory
@@ -75,6 +79,7 @@ class RunSession:
         self.state = experiment.strategy.init(self.params)
         self.accountant = experiment.new_accountant()
         self.rounds_done = 0
+        self._failed_streak = 0  # rounds in a row in which every sampled user failed
         self.average = init_average()
         self.public_metrics: dict[str, float] = {}
         checkpoint = None if fresh else run_dir.load_checkpoint()
@@ -167,11 +172,31 @@ class RunSession:
         if self._checkpoint_each_round:
             self.checkpoint(record)
             self.run_dir.append_metrics(record)
-            return record
-        self.run_dir.append_metrics(record)
-        if self.rounds_done % cfg.checkpoint_every == 0 or self.rounds_done == cfg.rounds:
-            self.checkpoint()
+        else:
+            self.run_dir.append_metrics(record)
+            if self.rounds_done % cfg.checkpoint_every == 0 or self.rounds_done == cfg.rounds:
+                self.checkpoint()
+        self._stop_if_cohorts_keep_failing(round_index, outcome.metrics)
         return record
+
+    def _stop_if_cohorts_keep_failing(self, round_index: int, metrics: Mapping[str, float]) -> None:
+        """Checkpoint and raise :class:`CohortsKeepFailing` once every sampled user has failed in
+        ``stop_after_failed_rounds`` rounds in a row: a broken client, not chance, and going on would spend the
+        budget on noise. (Like any crash the stop itself is outside the DP guarantee; the rounds released before
+        it are all in the ledger.)"""
+        sampled = metrics.get("cohort_sampled", 0.0)
+        every_user_failed = sampled > 0 and metrics.get("cohort_failed", 0.0) == sampled
+        self._failed_streak = self._failed_streak + 1 if every_user_failed else 0
+        limit = self.experiment.config.stop_after_failed_rounds
+        if limit is None or self._failed_streak < limit:
+            return
+        self.checkpoint()
+        raise CohortsKeepFailing(
+            f"every sampled user failed in rounds {round_index - limit + 1} to {round_index} (the run log quotes "
+            f"their errors): stopped after round {round_index}, checkpointed with ε = "
+            f"{self.accountant.epsilon(self.delta):.4g} spent; fix the cause and run the same config again to "
+            "resume (stop_after_failed_rounds sets how many such rounds stop a run)"
+        )
 
     def _evaluate(self, params: Params | None = None) -> dict[str, float]:
         """Evaluate ``params`` (the global model) and, when configured, the averaged model (``avg_``)."""

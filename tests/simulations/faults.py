@@ -6,8 +6,8 @@ A :class:`FaultPlan` names, for (round, user id), what goes wrong with that user
     its local training raises. In process the user's images have the wrong shape, so the model itself raises
     inside the cohort trainer (in a vectorised group or in the per-client loop); in Flower the ClientApp raises.
 ``hang``
-    its reply never comes within ``flower.round_timeout``: the ClientApp sleeps past it (Flower only: the
-    in-process engine trains its cohort itself and has no per-user deadline).
+    its reply comes too late. In process the user holds :data:`SLOW_USER_COPIES` copies of its data, so its
+    local training runs far past ``client.timeout_s``; in Flower the ClientApp sleeps past ``flower.round_timeout``.
 ``nan``, ``inf``, ``shape``, ``keys``, ``dtype``
     its update is corrupted after training (:func:`corrupted`): a NaN, an Inf, a tensor of the wrong shape, a
     parameter under another name, float64 instead of float32. In process the cohort trainer's result is
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from flwr.clientapp import ClientApp
 
 CORRUPTIONS = ("nan", "inf", "shape", "keys", "dtype")
+SLOW_USER_COPIES = 2000
+"""A ``hang`` user's data, repeated: thousands of local steps instead of a few."""
 KINDS = ("raise", "hang", "malformed", *CORRUPTIONS)
 
 
@@ -98,7 +100,7 @@ class _FaultyData(ClientData):
 
 
 class _FaultyUsers:
-    """The private users of an experiment, each handing out its data with the fault the plan gives it now."""
+    """The private (or public) users of an experiment, each handing out its data with the fault the plan gives it now."""
 
     def __init__(self, users: FederatedDataset, injector: InProcessFaults) -> None:
         self._users, self._injector = users, injector
@@ -112,14 +114,16 @@ class _FaultyUsers:
         kind = self._injector.plan.kind(self._injector.round, client_id)
         if kind is None:
             return data
-        if kind in ("hang", "malformed"):
-            raise ValueError(f"`{kind}` is a fault of Flower replies; the in-process engine has none")
+        if kind == "malformed":
+            raise ValueError("`malformed` is a fault of Flower replies; the in-process engine has none")
+        if kind == "hang":
+            return _FaultyData(torch.cat([data.x] * SLOW_USER_COPIES), torch.cat([data.y] * SLOW_USER_COPIES), kind)
         x = data.x[..., :5, :5] if kind == "raise" else data.x  # images of the wrong size: the model raises
         return _FaultyData(x, data.y, fault=kind)
 
 
 class InProcessFaults:
-    """Injects ``plan`` into an in-process run: :meth:`experiment` wraps the private users' data, :meth:`on_round`
+    """Injects ``plan`` into an in-process run: :meth:`experiment` wraps the users' data, :meth:`on_round`
     (the engine's ``on_round``) tells it which round runs next, and the cohort trainer's results of users with a
     corruption fault are corrupted (``monkeypatch`` wraps :meth:`CohortTrainer.train`)."""
 
@@ -138,7 +142,10 @@ class InProcessFaults:
         monkeypatch.setattr(CohortTrainer, "train", train)
 
     def experiment(self, experiment: Experiment) -> Experiment:
-        return dataclasses.replace(experiment, train=_FaultyUsers(experiment.train, self))
+        """``experiment`` whose private and public users hand out their data with their faults."""
+        return dataclasses.replace(
+            experiment, train=_FaultyUsers(experiment.train, self), public_data=_FaultyUsers(experiment.public_data, self)
+        )
 
     def on_round(self, record: Mapping[str, Any]) -> None:
         self.round = int(record["round"]) + 1

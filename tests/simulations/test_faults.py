@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.tasks import CLASSIFICATION
 from simulations.deploy_local import VENV_BIN, LocalDeployment, flwr_cli, marked_pids
-from simulations.engine import run_in_process
+from simulations.engine import CohortsKeepFailing, run_in_process
 from simulations.experiment import build_experiment
 from simulations.run_dir import RunDirectory
 from tests.conftest import tiny_config
@@ -37,6 +38,7 @@ from tests.simulations.test_deployment import assert_all_stopped, three_user_dir
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLIP, NOISE, COHORT, USERS, DELTA = 0.5, 0.8, 8, 16, 1e-5
 NOISE_STD = NOISE * CLIP / COHORT  # z·C/m, m the expected cohort of the population, whoever replies
+TIMEOUT = 1.0  # client.timeout_s: a tiny user trains in milliseconds, a `hang` user for many seconds
 
 
 def _config(data_dir: Path, out_dir: Path, **overrides):
@@ -91,16 +93,17 @@ def assert_mechanism_unchanged(cfg, clean_cfg, failed: list[int]) -> None:
 def test_in_process_failed_users_contribute_nothing_and_leave_noise_and_ledger_unchanged(
     tiny_emnist_dir, tmp_path, monkeypatch, vectorise
 ):
-    clean = _config(tiny_emnist_dir, tmp_path / "clean", client={"vectorise": vectorise})
-    faulty = _config(tiny_emnist_dir, tmp_path / "faulty", client={"vectorise": vectorise})
+    client = {"vectorise": vectorise, "timeout_s": TIMEOUT}
+    clean = _config(tiny_emnist_dir, tmp_path / "clean", client=client)
+    faulty = _config(tiny_emnist_dir, tmp_path / "faulty", client=client)
     _run(clean)
     cohorts = _cohorts(faulty)
     assert [len(c) for c in cohorts] == [8, 9, 4]
     # round 0: every user fails, each way there is (raise first and last: the vectorised groups holding them are
-    # trained again user by user); round 1: two of nine; round 2: none
+    # trained again user by user); round 1: three of nine, one of them past client.timeout_s; round 2: none
     kinds = ["raise", *CORRUPTIONS, "nan", "raise"]
     plan = FaultPlan({**{(0, cid): kind for cid, kind in zip(cohorts[0], kinds, strict=True)},
-                      (1, cohorts[1][0]): "raise", (1, cohorts[1][4]): "shape"})
+                      (1, cohorts[1][0]): "raise", (1, cohorts[1][4]): "shape", (1, cohorts[1][6]): "hang"})
     injector = InProcessFaults(plan, monkeypatch)
     experiment = injector.experiment(build_experiment(faulty))
     initial = model_params(experiment.new_model())
@@ -114,7 +117,7 @@ def test_in_process_failed_users_contribute_nothing_and_leave_noise_and_ledger_u
     result = _run(faulty, experiment, on_round=on_round, log=lines.append)
 
     assert result.rounds_done == 3
-    assert_mechanism_unchanged(faulty, clean, failed=[8.0, 2.0, 0.0])
+    assert_mechanism_unchanged(faulty, clean, failed=[8.0, 3.0, 0.0])
     # round 0 released nothing but the noise: w_1 - w_0 = N(0, (zC)^2 I) / m, whose std is z·C/m (not z·C/survivors)
     noise = torch.cat([(after[0][k] - initial[k]).flatten() for k in initial])
     assert noise.numel() > 5000
@@ -124,7 +127,10 @@ def test_in_process_failed_users_contribute_nothing_and_leave_noise_and_ledger_u
     failures = [line for line in lines if "failed and contribute nothing" in line]
     assert len(failures) == 2
     assert failures[0].startswith("round 0: 2 of 8 private users failed") and "RuntimeError" in failures[0]
-    assert failures[1].startswith("round 1: 1 of 9 private users failed")
+    assert failures[1].startswith("round 1: 2 of 9 private users failed")
+    # the slow user was stopped at the deadline, long before its thousands of local steps were done
+    stopped = re.search(r"ClientTimeout: local training passed client.timeout_s = \S+ s \(\S+ s, (\d+) of (\d+) local", failures[1])
+    assert stopped is not None and int(stopped[1]) < int(stopped[2]) // 2, failures[1]
 
 
 def test_a_vectorised_group_that_raises_is_trained_again_user_by_user_from_the_same_generator_states():
@@ -141,6 +147,53 @@ def test_a_vectorised_group_that_raises_is_trained_again_user_by_user_from_the_s
     for a, b in zip(clean, [faulty[0], *faulty[2:]], strict=True):  # one group (same step count), all retrained
         for name in a.update:
             torch.testing.assert_close(b.update[name], a.update[name], rtol=1e-4, atol=1e-6)
+
+
+def test_failed_public_users_only_thin_the_public_statistics_and_cost_no_privacy(tiny_emnist_dir, tmp_path, monkeypatch):
+    dope = {"name": "dope", "public_clients_per_round": 2, "sampling": {"kind": "poisson", "clients_per_round": 4}}
+    make = lambda where: tiny_config(  # noqa: E731 (4 of the 16 writers public: N = 12)
+        tiny_emnist_dir, tmp_path / where, data={"public": {"fraction": 0.25, "seed": 0}}, strategy=dope
+    )
+    cfg, clean = make("faulty"), make("clean")
+    _run(clean)
+    experiment = build_experiment(cfg)
+    public = [experiment.strategy.sample_public_cohort(experiment.public_ids, t) for t in range(cfg.rounds)]
+    # round 0: one of the two public users fails, round 1: both (DOPE recenters on nothing), round 2: none
+    plan = FaultPlan({(0, public[0][1]): "raise", (1, public[1][0]): "raise", (1, public[1][1]): "nan"})
+    injector = InProcessFaults(plan, monkeypatch)
+    lines: list[str] = []
+    result = _run(cfg, injector.experiment(experiment), on_round=injector.on_round, log=lines.append)
+    assert result.rounds_done == cfg.rounds
+    records = _records(cfg)
+    assert [r["public_cohort_used"] for r in records] == [1.0, 0.0, 2.0]
+    assert [r["cohort_failed"] for r in records] == [0.0, 0.0, 0.0]
+    assert _ledger(cfg) == _ledger(clean)  # public users are outside the accounting, failed or not
+    assert [line.split(":")[0] for line in lines if "public users failed" in line] == ["round 0", "round 1"]
+
+
+def test_a_run_whose_every_user_keeps_failing_stops_checkpointed_and_resumes_once_fixed(
+    tiny_emnist_dir, tmp_path, monkeypatch
+):
+    cfg = _config(tiny_emnist_dir, tmp_path / "broken", rounds=5, stop_after_failed_rounds=2, checkpoint_every=5)
+    clean = _config(tiny_emnist_dir, tmp_path / "clean", rounds=5, stop_after_failed_rounds=2, checkpoint_every=5)
+    cohorts = _cohorts(cfg)
+    # rounds 0 and 2: every user fails, round 1 one survivor (the streak starts again), rounds 3 and 4: every user
+    everyone = lambda t: {(t, cid): "raise" for cid in cohorts[t]}  # noqa: E731
+    plan = FaultPlan({**everyone(0), **{(1, cid): "raise" for cid in cohorts[1][1:]}, **everyone(2), **everyone(3),
+                      **everyone(4)})
+    injector = InProcessFaults(plan, monkeypatch)
+    with pytest.raises(CohortsKeepFailing, match="every sampled user failed in rounds 2 to 3.*run the same config again"):
+        _run(cfg, injector.experiment(build_experiment(cfg)), on_round=injector.on_round, log=lambda _: None)
+    checkpoint = RunDirectory(cfg.output_dir / cfg.name).load_checkpoint()
+    assert checkpoint["rounds_done"] == 4  # checkpointed at the stop, between the checkpoint_every rounds
+    assert [r["cohort_failed"] == r["cohort_sampled"] for r in _records(cfg)] == [True, False, True, True]
+    assert _ledger(cfg)["rounds"] == 4  # the four released rounds, no more
+
+    monkeypatch.undo()  # the client is fixed: the rerun resumes at round 4 and ends with the fault-free ledger
+    result = _run(cfg)
+    _run(clean)
+    assert result.rounds_done == 5 and [r["round"] for r in _records(cfg)] == list(range(5))
+    assert _ledger(cfg) == _ledger(clean)
 
 
 # -- failed, late and malformed replies in Flower simulation ------------------------------------------------------
