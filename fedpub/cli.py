@@ -245,16 +245,18 @@ def audit(
     ] = None,
     seed: Annotated[int, typer.Option(help="seed of the canaries and the bootstrap")] = 0,
     fresh: Annotated[bool, typer.Option("--fresh", help="discard existing audit runs and start over")] = False,
+    observe: Annotated[str, typer.Option(
+        help="what the attacker sees: final (the final model) or all-iterates (every round's model)")] = "final",
 ) -> None:
     """Estimate ε empirically with canary clients (Andrew et al., ICLR 2024) and compare it with the
     accountant's ε: one run per noise scale, into <output_dir>/<name>_audit_x<scale>_k<canaries>_s<seed>/."""
     from fedpub.tasks import get_task
-    from simulations.audit import check_options, run_audit
+    from simulations.audit import check_options, output_names, run_audit
     from simulations.engine import RunDirectoryError
 
     scales = noise_scale or [1.0]
     try:
-        check_options(canaries, scales)
+        check_options(canaries, scales, observe)
         cfg = load_config(config)
     except USER_ERRORS as error:
         _fail(error)
@@ -265,12 +267,14 @@ def audit(
             on_round = _round_reporter(progress, progress.add_task("rounds", total=cfg.rounds, status=""), metric)
             try:
                 results.append(run_audit(cfg, canaries=canaries, noise_scale=scale, seed=seed, fresh=fresh,
-                                         on_round=on_round))
+                                         on_round=on_round, observe=observe))
             except (RunDirectoryError, *USER_ERRORS) as error:
                 progress.stop()
                 _fail(error)
     delta = results[0].delta
-    table = Table(title=f"{cfg.name}: empirical ε from {canaries} canaries, δ = {delta:g}, {cfg.rounds} rounds")
+    seen = "the final model" if observe == "final" else "every round's model (all iterates)"
+    table = Table(title=f"{cfg.name}: empirical ε from {canaries} canaries, attacker sees {seen}, δ = {delta:g}, "
+                        f"{cfg.rounds} rounds")
     for column in ("noise scale", "z used", "claimed ε", "empirical ε [95%]", "μ", "verdict"):
         table.add_column(column, justify="left" if column == "verdict" else "right")
     for r in results:
@@ -282,7 +286,8 @@ def audit(
         )
     console.print(table)
     for r in results:
-        console.print(f"results in {r.run_dir}/ (audit.json, cosines.png)", highlight=False, soft_wrap=True)
+        console.print(f"results in {r.run_dir}/ ({', '.join(output_names(r.observe))})", highlight=False,
+                      soft_wrap=True)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """`fedpub audit`: canary clients give an empirical ε below the accountant's for the real mechanism and
-above it for a mechanism with a tenth of the noise (tiny synthetic data, real engine and accountant)."""
+above it for a mechanism with a tenth of the noise (tiny synthetic data, real engine and accountant), for an
+attacker who sees the final model and for one who sees every round's model (all iterates)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,21 @@ import numpy as np
 import pytest
 import torch
 from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
+from scipy.integrate import quad, trapezoid
 from scipy.stats import norm
 from typer.testing import CliRunner
 
 from fedpub.cli import app
 from fedpub.config import dump_config
-from simulations.audit import VIOLATION, Canaries, gdp_epsilon, run_audit
+from simulations.audit import (
+    ROUND_COSINES,
+    VIOLATION,
+    Canaries,
+    RoundCosines,
+    gaussians_epsilon,
+    gdp_epsilon,
+    run_audit,
+)
 from simulations.experiment import build_experiment
 from tests.conftest import tiny_config
 
@@ -109,3 +119,107 @@ def test_the_audit_command_prints_one_row_per_noise_scale(tiny_emnist_dir, tmp_p
     assert bad.exit_code == 2 and "at least 4" in bad.output
     bad = runner.invoke(app, ["audit", str(config), "--noise-scale", "-1"])
     assert bad.exit_code == 2 and "> 0" in bad.output
+
+
+def _hockey_stick(eps, p, q):
+    """sup_S P(S) − e^ε Q(S) = ∫ (p − e^ε q)_+, integrated numerically on a fine grid."""
+    y = np.linspace(min(p.mean(), q.mean()) - 20 * max(p.std(), q.std()),
+                    max(p.mean(), q.mean()) + 20 * max(p.std(), q.std()), 2_000_001)
+    return trapezoid(np.clip(p.pdf(y) - math.exp(eps) * q.pdf(y), 0, None), y)
+
+
+def test_gaussians_epsilon_is_the_exact_epsilon_of_two_fitted_gaussians():
+    delta = 1e-5
+    for mu in (0.3, 1.0, 4.0):  # equal stds: μ-GDP, either side
+        assert gaussians_epsilon(0.0, 2.0, 2.0 * mu, 2.0, delta) == pytest.approx(gdp_epsilon(mu, delta), rel=1e-9)
+        assert gaussians_epsilon(5.0, 2.0, 5.0 - 2.0 * mu, 2.0, delta) == pytest.approx(gdp_epsilon(mu, delta), rel=1e-9)
+    for out_mean, out_std, in_mean, in_std in [(1.7, 0.5, 2.2, 0.6), (0.0, 1.0, 0.0, 1.2), (0.0, 1.0, 0.5, 0.8)]:
+        eps = gaussians_epsilon(out_mean, out_std, in_mean, in_std, delta)
+        p, q = norm(in_mean, in_std), norm(out_mean, out_std)
+        assert eps > 0
+        assert max(_hockey_stick(eps, p, q), _hockey_stick(eps, q, p)) == pytest.approx(delta, rel=1e-4)
+        assert max(_hockey_stick(0.99 * eps, p, q), _hockey_stick(0.99 * eps, q, p)) > delta
+    wider = [gaussians_epsilon(0.0, 1.0, 0.5, s, delta) for s in (1.0, 1.1, 1.3, 1.6)]
+    assert all(a < b for a, b in zip(wider, wider[1:]))  # a wider inserted distribution is seen
+    assert gaussians_epsilon(0.0, 1.0, 0.0, 1.0, delta) == 0.0 and gaussians_epsilon(0.0, 1.0, 1e-9, 1.0, delta) == 0.0
+    assert gaussians_epsilon(0.0, 0.0, 1.0, 1.0, delta) == math.inf
+
+
+def test_the_all_iterates_statistic_is_each_canarys_largest_cosine_with_a_round_delta(tmp_path):
+    template = {"w": torch.zeros(2, 3), "b": torch.zeros(2)}
+    canaries = Canaries(count=6, rate=0.5, norm=1.0, template=template, seed=4)
+    c = [canaries.direction(i) for i in range(6)]
+
+    def params(flat):
+        return {"w": flat[:6].view(2, 3).float(), "b": flat[6:].float()}
+
+    theta = [torch.randn(8, dtype=torch.float64, generator=torch.Generator().manual_seed(9))]
+    for delta in (c[0], 5.0 * c[1], -3.0 * c[0]):  # hand-made deltas around an arbitrary θ_0
+        theta.append(theta[-1] + delta)
+    recorder = RoundCosines(canaries, tmp_path / ROUND_COSINES)
+    for t in range(3):
+        recorder(t, params(theta[t]), params(theta[t + 1]))
+    maxima = recorder.maxima(3)
+    dots = np.array([[float(c[j] @ c[i]) for i in range(6)] for j in (0, 1)])  # <c_0, c_i>, <c_1, c_i>
+    expected = np.maximum.reduce([dots[0], dots[1], -dots[0]])
+    assert maxima[:2] == pytest.approx([1.0, 1.0], abs=1e-6)  # c_0 is round 0's delta, c_1 round 1's
+    assert maxima == pytest.approx(expected, abs=1e-6)
+    final = canaries.cosines(theta[3] - theta[0])  # θ_3 − θ_0 = 5c_1 − 2c_0: the final model hides c_0
+    assert final[0] < 0.5 < maxima[0]
+    # a run resumed at round 1 redoes rounds ≥ 1 (their records are dropped); one at round 2 with
+    # rounds 0 and 1 missing is refused before it trains further
+    resumed = RoundCosines(canaries, tmp_path / ROUND_COSINES)
+    resumed(1, params(theta[1]), params(theta[1] + c[2]))
+    table = resumed.rounds(2)
+    assert table[1][2] == pytest.approx(1.0, abs=1e-6) and table[0][0] == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError, match="2 of its first 2 rounds"):
+        RoundCosines(canaries, tmp_path / "none.f64")(2, params(theta[2]), params(theta[3]))
+    with pytest.raises(ValueError, match="1 of its first 3 rounds"):
+        resumed.rounds(3)
+    with (tmp_path / ROUND_COSINES).open("ab") as f:  # a record cut short by a kill is ignored
+        np.zeros(3).tofile(f)
+    assert resumed.rounds(2) == pytest.approx(table)
+
+
+def test_all_iterates_the_real_mechanism_is_consistent_and_a_tenth_of_the_noise_is_a_violation(
+    tiny_emnist_dir, tmp_path
+):
+    audit = run_audit(_config(tiny_emnist_dir, tmp_path, z=1.0), canaries=CANARIES, seed=0, observe="all-iterates")
+    assert audit.observe == "all-iterates" and audit.verdict == "consistent"
+    assert audit.interval[0] < audit.claimed_epsilon and audit.mu > 0.5  # seen, within the bound
+    assert audit.empirical_epsilon == pytest.approx(gaussians_epsilon(  # the fitted Gaussians' own stds
+        audit.held_out_cosine_mean, audit.held_out_cosine_std, audit.inserted_cosine_mean, audit.inserted_cosine_std,
+        audit.delta))
+    # held out: the largest of ROUNDS cosines ≈ N(0, 1/d), i.e. of ROUNDS standard normals, over √d
+    cdf = lambda x: norm.cdf(x) ** ROUNDS  # noqa: E731
+    mean = quad(lambda x: 1 - cdf(x), 0, 10)[0] - quad(cdf, -10, 0)[0]
+    std = math.sqrt(2 * quad(lambda x: x * (1 - cdf(x)), 0, 10)[0] - 2 * quad(lambda x: x * cdf(x), -10, 0)[0]
+                    - mean**2)
+    assert audit.held_out_cosine_mean * math.sqrt(audit.dimension) == pytest.approx(mean, abs=0.15)
+    assert audit.held_out_cosine_std * math.sqrt(audit.dimension) == pytest.approx(std, abs=0.1)
+    root = tmp_path / "tiny_audit_x1_k400_s0"
+    written = json.loads((root / "audit_all_iterates.json").read_text())
+    assert written["observe"] == "all-iterates" and written["empirical_epsilon"] == audit.empirical_epsilon
+    assert (root / "cosines_all_iterates.png").stat().st_size > 0 and not (root / "audit.json").exists()
+    assert (root / ROUND_COSINES).stat().st_size == ROUNDS * (CANARIES + 1) * 8
+
+    broken = run_audit(_config(tiny_emnist_dir, tmp_path, z=2.0), canaries=CANARIES, noise_scale=0.1, seed=0,
+                       observe="all-iterates")
+    assert broken.interval[0] > broken.claimed_epsilon and broken.verdict == VIOLATION
+
+
+def test_the_audit_command_observes_all_iterates_and_refuses_a_run_trained_without_them(tiny_emnist_dir, tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(dump_config(_config(tiny_emnist_dir, tmp_path / "runs", z=1.0, rounds=3)))
+    runner = CliRunner()
+    assert runner.invoke(app, ["audit", str(config), "--canaries", "20"]).exit_code == 0  # final: no per-round file
+    root = tmp_path / "runs/tiny_audit_x1_k20_s0"
+    refused = runner.invoke(app, ["audit", str(config), "--canaries", "20", "--observe", "all-iterates"])
+    assert refused.exit_code == 2 and "--fresh" in refused.output
+    result = runner.invoke(app, ["audit", str(config), "--canaries", "20", "--observe", "all-iterates", "--fresh"])
+    assert result.exit_code == 0, result.output
+    assert "every round's model" in result.output and "audit_all_iterates.json" in result.output
+    assert json.loads((root / "audit_all_iterates.json").read_text())["observe"] == "all-iterates"
+    assert json.loads((root / "audit.json").read_text())["observe"] == "final"  # the final audit's, kept
+    bad = runner.invoke(app, ["audit", str(config), "--observe", "last"])
+    assert bad.exit_code == 2 and "observe must be one of final, all-iterates" in bad.output
