@@ -21,6 +21,7 @@ from typing import Any
 from clients.cohort_training import CohortTrainer
 from clients.local_training import ClientFailure, ClientResult
 from fedpub.data.base import FederatedDataset
+from fedpub.memory import keep_freed_memory
 from fedpub.seeding import torch_generator
 from fedpub.types import Params, Updates
 from simulations.experiment import Experiment
@@ -60,6 +61,7 @@ def run_in_process(
     (an audit's canary users) join round t's private updates: counted in the sampled cohort, clipped
     and noised like them. ``on_model(t, before, after)`` receives round t's global model before and after
     the round, once the round is recorded (an audit's per-round canary statistics)."""
+    keep_freed_memory()  # each round's update buffers are reused by the next, not page-faulted in again
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
     strategy = experiment.strategy

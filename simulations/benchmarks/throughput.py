@@ -13,7 +13,9 @@ local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
 - ``pfl-research`` (with ``--pfl-python``): pfl 0.6's PyTorch simulation on the same users, model and local
   work (:mod:`simulations.benchmarks.pfl_research`; pfl lives in its own venv).
 
-Steady figures leave out the first round (start-up, Ray actors) and the last (it evaluates). Writes
+The floor and fedpub run in this process after :func:`~fedpub.memory.keep_freed_memory` (which fedpub's engine
+calls anyway): the floor gets the same allocator. Steady figures leave out the first round (start-up, Ray actors)
+and the last (it evaluates). Writes
 ``throughput.md`` and ``throughput.csv`` under ``--out``.
 
     python -m simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
@@ -35,6 +37,7 @@ import torch
 
 from clients.local_training import LocalTrainingConfig, load_params_, plan_local_training
 from fedpub.config import parse_config
+from fedpub.memory import keep_freed_memory
 from fedpub.seeding import torch_generator
 from simulations.benchmarks.pfl_research import run_pfl
 from simulations.engine import run_in_process
@@ -225,6 +228,7 @@ def main() -> None:
         parser.error(f"--tasks: unknown {unknown}; allowed: {', '.join(TASKS)}")
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (the first and last rounds are not steady)")
+    keep_freed_memory()  # before the first measurement: the floor and fedpub share one allocator setting
     rows = []
     header = (
         f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, torch threads "

@@ -1,0 +1,38 @@
+"""Keeping freed memory in the process, so that a simulation's per-round buffers are not page-faulted in again
+every round.
+
+A round of the in-process engine allocates, and frees, buffers the size of the cohort's updates: one update
+per user, the stacked updates, the clipped ones (50 users × 5M parameters: 1 GB each). glibc serves blocks that
+large with a fresh ``mmap`` and returns them to the kernel on ``free``, so each round pays the kernel to fault
+in and zero every page again; on 2 CPU cores that costs more than the arithmetic (a 1 GB ``torch.stack``:
+0.5 s instead of 0.09 s). With ``mmap`` off for the heap and no trimming, freed blocks stay in the process and
+serve later rounds. Measured on so_logreg (5M parameters), 50 users per round, 40 rounds, 2 cores: 2.75 s per
+round instead of 4.64 s, peak RSS 5.23 GB instead of 5.27 GB; the RSS does not grow from round to round, but the
+process keeps its peak until it exits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_KEEP_EVERYTHING = 2**31 - 1
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep and reuse freed memory (``mallopt``: no mmap-served blocks, no trimming).
+    True when it took effect; False where there is no glibc (macOS, Windows, musl): nothing changes there."""
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_EVERYTHING))
