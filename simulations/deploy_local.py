@@ -422,13 +422,17 @@ def start_superlink(
     host: str = LOCALHOST,
     tls: TlsFiles | None = None,
     enable_supernode_auth: bool = False,
+    database: Path | None = None,
     cwd: Path | None = None,
     ready_timeout: float = 60.0,
 ) -> ManagedProcess:
     """Start ``flower-superlink`` (insecure, or TLS with ``tls``) on ``host:port`` and wait until it
-    accepts connections. Runtime dependency installation is disabled."""
+    accepts connections. Runtime dependency installation is disabled. Its state (runs, SuperNodes) is
+    kept in memory, or in the SQLite file ``database``, where a restarted SuperLink finds it again."""
     command = [str(VENV_BIN / "flower-superlink"), "--host", host, "--port", str(port),
                "--disable-runtime-dependency-installation"]
+    if database is not None:
+        command += ["--database", str(database)]
     if tls is None:
         if enable_supernode_auth:
             raise DeploymentError("SuperNode authentication needs TLS")
@@ -580,6 +584,8 @@ class LocalDeployment:
     num_nodes: int
     tls: bool = False
     cwd: Path = field(default_factory=Path.cwd)
+    database: Path | None = None
+    """The SuperLink's SQLite state file (``--database``); None: in memory, lost when it dies."""
     registry: ProcessRegistry = field(default_factory=ProcessRegistry)
     superlink: ManagedProcess | None = None
     supernodes: list[ManagedProcess] = field(default_factory=list)
@@ -600,16 +606,12 @@ class LocalDeployment:
         """SuperLink, CLI connection, (with TLS: certificates, node keys registered), SuperNodes."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.cli_env = deployment_env(self.work_dir / "flwr-home", self.registry.marker)
-        link_env = deployment_env(self.work_dir / "superlink-home", self.registry.marker)
         ports = free_ports(self.num_nodes + 1)
         self.superlink_port, node_ports = ports[0], ports[1:]
         if self.tls:
             self.tls_files = make_tls_certificates(self.work_dir / "certs")
             self.node_keys = [make_node_key(self.work_dir / "keys", f"supernode-{i}") for i in range(self.num_nodes)]
-        self.superlink = start_superlink(
-            self.registry, port=self.superlink_port, env=link_env, log_dir=self.logs, tls=self.tls_files,
-            enable_supernode_auth=self.tls, cwd=self.cwd,
-        )
+        self.launch_superlink()
         write_connection(self.work_dir / "flwr-home", self.address,
                          root_certificates=self.tls_files.ca_cert if self.tls_files else None)
         for key in self.node_keys:
@@ -620,6 +622,16 @@ class LocalDeployment:
             auth_keys=[k.private for k in self.node_keys] if self.node_keys else None, cwd=self.cwd,
         )
         return self
+
+    def launch_superlink(self) -> ManagedProcess:
+        """Start the SuperLink on ``superlink_port``; after it died, start it again there with the same
+        settings (the SuperNodes keep retrying that address)."""
+        self.superlink = start_superlink(
+            self.registry, port=self.superlink_port,
+            env=deployment_env(self.work_dir / "superlink-home", self.registry.marker), log_dir=self.logs,
+            tls=self.tls_files, enable_supernode_auth=self.tls, database=self.database, cwd=self.cwd,
+        )
+        return self.superlink
 
     def run(self, config_path: Path, *, timeout: float = 3600.0, echo: bool = True) -> FlwrRunResult:
         return flwr_run(self.registry, config_path, env=self.cli_env, log_path=self.logs / "flwr-run.log",
