@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from fedpub.config import ExperimentConfig
+from fedpub.config import ExperimentConfig, FlowerConfig
 from simulations.session import RunResult
 
 FLOWER_OFFLINE_ENV = {
@@ -22,6 +22,20 @@ FLOWER_OFFLINE_ENV = {
 }
 
 
+def offline_flower_environment() -> None:
+    """Turn off Flower's telemetry, update check and runtime dependency installation (unless set)."""
+    for key, value in FLOWER_OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def backend_config(flower: FlowerConfig) -> dict[str, Any]:
+    """The Ray backend settings of ``run_simulation`` from the config's ``flower`` section."""
+    return {
+        "client_resources": {"num_cpus": flower.client_num_cpus, "num_gpus": flower.client_num_gpus},
+        "init_args": {"num_cpus": flower.ray_num_cpus or os.cpu_count() or 1},
+    }
+
+
 def run_flower_simulation(
     config: ExperimentConfig,
     num_supernodes: int,
@@ -30,23 +44,18 @@ def run_flower_simulation(
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
     """Run ``config`` in Flower simulation with ``num_supernodes`` virtual nodes (one per user)."""
-    for key, value in FLOWER_OFFLINE_ENV.items():
-        os.environ.setdefault(key, value)
+    offline_flower_environment()
     from flwr.simulation import run_simulation
 
     from clients.client_app import make_client_app
     from simulations.server_app import make_server_app
 
     results: list[RunResult] = []
-    flower = config.flower
     run_simulation(
         server_app=make_server_app(config, fresh=fresh, on_round=on_round, results=results),
         client_app=make_client_app(config),
         num_supernodes=num_supernodes,
-        backend_config={
-            "client_resources": {"num_cpus": flower.client_num_cpus, "num_gpus": flower.client_num_gpus},
-            "init_args": {"num_cpus": flower.ray_num_cpus or os.cpu_count() or 1},
-        },
+        backend_config=backend_config(config.flower),
     )
     if not results:
         raise RuntimeError("the Flower simulation ended without a result; see the log above")

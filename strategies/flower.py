@@ -40,6 +40,43 @@ class NodeDiscoveryError(RuntimeError):
     """Not enough nodes connected, or they do not hold the users the server expects."""
 
 
+def discover_nodes(
+    grid: Grid, private_ids: Sequence[str], node_wait_timeout: float
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Wait for a node per private user, ask each node which user it holds and whether it is
+    public (public users may have no node: a held-out pool lives with the server). Returns the
+    node of each private user and of each public user that has one."""
+    deadline = time.monotonic() + node_wait_timeout
+    expected = len(private_ids)
+    while len(grid.get_node_ids()) < expected:
+        if time.monotonic() > deadline:
+            raise NodeDiscoveryError(
+                f"only {len(list(grid.get_node_ids()))} of {expected} expected nodes "
+                f"connected within {node_wait_timeout:g} s"
+            )
+        time.sleep(0.5)
+    queries = [
+        Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=node, message_type=MessageType.QUERY)
+        for node in grid.get_node_ids()
+    ]
+    node_of: dict[str, int] = {}
+    public_nodes: dict[str, int] = {}
+    for reply in grid.send_and_receive(queries, timeout=node_wait_timeout):
+        if reply.has_error():
+            continue
+        info = reply.content["info"]
+        target = public_nodes if bool(info["is-public"]) else node_of
+        target[str(info["client-id"])] = reply.metadata.src_node_id
+    missing = [cid for cid in private_ids if cid not in node_of]
+    if missing:
+        raise NodeDiscoveryError(
+            f"{len(missing)} private users have no node (first: {missing[:3]}); "
+            f"nodes answered for {len(node_of)} private and {len(public_nodes)} public users"
+        )
+    log(INFO, "fedpub: %d private and %d public nodes", len(node_of), len(public_nodes))
+    return node_of, public_nodes
+
+
 class FedpubStrategy(Strategy):
     """Runs ``core`` over Flower nodes; ``on_round`` receives each aggregated round."""
 
@@ -69,34 +106,8 @@ class FedpubStrategy(Strategy):
 
     # -- node discovery -------------------------------------------------------------------
     def discover_nodes(self, grid: Grid) -> None:
-        """Wait for a node per private user, ask each node which user it holds and whether it is
-        public (public users may have no node: a held-out pool lives with the server)."""
-        deadline = time.monotonic() + self.node_wait_timeout
-        expected = len(self.private_ids)
-        while len(grid.get_node_ids()) < expected:
-            if time.monotonic() > deadline:
-                raise NodeDiscoveryError(
-                    f"only {len(list(grid.get_node_ids()))} of {expected} expected nodes "
-                    f"connected within {self.node_wait_timeout:g} s"
-                )
-            time.sleep(0.5)
-        queries = [
-            Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=node, message_type=MessageType.QUERY)
-            for node in grid.get_node_ids()
-        ]
-        for reply in grid.send_and_receive(queries, timeout=self.node_wait_timeout):
-            if reply.has_error():
-                continue
-            info = reply.content["info"]
-            target = self.public_nodes if bool(info["is-public"]) else self.node_of
-            target[str(info["client-id"])] = reply.metadata.src_node_id
-        missing = [cid for cid in self.private_ids if cid not in self.node_of]
-        if missing:
-            raise NodeDiscoveryError(
-                f"{len(missing)} private users have no node (first: {missing[:3]}); "
-                f"nodes answered for {len(self.node_of)} private and {len(self.public_nodes)} public users"
-            )
-        log(INFO, "fedpub: %d private and %d public nodes", len(self.node_of), len(self.public_nodes))
+        """Find the node of every private user (and of the public users that have one)."""
+        self.node_of, self.public_nodes = discover_nodes(grid, self.private_ids, self.node_wait_timeout)
 
     # -- training ---------------------------------------------------------------------------
     def round_index(self, server_round: int) -> int:

@@ -1,0 +1,496 @@
+"""User-level DP-FedAvg with client-side clipping, Flower's secure aggregation (SecAgg+) and server noise.
+
+The server never sees one user's update, only the sum of the cohort's:
+
+* each sampled node trains its user (``clients.local_training.train_client``, as every backend does),
+  clips the update Δ to L2 norm C **on the device** (the clip step's ``clip_factors``) and replies through
+  Flower's ``secaggplus_mod``, which quantises and masks it;
+* the ServerApp runs Flower's ``SecAggPlusWorkflow`` inside ``DefaultWorkflow`` with a legacy ``Strategy``
+  (the workflow needs a ``LegacyContext``; Flower 1.41 has no SecAgg+ for the message-API strategies).
+  The workflow unmasks the sum and hands the strategy the mean over the k survivors, so the strategy
+  recovers the sum as k × that mean, divides it by the fixed cohort m, adds the Gaussian noise of std
+  z·C/m with fedpub's noise step (same seed, same draws as the in-process engine) and applies the server
+  optimizer step. The noise step's ``GaussianDpEvent`` is composed into the run's accountant.
+
+Sampling: the strategy draws exactly m of the N private users without replacement each round (fedpub's
+cohort rule, seeded by (seed, round)), so only ``strategy.sampling.kind: fixed`` is run, accounted as
+``SampledWithoutReplacementDpEvent(N, m, Gaussian(z/2))`` under replace-one neighbours (``accountant: rdp``).
+Poisson cohorts are refused: SecAgg+ halts a round of fewer than 2 users, and a release that happens only
+for some cohort sizes is not the mechanism the accountant prices.
+
+Quantisation: SecAgg+ maps each coordinate of the (weight-1) update from [-c, c] to integers in [0, T] by
+stochastic rounding, sums them modulo M and maps back. With c = C no coordinate of a C-clipped update is
+cut, and T = ⌊(M − 1)/m⌋ (at most 2^30) keeps the sum of m updates, and the weight total m·T, below M:
+nothing wraps. The error of the sum is under k·2c/T per coordinate (k survivors).
+
+What the server still sees in the clear: which users were sampled and which dropped, nothing per user
+(the reply carries no metrics and weight 1). Only plain DP-FedAvg is run: fixed C, no public users,
+no adaptive clipping, recentering, preconditioning, mirror or budget schedule. No checkpoint/resume.
+
+Run it: ``python -m simulations.secagg_dp CONFIG [--rounds R]`` (Flower simulation, one SuperNode per
+training user); it prints each round's noise std and ε and writes ``<output_dir>/<name>/secagg_dp.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+from flwr.common import Code, FitIns, FitRes, Parameters, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.logger import log
+from flwr.compat.common import recorddict_compat as compat
+from flwr.server import LegacyContext, ServerConfig
+from flwr.server.client_manager import ClientManager, SimpleClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.strategy import Strategy
+from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+from flwr.serverapp import Grid, ServerApp
+
+from clients.client_app import ClientRuntime, node_client_id, query_reply, runtime
+from clients.local_training import model_params, train_client
+from fedpub import tree
+from fedpub.atomic import write_json_atomic
+from fedpub.config import ExperimentConfig, load_config, parse_config
+from fedpub.privacy.events import FixedSizeSampling, event_to_dict, round_event
+from fedpub.seeding import torch_generator
+from fedpub.steps.clip import clip_factors
+from fedpub.steps.gaussian_noise import gaussian_noise
+from fedpub.types import Params, RoundContext, Updates
+from simulations.evaluation import EvaluationSet, evaluate
+from simulations.experiment import Experiment, build_experiment
+from simulations.flower_simulation import backend_config, offline_flower_environment
+from strategies.dp_fedavg import server_optimizer
+from strategies.flower import discover_nodes
+
+MODULUS_RANGE = 2**32
+"""SecAgg+'s modulus M: its largest allowed value (a power of 2)."""
+MAX_QUANTIZATION_RANGE = 2**30
+"""Cap on T: the clients' stochastic rounding casts to int32."""
+RESULT_FILE = "secagg_dp.json"
+
+
+# -- configuration ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Quantisation:
+    """SecAgg+'s quantisation of a cohort of m C-clipped updates (each sent with weight 1)."""
+
+    clipping_range: float
+    """c: SecAgg+ clips each coordinate to [-c, c]; c = C, so a C-clipped update is never cut."""
+    quantization_range: int
+    """T: [-c, c] maps to the integers [0, T]."""
+    modulus_range: int
+    """M: sums are taken modulo M."""
+
+    @property
+    def step(self) -> float:
+        """One quantisation level, 2c/T."""
+        return 2 * self.clipping_range / self.quantization_range
+
+    def max_sum_error(self, survivors: int) -> float:
+        """Bound on the error of one coordinate of the unmasked sum: stochastic rounding moves each
+        survivor's coordinate by less than one level."""
+        return survivors * self.step
+
+
+def quantisation_for(clip_norm: float, cohort_size: int, modulus_range: int = MODULUS_RANGE) -> Quantisation:
+    """c = C and the largest T with m·T < M (at most 2^30): the m quantised updates (each in [0, T]) and
+    their weight total m·T never wrap modulo M."""
+    if not (math.isfinite(clip_norm) and clip_norm > 0):
+        raise ValueError(f"SecAgg+ needs a finite clip norm C > 0 (its clipping range), got {clip_norm}")
+    if cohort_size < 2:
+        raise ValueError(f"SecAgg+ needs a cohort of at least 2 users, got {cohort_size}")
+    quantization_range = min((modulus_range - 1) // cohort_size, MAX_QUANTIZATION_RANGE)
+    return Quantisation(float(clip_norm), int(quantization_range), int(modulus_range))
+
+
+@dataclass(frozen=True)
+class SecAggSettings:
+    """The SecAgg+ protocol's shares: floats are fractions of the cohort (of the shares for the threshold)."""
+
+    num_shares: int | float = 1.0
+    reconstruction_threshold: int | float = 2 / 3
+
+
+def check_supported(config: ExperimentConfig) -> None:
+    """Refuse what the SecAgg+ variant does not run (see the module docstring), saying why."""
+    strategy = config.strategy
+    if strategy.sampling.kind != "fixed":
+        raise ValueError(
+            "the SecAgg+ variant samples a fixed number of users each round: set strategy.sampling.kind: fixed "
+            "(and privacy.accountant: rdp, which accounts fixed-size sampling)"
+        )
+    if not math.isfinite(strategy.clip_norm):
+        raise ValueError("the SecAgg+ variant needs a finite strategy.clip_norm (clients clip, SecAgg+ quantises)")
+    unsupported = [
+        name
+        for name in ("adaptive_clip", "recenter", "precondition", "mirror", "public_schedule", "budget_schedule",
+                     "warm_start", "model_reuse", "model_average")
+        if getattr(strategy, name) is not None
+    ]
+    if strategy.public_clients_per_round:
+        unsupported.append("public_clients_per_round")
+    if unsupported:
+        raise ValueError(
+            f"the SecAgg+ variant runs plain DP-FedAvg (fixed C, server optimizer); remove strategy."
+            f"{', strategy.'.join(unsupported)} or run in-process (fedpub run CONFIG)"
+        )
+
+
+# -- the client ---------------------------------------------------------------------------------
+def clip_update(update: Updates, clip_norm: float) -> Updates:
+    """Δ · min(1, C/‖Δ‖): the server-side clip step's arithmetic (row norms, ``clip_factors``) on one user."""
+    stacked = tree.stack([update])
+    return tree.unstack(tree.scale_rows(stacked, clip_factors(tree.row_norms(stacked), clip_norm)))[0]
+
+
+def client_contribution(rt: ClientRuntime, client_id: str, params: Params, round_index: int) -> Updates:
+    """What one user adds to the secure sum: its update from ``params``, trained with the generator every
+    backend uses for (seed, round, user), clipped to C on the device."""
+    result = train_client(
+        rt.model, params, rt.train.client_data(client_id), rt.local_training,
+        torch_generator(rt.config.seed, round_index, "client", client_id), rt.task,
+    )
+    return clip_update(result.update, rt.config.strategy.clip_norm)
+
+
+def parameter_names(model: torch.nn.Module) -> list[str]:
+    """The order in which tensors travel as legacy ``Parameters`` (which carry no names)."""
+    return [name for name, _ in model.named_parameters()]
+
+
+def tensors_from_parameters(parameters: Parameters, reference: Params) -> dict[str, torch.Tensor]:
+    """Legacy ``Parameters`` as named tensors, in ``reference``'s order, shapes checked."""
+    arrays = parameters_to_ndarrays(parameters)
+    if len(arrays) != len(reference):
+        raise ValueError(f"expected {len(reference)} arrays, got {len(arrays)}")
+    named = {}
+    for (name, ref), array in zip(reference.items(), arrays, strict=True):
+        if tuple(array.shape) != tuple(ref.shape):
+            raise ValueError(f"array for {name} has shape {array.shape}, expected {tuple(ref.shape)}")
+        named[name] = torch.from_numpy(np.array(array, copy=True))
+    return named
+
+
+def masked_train_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
+    """Train this node's user, clip its update to C and reply in the legacy FitRes layout that
+    ``secaggplus_mod`` quantises and masks: the update in float64 (quantised without float32 rounding),
+    weight 1 (``num_examples``, so the workflow's weighted mean is the plain mean) and no metrics, since
+    anything else in the reply would reach the server unmasked."""
+    rt = runtime(config)
+    client_id = node_client_id(context, rt.train)
+    fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+    asked = str(fitins.config["client-id"])
+    if asked != client_id:
+        raise ValueError(f"the server asked for user {asked}, but this node holds {client_id}")
+    reference = {name: p.detach() for name, p in rt.model.named_parameters()}
+    params = {k: v.to(reference[k].dtype) for k, v in tensors_from_parameters(fitins.parameters, reference).items()}
+    update = client_contribution(rt, client_id, params, int(fitins.config["round"]))
+    arrays = [update[name].double().numpy() for name in reference]
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), num_examples=1, metrics={})
+    return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
+
+
+def make_client_app(config: ExperimentConfig) -> ClientApp:
+    """A ClientApp bound to ``config``: QUERY says which user the node holds; TRAIN goes through SecAgg+."""
+    from flwr.client.mod import secaggplus_mod
+
+    app = ClientApp()
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        return query_reply(msg, context, config)
+
+    @app.train(mods=[secaggplus_mod])
+    def train(msg: Message, context: Context) -> Message:
+        return masked_train_reply(msg, context, config)
+
+    return app
+
+
+# -- the server ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SecAggRound:
+    """One aggregated round as the server saw it."""
+
+    round: int
+    cohort: list[str]
+    survivors: int
+    secure_sum: dict[str, torch.Tensor]
+    """Σ of the survivors' clipped updates, as SecAgg+ unmasked it (float64)."""
+    released_mean: dict[str, torch.Tensor]
+    """Σ/m plus the Gaussian noise: what the round releases."""
+    params: Params
+    """The global model after the server optimizer step."""
+    noise_std: float
+    epsilon: float
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class SecAggRunResult:
+    params: Params
+    rounds: list[dict[str, Any]]
+    epsilon: float
+    delta: float
+    stopped_by_budget: bool
+    quantisation: Quantisation
+    result_path: Path
+
+
+def to_parameters(params: Params) -> Parameters:
+    return ndarrays_to_parameters([v.detach().cpu().numpy() for v in params.values()])
+
+
+class SecAggDpStrategy(Strategy):
+    """The legacy Strategy ``SecAggPlusWorkflow`` drives: samples the fixed-size cohort, receives the
+    unmasked sum, adds the noise, steps the server optimizer and accounts the round."""
+
+    def __init__(
+        self,
+        experiment: Experiment,
+        node_of: dict[str, int],
+        on_round: Callable[[SecAggRound], None] | None = None,
+    ) -> None:
+        config = experiment.config
+        self.experiment, self.node_of, self.on_round = experiment, node_of, on_round
+        self.core = experiment.strategy
+        self.model = experiment.new_model()
+        self.params = model_params(self.model)
+        self.noise = gaussian_noise(experiment.noise_multiplier, config.seed)
+        self.server_opt = server_optimizer(config.strategy.server_optimizer)
+        self.noise_state, self.opt_state = self.noise.init(self.params), self.server_opt.init(self.params)
+        self.accountant = experiment.new_accountant()
+        self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
+        self.records: list[dict[str, Any]] = []
+        self.stopped_by_budget = False
+        self._cohort: list[str] = []
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        return to_parameters(self.params)
+
+    def configure_fit(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, FitIns]]:
+        t = server_round - 1
+        budget, delta = self.experiment.budget_epsilon, self.experiment.config.privacy.delta
+        if self.stopped_by_budget or (
+            budget is not None and self.accountant.epsilon_if(self.experiment.planned_round_event, delta) > budget
+        ):
+            self.stopped_by_budget = True
+            log(WARNING, "fedpub: round %d would exceed ε = %g; no more rounds", t, budget)
+            return []
+        self._cohort = self.core.sample_cohort(self.experiment.private_ids, t)
+        proxies = {proxy.node_id: proxy for proxy in client_manager.all().values()}
+        missing = [cid for cid in self._cohort if self.node_of[cid] not in proxies]
+        if missing:
+            raise RuntimeError(f"round {t}: the nodes of users {missing} are no longer connected")
+        model = to_parameters(self.params)
+        return [
+            (proxies[self.node_of[cid]], FitIns(model, {"round": t, "client-id": cid})) for cid in self._cohort
+        ]
+
+    def aggregate_fit(
+        self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]
+    ) -> tuple[Parameters | None, dict[str, Any]]:
+        t = server_round - 1
+        if failures:
+            log(WARNING, "fedpub: %d of %d sampled users dropped in round %d", len(failures), len(self._cohort), t)
+        if not results:
+            return None, {}
+        # SecAggPlusWorkflow gives every result the same parameters: the weighted mean of the survivors'
+        # updates, all weights 1 here, so the sum is k times it.
+        survivors = len(results)
+        mean = tensors_from_parameters(results[0][1].parameters, self.params)
+        secure_sum = {k: v.double() * survivors for k, v in mean.items()}
+        outcome = self.release(t, secure_sum, survivors)
+        return to_parameters(outcome.params), {"epsilon": outcome.epsilon, "noise_std": outcome.noise_std}
+
+    def release(self, t: int, secure_sum: dict[str, torch.Tensor], survivors: int) -> SecAggRound:
+        """Σ/m + N(0, (z·C/m)²) (fedpub's noise step, which emits the round's Gaussian), then the server
+        optimizer step; the round's event is composed into the accountant."""
+        m = self.core.expected_cohort
+        ctx = RoundContext(
+            round=t, seed=self.core.seed, population=self.core.population,
+            sampling_rate=m / self.core.population, expected_cohort=m, cohort_size=len(self._cohort),
+        )
+        mean = {k: (v / m).to(self.params[k].dtype) for k, v in secure_sum.items()}
+        noised = self.noise.update(
+            mean, self.noise_state, ctx=ctx, clip_norm=self.experiment.config.strategy.clip_norm
+        )
+        stepped = self.server_opt.update(noised.updates, self.opt_state, ctx=ctx)
+        self.noise_state, self.opt_state = noised.state, stepped.state
+        self.params = tree.add(self.params, stepped.updates)
+        event = round_event(self.core.sampling, noised.events)
+        self.accountant.compose(event)
+        epsilon = self.accountant.epsilon(self.experiment.config.privacy.delta)
+        metrics = {k: float(noised.metrics[k]) for k in ("noise_multiplier", "noise_std")}
+        config = self.experiment.config
+        if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
+            metrics.update(evaluate(self.model, self.params, self.eval_set, self.experiment.task))
+        outcome = SecAggRound(
+            t, list(self._cohort), survivors, secure_sum, noised.updates, self.params,
+            metrics["noise_std"], epsilon, metrics,
+        )
+        self.records.append({
+            "round": t, "cohort": outcome.cohort, "cohort_sampled": len(self._cohort), "survivors": survivors,
+            "epsilon": epsilon, "event": event_to_dict(event), **metrics,
+        })
+        log(INFO, "fedpub SecAgg+: round %d, %d of %d users summed, noise std z·C/m = %.4g, ε = %.4g",
+            t, survivors, len(self._cohort), outcome.noise_std, epsilon)
+        if self.on_round is not None:
+            self.on_round(outcome)
+        return outcome
+
+    # The server evaluates centrally in ``release``; no federated evaluation (it would be unmasked).
+    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list:
+        return []
+
+    def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> tuple[float | None, dict]:
+        return None, {}
+
+    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict] | None:
+        return None
+
+
+def make_server_app(
+    config: ExperimentConfig,
+    results: list[SecAggRunResult],
+    *,
+    secagg: SecAggSettings = SecAggSettings(),
+    on_round: Callable[[SecAggRound], None] | None = None,
+) -> ServerApp:
+    """A ServerApp running ``config`` with SecAgg+; its result is appended to ``results``."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        check_supported(config)
+        experiment = build_experiment(config)
+        sampling = experiment.strategy.sampling
+        if not isinstance(sampling, FixedSizeSampling):
+            raise TypeError(f"expected fixed-size sampling, got {sampling!r}")
+        quantisation = quantisation_for(config.strategy.clip_norm, sampling.cohort_size)
+        node_of, _ = discover_nodes(grid, experiment.private_ids, config.flower.node_wait_timeout)
+        strategy = SecAggDpStrategy(experiment, node_of, on_round)
+        workflow = DefaultWorkflow(
+            fit_workflow=SecAggPlusWorkflow(
+                num_shares=secagg.num_shares,
+                reconstruction_threshold=secagg.reconstruction_threshold,
+                max_weight=1.0,
+                clipping_range=quantisation.clipping_range,
+                quantization_range=quantisation.quantization_range,
+                modulus_range=quantisation.modulus_range,
+                timeout=config.flower.round_timeout,
+            )
+        )
+        legacy = LegacyContext(
+            context, config=ServerConfig(num_rounds=config.rounds), strategy=strategy,
+            client_manager=SimpleClientManager(),
+        )
+        workflow(grid, legacy)
+        delta = config.privacy.delta
+        path = Path(config.output_dir) / config.name / RESULT_FILE
+        summary = {
+            "config": config.name,
+            "variant": "client-side clipping + SecAgg+ + server Gaussian noise",
+            "sampling": {"kind": "fixed", "population": sampling.population, "cohort_size": sampling.cohort_size},
+            "accountant": experiment.new_accountant().accountant,
+            "noise_multiplier": experiment.noise_multiplier,
+            "clip_norm": config.strategy.clip_norm,
+            "secagg": {**asdict(secagg), **asdict(quantisation), "max_weight": 1.0,
+                       "quantisation_step": quantisation.step},
+            "rounds": strategy.records,
+            "epsilon": strategy.accountant.epsilon(delta),
+            "delta": delta,
+            "stopped_by_budget": strategy.stopped_by_budget,
+        }
+        write_json_atomic(path, summary)
+        results.append(SecAggRunResult(
+            strategy.params, strategy.records, summary["epsilon"], delta, strategy.stopped_by_budget,
+            quantisation, path,
+        ))
+
+    return app
+
+
+def run_secagg_simulation(
+    config: ExperimentConfig,
+    *,
+    secagg: SecAggSettings = SecAggSettings(),
+    on_round: Callable[[SecAggRound], None] | None = None,
+) -> SecAggRunResult:
+    """Run ``config`` in Flower simulation, one SuperNode per training user, with SecAgg+."""
+    check_supported(config)
+    experiment = build_experiment(config)  # config errors (data, accountant, budget) before Ray starts
+    offline_flower_environment()
+    from flwr.simulation import run_simulation
+
+    results: list[SecAggRunResult] = []
+    run_simulation(
+        server_app=make_server_app(config, results, secagg=secagg, on_round=on_round),
+        client_app=make_client_app(config),
+        num_supernodes=len(experiment.train.client_ids),
+        backend_config=backend_config(config.flower),
+    )
+    if not results:
+        raise RuntimeError("the SecAgg+ simulation ended without a result; see the log above")
+    return results[0]
+
+
+def _share(text: str) -> int | float:
+    return float(text) if "." in text else int(text)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulations.secagg_dp",
+        description="DP-FedAvg with client-side clipping, SecAgg+ and server noise, in Flower simulation",
+    )
+    parser.add_argument("config", type=Path, help="experiment YAML (strategy.sampling.kind: fixed, accountant: rdp)")
+    parser.add_argument("--rounds", type=int, default=None, help="override the config's rounds")
+    parser.add_argument("--num-shares", type=_share, default=SecAggSettings.num_shares,
+                        help="SecAgg+ shares per user key: an int, or a fraction of the cohort (default 1.0)")
+    parser.add_argument("--reconstruction-threshold", type=_share, default=SecAggSettings.reconstruction_threshold,
+                        help="shares needed to rebuild a key: an int, or a fraction of the shares (default 2/3)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        if args.rounds is not None:
+            config = parse_config({**config.model_dump(mode="json"), "rounds": args.rounds}, str(args.config))
+        check_supported(config)
+        build_experiment(config)
+    except ValueError as error:  # ConfigError and PrivacyError are ValueErrors
+        parser.exit(2, f"error: {error}\n")
+
+    def report(outcome: SecAggRound) -> None:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in outcome.metrics.items() if k.startswith("eval_"))
+        print(
+            f"round {outcome.round}: {outcome.survivors}/{len(outcome.cohort)} users summed by SecAgg+, "
+            f"noise std z·C/m = {outcome.noise_std:.4g}, ε = {outcome.epsilon:.4g}" + (f", {shown}" if shown else ""),
+            flush=True,
+        )
+
+    started = time.perf_counter()
+    result = run_secagg_simulation(
+        config, secagg=SecAggSettings(args.num_shares, args.reconstruction_threshold), on_round=report
+    )
+    q = result.quantisation
+    print(
+        f"{len(result.rounds)} rounds in {time.perf_counter() - started:.0f} s; ε = {result.epsilon:.4g} at "
+        f"δ = {result.delta:g}; SecAgg+ c = {q.clipping_range:g}, T = {q.quantization_range}, M = {q.modulus_range} "
+        f"(level {q.step:.3g}); results in {result.result_path}"
+    )
+
+
+if __name__ == "__main__":
+    main()
