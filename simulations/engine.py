@@ -104,4 +104,6 @@ def run_in_process(
             on_model(t, before, session.params)
         if on_round is not None:
             on_round(record)
+        # the round's user updates (K × the model) must not stay alive while the next cohort trains
+        del results, public_results, extra, outcome
     return session.finish(stopped_by_budget)
