@@ -47,11 +47,6 @@ a group holds about four copies (parameters, gradients, momentum, update)."""
 
 _UNVECTORISABLE_LAYERS = (nn.Dropout, nn.modules.batchnorm._BatchNorm, nn.RNNBase)
 
-CPU_VECTORISE_MAX_PARAMETERS = 1_000_000
-"""Above this many parameters a CPU trains user by user: the per-user stacked copies then cost more memory
-traffic than the loop's Python overhead (simulations/benchmarks/throughput.py on 2 cores: so_logreg's 5M
-parameters 1.2-1.4x slower vectorised; the 18k-parameter CNN even; the 200k MLP 1.6-2.1x faster)."""
-
 
 def vectorisation_blocker(model: nn.Module, task: Task) -> str | None:
     """Why ``model`` and ``task`` cannot be trained vectorised, or ``None`` when they can."""
@@ -199,10 +194,6 @@ class CohortTrainer:
     def __init__(self, model: nn.Module, config: LocalTrainingConfig, task: Task, *, vectorise: bool = True) -> None:
         self.model, self.config, self.task = model, config, task
         self.reason = vectorisation_blocker(model, task) if vectorise else "client.vectorise is false"
-        size = sum(p.numel() for p in model.parameters())
-        on_cpu = next(model.parameters()).device.type == "cpu"
-        if self.reason is None and on_cpu and size > CPU_VECTORISE_MAX_PARAMETERS:
-            self.reason = f"{size:,} parameters: on the CPU user by user is faster above {CPU_VECTORISE_MAX_PARAMETERS:,}"
 
     @property
     def mode(self) -> str:

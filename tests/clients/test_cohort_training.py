@@ -110,11 +110,3 @@ def test_the_trainer_says_which_path_it_takes_and_gives_the_same_results_either_
         for name in x.update:
             torch.testing.assert_close(x.update[name], y.update[name], rtol=1e-4, atol=1e-6)
     assert fast.train(params, [], []) == []
-
-
-def test_a_large_model_on_the_cpu_trains_user_by_user_and_says_why(monkeypatch):
-    assert CohortTrainer(build_model("emnist_mlp", 10), LocalTrainingConfig(), CLASSIFICATION).mode == "vectorised"
-    logreg = CohortTrainer(build_model("so_tag_logreg", 500), LocalTrainingConfig(), TAG_PREDICTION)
-    assert logreg.mode == "per-client loop" and "5,000,500 parameters" in logreg.describe()
-    monkeypatch.setattr(cohort_training, "CPU_VECTORISE_MAX_PARAMETERS", 10**7)
-    assert CohortTrainer(build_model("so_tag_logreg", 500), LocalTrainingConfig(), TAG_PREDICTION).mode == "vectorised"
