@@ -18,12 +18,13 @@ import yaml
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients.local_training import LocalTrainingConfig, train_client
+from clients.local_training import ClientResult, LocalTrainingConfig, train_client
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.data.base import FederatedDataset
 from fedpub.models import build_model
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
+from fedpub.types import Params
 from simulations.configs import quickstart_config_path
 from simulations.experiment import load_data, resolve_device
 
@@ -76,17 +77,21 @@ def query_reply(msg: Message, context: Context, config: ExperimentConfig) -> Mes
     return Message(RecordDict({"info": info}), reply_to=msg)
 
 
+def train_user(rt: ClientRuntime, client_id: str, params: Params, round_index: int) -> ClientResult:
+    """Train ``client_id`` from ``params`` with the generator every backend gives (seed, round, user)."""
+    return train_client(
+        rt.model, params, rt.train.client_data(client_id), rt.local_training,
+        torch_generator(rt.config.seed, round_index, "client", client_id), rt.task,
+    )
+
+
 def train_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
     """Train this node's user from the received global model; reply with Δ and metrics."""
     rt = runtime(config)
     cid = node_client_id(context, rt.train)
     round_index = int(msg.content["config"]["round"])
     params = dict(msg.content["arrays"].to_torch_state_dict())
-    result = train_client(
-        rt.model, params, rt.train.client_data(cid), rt.local_training,
-        torch_generator(rt.config.seed, round_index, "client", cid),
-        rt.task,
-    )
+    result = train_user(rt, cid, params, round_index)
     metrics = MetricRecord({**result.metrics, "num-examples": result.num_examples})
     content = RecordDict(
         {

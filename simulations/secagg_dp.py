@@ -2,7 +2,7 @@
 
 The server never sees one user's update, only the sum of the cohort's:
 
-* each sampled node trains its user (``clients.local_training.train_client``, as every backend does),
+* each sampled node trains its user (``clients.client_app.train_user``, as the Flower ClientApp does),
   clips the update Δ to L2 norm C **on the device** (the clip step's ``clip_factors``) and replies through
   Flower's ``secaggplus_mod``, which quantises and masks it;
 * the ServerApp runs Flower's ``SecAggPlusWorkflow`` inside ``DefaultWorkflow`` with a legacy ``Strategy``
@@ -56,13 +56,12 @@ from flwr.server.strategy import Strategy
 from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import Grid, ServerApp
 
-from clients.client_app import ClientRuntime, node_client_id, query_reply, runtime
-from clients.local_training import model_params, train_client
+from clients.client_app import ClientRuntime, node_client_id, query_reply, runtime, train_user
+from clients.local_training import model_params
 from fedpub import tree
 from fedpub.atomic import write_json_atomic
 from fedpub.config import ExperimentConfig, load_config, parse_config
 from fedpub.privacy.events import FixedSizeSampling, event_to_dict, round_event
-from fedpub.seeding import torch_generator
 from fedpub.steps.clip import clip_factors
 from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.types import Params, RoundContext, Updates
@@ -156,16 +155,7 @@ def clip_update(update: Updates, clip_norm: float) -> Updates:
 def client_contribution(rt: ClientRuntime, client_id: str, params: Params, round_index: int) -> Updates:
     """What one user adds to the secure sum: its update from ``params``, trained with the generator every
     backend uses for (seed, round, user), clipped to C on the device."""
-    result = train_client(
-        rt.model, params, rt.train.client_data(client_id), rt.local_training,
-        torch_generator(rt.config.seed, round_index, "client", client_id), rt.task,
-    )
-    return clip_update(result.update, rt.config.strategy.clip_norm)
-
-
-def parameter_names(model: torch.nn.Module) -> list[str]:
-    """The order in which tensors travel as legacy ``Parameters`` (which carry no names)."""
-    return [name for name, _ in model.named_parameters()]
+    return clip_update(train_user(rt, client_id, params, round_index).update, rt.config.strategy.clip_norm)
 
 
 def tensors_from_parameters(parameters: Parameters, reference: Params) -> dict[str, torch.Tensor]:
