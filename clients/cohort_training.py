@@ -159,9 +159,11 @@ def _train_group(
         stop_if_late(config, started, s + 1, steps)
     seen = mask.sum(dim=(1, 2)).tolist()
     loss_sum, hits, total = loss_sum.tolist(), hits.tolist(), total.tolist()
+    # the users' updates are rows of the group's tensors, computed in place and moved in one copy per tensor
+    deltas = {name: value.sub_(start[name]).to("cpu") for name, value in stacked.items()}
     return [
         ClientResult(
-            {name: (stacked[name][k] - start[name]).to("cpu") for name in stacked},
+            {name: delta[k] for name, delta in deltas.items()},
             len(plans[k].y),
             training_metrics(task, loss_sum[k], hits[k], total[k], int(seen[k])),
         )

@@ -16,6 +16,7 @@ import torch
 from fedpub import tree
 from fedpub.cohort import expected_cohort, sample_cohort
 from fedpub.privacy.events import Sampling, round_event
+from fedpub.rows import UpdateRows
 from fedpub.seeding import numpy_generator
 from fedpub.step import Step
 from fedpub.types import Params, RoundContext, StepState, Updates
@@ -45,13 +46,6 @@ def usable_update(update: Updates, params: Params) -> bool:
         and bool(torch.isfinite(update[k].sum()))
         for k in params
     )
-
-
-def _stack(updates: Sequence[Updates], params: Params) -> Updates:
-    """The updates stacked along a new first dimension (zero rows when there are none)."""
-    if updates:
-        return tree.stack(updates)
-    return {k: torch.zeros((0, *v.shape), dtype=v.dtype, device=v.device) for k, v in params.items()}
 
 
 @dataclass(frozen=True)
@@ -111,13 +105,14 @@ class StrategyCore:
     ) -> RoundOutcome:
         """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes) and
         missing ones (``sampled`` users were asked, default ``len(updates)``) contribute nothing:
-        the mechanism and its accounting stay those of the sampled cohort. The usable public
-        updates are the steps' ``public_updates`` input (stacked, maybe no rows) and their mean
+        the mechanism and its accounting stay those of the sampled cohort. The steps get the usable
+        updates as :class:`~fedpub.rows.UpdateRows` (never stacked unless a step reads a key); the usable
+        public updates are the steps' ``public_updates`` input (the same, maybe no rows) and their mean
         the ``public_mean`` input (None when there is none)."""
         sampled = len(updates) if sampled is None else sampled
         usable = [u for u in updates if usable_update(u, params)]
         usable_public = [u for u in public_updates if usable_update(u, params)]
-        stacked, stacked_public = _stack(usable, params), _stack(usable_public, params)
+        rows, public_rows = UpdateRows(usable, params), UpdateRows(usable_public, params)
         ctx = RoundContext(
             round=round_index,
             seed=self.seed,
@@ -129,7 +124,7 @@ class StrategyCore:
         )
         public_mean = tree.mean(usable_public) if usable_public else None
         result = self.aggregator.update(
-            stacked, state, ctx=ctx, public_mean=public_mean, public_updates=stacked_public
+            rows, state, ctx=ctx, public_mean=public_mean, public_updates=public_rows
         )
         metrics = {
             **result.metrics,

@@ -1,10 +1,16 @@
-"""Pure maths on tensor dicts (``dict[str, Tensor]``); nothing here mutates its inputs."""
+"""Pure maths on tensor dicts (``dict[str, Tensor]``); nothing here mutates its inputs.
+
+The row functions (:func:`num_rows`, :func:`row_norms`, :func:`scale_rows`, :func:`map_rows`, :func:`row_zeros`,
+:func:`sum_rows`) take stacked
+dicts or :class:`~fedpub.rows.UpdateRows`, which they serve without stacking the rows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
 import torch
+
+from fedpub.rows import UpdateRows
 
 Tree = dict[str, torch.Tensor]
 
@@ -62,30 +68,53 @@ def unstack(stacked: Tree) -> list[Tree]:
     return [{k: v[i] for k, v in stacked.items()} for i in range(n)]
 
 
-def num_rows(stacked: Tree) -> int:
+def num_rows(stacked: Tree | UpdateRows) -> int:
     """The leading dimension of a stacked tree (0 for an empty tree)."""
+    if isinstance(stacked, UpdateRows):
+        return stacked.num_rows
     sizes = {v.shape[0] for v in stacked.values()}
     if len(sizes) > 1:
         raise ValueError(f"stacked tensors disagree on the leading dimension: {sorted(sizes)}")
     return sizes.pop() if sizes else 0
 
 
-def row_norms(stacked: Tree) -> torch.Tensor:
+def row_norms(stacked: Tree | UpdateRows) -> torch.Tensor:
     """Per-row global L2 norms of a stacked tree, shape ``(rows,)``, float64: each tensor's row norms in its
     own dtype (``vector_norm``'s blocked sums: float32's relative error, ~1e-7; no float64 copy of the
     updates), combined in float64."""
+    if isinstance(stacked, UpdateRows):
+        return stacked.row_norms()
     norms = [torch.linalg.vector_norm(v.flatten(start_dim=1), dim=1).double() for v in stacked.values()]
     return torch.stack(norms).pow(2).sum(dim=0).sqrt()
 
 
-def scale_rows(stacked: Tree, factors: torch.Tensor) -> Tree:
-    """Multiply row i of every tensor by ``factors[i]``."""
+def scale_rows(stacked: Tree | UpdateRows, factors: torch.Tensor) -> Tree | UpdateRows:
+    """Multiply row i of every tensor by ``factors[i]`` (of :class:`UpdateRows`: recorded, nothing copied)."""
+    if isinstance(stacked, UpdateRows):
+        return stacked.scaled(factors)
     return {
         k: v * factors.to(v.dtype).reshape((-1,) + (1,) * (v.dim() - 1)) for k, v in stacked.items()
     }
 
 
-def sum_rows(stacked: Tree) -> Tree:
+def map_rows(fn: Callable[[Tree], Tree], stacked: Tree | UpdateRows) -> Tree | UpdateRows:
+    """``fn`` applied to every row; ``fn`` must be elementwise, any other tree in it broadcasting over rows
+    (``lambda row: sub(row, center)``), so that on a stacked tree it is applied to all rows at once."""
+    if isinstance(stacked, UpdateRows):
+        return stacked.map(fn)
+    return fn(stacked)
+
+
+def row_zeros(stacked: Tree | UpdateRows) -> Tree:
+    """Zeros shaped like one row."""
+    if isinstance(stacked, UpdateRows):
+        return stacked.zeros()
+    return {k: v.new_zeros(v.shape[1:]) for k, v in stacked.items()}
+
+
+def sum_rows(stacked: Tree | UpdateRows) -> Tree:
+    if isinstance(stacked, UpdateRows):
+        return stacked.row_sum()
     return {k: v.sum(dim=0) for k, v in stacked.items()}
 
 

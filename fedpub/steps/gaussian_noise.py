@@ -54,8 +54,9 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         gen.set_state(state["rng"])
         noisy = {}
         for name, value in updates.items():
-            noise = torch.normal(0.0, 1.0, size=value.shape, generator=gen, dtype=value.dtype)
-            noisy[name] = value + noise.to(value.device) * std_on_mean
+            # normal_ draws what torch.normal(0, 1, size) draws from the generator, in half the time
+            noise = torch.empty(value.shape, dtype=value.dtype).normal_(generator=gen)
+            noisy[name] = noise.to(value.device).mul_(std_on_mean).add_(value)
         metrics = {"noise_multiplier": z, "noise_std": std_on_mean}
         event = dp_accounting.GaussianDpEvent(z)
         return StepResult(noisy, {"rng": gen.get_state()}, metrics, (event,))

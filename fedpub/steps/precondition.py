@@ -68,7 +68,7 @@ def precondition(
             a = tree.map_tree(torch.ones_like, state["v"])
         outputs: dict[str, Updates] = {"preconditioner": a}
         if placement == "server":
-            updates = {k: v / a[k] for k, v in updates.items()}
+            updates = tree.map_rows(lambda row: {k: v / a[k] for k, v in row.items()}, updates)
             if public_mean is not None:
                 outputs["public_mean"] = {k: v / a[k] for k, v in public_mean.items()}
         values = torch.cat([x.detach().flatten().double() for x in a.values()])

@@ -67,7 +67,7 @@ def public_schedule(
         next_c, next_z, public_norm = c, z, math.nan
         if public_mean is not None:
             public_norm = float(tree.global_norm(public_mean))
-            d = sum(v.shape[1:].numel() for v in updates.values())
+            d = sum(v.numel() for v in public_mean.values())
             weak = noise_test_factor * public_norm < math.sqrt(d) * z * c / ctx.expected_cohort
             if weak and z > min_noise_multiplier:
                 next_z = max(min_noise_multiplier, z / math.sqrt(1 + budget_growth))

@@ -36,11 +36,11 @@ def recenter(center_clip: float = math.inf) -> Step:
         **_: Any,
     ) -> StepResult:
         if public_mean is None:
-            center = {k: v.new_zeros(v.shape[1:]) for k, v in updates.items()}
+            center = tree.row_zeros(updates)
         else:
             factor = clip_factors(tree.global_norm(public_mean).reshape(1), center_clip)
             center = tree.scale(public_mean, float(factor))
-        shifted = {k: v - center[k].unsqueeze(0) for k, v in updates.items()}
+        shifted = tree.map_rows(lambda row: tree.sub(row, center), updates)
         metrics = {"center_norm": float(tree.global_norm(center))}
         return StepResult(shifted, state, metrics, outputs={"center": center})
 

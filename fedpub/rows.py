@@ -1,0 +1,85 @@
+"""The cohort's updates as rows: each user's own update tensors times a per-row factor, stacked only when asked.
+
+:meth:`~fedpub.strategy.StrategyCore.aggregate` hands the server steps an :class:`UpdateRows` instead of one
+stacked copy of the cohort. The clip and sum of user-level DP-FedAvg (McMahan et al. 2018) then read each
+user's update twice, once for its norm and once for its share of the sum, and write a single model-sized sum:
+no stacked copy and no clipped copy. For a 5M-parameter model and 50 users those copies are 2 GB of memory
+traffic a round, more than the rest of the server step.
+
+Clipping stays exact: :func:`fedpub.tree.scale_rows` records the factors, and :func:`fedpub.tree.sum_rows`
+adds each row once, times its factor. A step that reads a key (``rows["w"]``) gets that key's rows stacked and
+scaled, a new tensor, so every step written for stacked tensors works on it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import torch
+
+from fedpub.types import Params, Updates
+
+
+class UpdateRows(Mapping[str, torch.Tensor]):
+    """Row k is ``factors[k] * rows[k]``; ``like`` gives the keys, shapes, dtypes and devices (there may be no
+    rows). The rows are never modified."""
+
+    def __init__(self, rows: Sequence[Updates], like: Params, factors: torch.Tensor | None = None) -> None:
+        self._rows = list(rows)
+        self._like = like
+        if factors is not None and factors.shape != (len(self._rows),):
+            raise ValueError(f"factors must have shape ({len(self._rows)},), got {tuple(factors.shape)}")
+        self._factors = factors
+
+    @property
+    def num_rows(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        like = self._like[key]
+        if not self._rows:
+            return torch.zeros((0, *like.shape), dtype=like.dtype, device=like.device)
+        stacked = torch.stack([row[key] for row in self._rows])
+        if self._factors is None:
+            return stacked
+        return stacked * self._factors.to(stacked.dtype).reshape((-1,) + (1,) * like.dim())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._like)
+
+    def __len__(self) -> int:
+        return len(self._like)
+
+    def row_norms(self) -> torch.Tensor:
+        """Each row's global L2 norm, shape ``(rows,)``, float64 (each tensor's norm in its own dtype)."""
+        if not self._rows:
+            return torch.zeros(0, dtype=torch.float64)
+        per_tensor = [
+            torch.stack([torch.linalg.vector_norm(row[key]).double() for key in self._like]) for row in self._rows
+        ]
+        norms = torch.stack(per_tensor).pow(2).sum(dim=1).sqrt()
+        return norms if self._factors is None else norms * self._factors.double().abs()
+
+    def scaled(self, factors: torch.Tensor) -> UpdateRows:
+        """Row k times ``factors[k]``, with nothing copied."""
+        combined = factors if self._factors is None else self._factors * factors
+        return UpdateRows(self._rows, self._like, combined)
+
+    def map(self, fn: Callable[[Updates], Updates]) -> UpdateRows:
+        """``fn`` applied to every row (its factor applied first)."""
+        factors = [None] * len(self._rows) if self._factors is None else self._factors.tolist()
+        rows = [fn(row if f is None else {k: v * f for k, v in row.items()}) for row, f in zip(self._rows, factors)]
+        return UpdateRows(rows, self._like)
+
+    def zeros(self) -> Updates:
+        """Zeros shaped like one row."""
+        return {key: torch.zeros_like(like) for key, like in self._like.items()}
+
+    def row_sum(self) -> Updates:
+        """Σ_k factors[k] · rows[k], each row added once into one model-sized sum."""
+        factors = [1.0] * len(self._rows) if self._factors is None else self._factors.tolist()
+        total = self.zeros()
+        for row, factor in zip(self._rows, factors, strict=True):
+            for key, value in total.items():
+                value.add_(row[key], alpha=factor)
+        return total
