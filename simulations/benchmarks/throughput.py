@@ -13,13 +13,17 @@ local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
 - ``pfl-research`` (with ``--pfl-python``): pfl 0.6's PyTorch simulation on the same users, model and local
   work (:mod:`simulations.benchmarks.pfl_research`; pfl lives in its own venv).
 
+Users hold 20-80 examples (EMNIST) or 5-30 (StackOverflow); ``--examples 5,30`` gives every task small users,
+the setting where per-client costs (Flower's per-client messages, a Python loop per user) dominate.
+
 The floor and fedpub run in this process after :func:`~fedpub.memory.keep_freed_memory` (which fedpub's engine
 calls anyway): the floor gets the same allocator. Steady figures leave out the first round (start-up, Ray actors)
 and the last (it evaluates). Writes
 ``throughput.md`` and ``throughput.csv`` under ``--out``.
 
     python -m simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
-        [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--out runs/benchmarks/throughput]
+        [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--examples 5,30]
+        [--out runs/benchmarks/throughput]
 """
 
 from __future__ import annotations
@@ -52,9 +56,16 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 
 
-def _config(task: str, cohort: int, rounds: int, root: Path, *, vectorise: bool = True) -> dict[str, Any]:
+EXAMPLES = {"emnist_cnn": (20, 80), "emnist_mlp": (20, 80), "so_logreg": (5, 30)}
+"""Examples per user, (fewest, most), of each task's synthetic users unless ``--examples`` says otherwise."""
+
+
+def _config(
+    task: str, cohort: int, rounds: int, root: Path, *, vectorise: bool = True, examples: tuple[int, int] | None = None
+) -> dict[str, Any]:
     population = max(200, 2 * cohort)
     spec = TASKS[task]
+    fewest, most = examples or EXAMPLES[task]
     return {
         "name": f"{task}_{cohort}",
         "seed": 0,
@@ -67,9 +78,11 @@ def _config(task: str, cohort: int, rounds: int, root: Path, *, vectorise: bool 
         "model": spec["model"],
         "data": {
             **spec["data"],
-            "path": str(root / "data" / f"{task}_{population}"),
-            "synthetic": {"num_writers": population, "min_examples": 20, "max_examples": 80, "seed": 0},
-            "synthetic_stackoverflow": {"num_clients": population, "test_clients": 20, "seed": 0},
+            "path": str(root / "data" / f"{task}_{population}_{fewest}_{most}"),
+            "synthetic": {"num_writers": population, "min_examples": fewest, "max_examples": most, "seed": 0},
+            "synthetic_stackoverflow": {
+                "num_clients": population, "test_clients": 20, "min_examples": fewest, "max_examples": most, "seed": 0
+            },
             "eval_clients": 20,
         },
         "client": {"epochs": 1, "batch_size": 16, "lr": 0.05, "vectorise": vectorise},
@@ -144,12 +157,19 @@ def _export_for_pfl(experiment: Experiment, cohort: int, rounds: int, path: Path
 
 
 def measure(
-    task: str, cohort: int, rounds: int, root: Path, *, flower_max_gb: float, pfl_python: str | None
+    task: str,
+    cohort: int,
+    rounds: int,
+    root: Path,
+    *,
+    flower_max_gb: float,
+    pfl_python: str | None,
+    examples: tuple[int, int] | None = None,
 ) -> dict[str, Rounds]:
     """Every path's rounds on one task and cohort size (pfl-research: fixed cohorts of ``cohort``). Flower is
     skipped when a round's replies would exceed ``flower_max_gb``: its server holds them all in memory (with
     so_logreg's 5M parameters at 200 users the process passed this machine's 24 GB and was killed)."""
-    base = _config(task, cohort, rounds, root)
+    base = _config(task, cohort, rounds, root, examples=examples)
     experiment = build_experiment(parse_config(base))  # also generates the data, outside every timing
     replies_gb = cohort * sum(p.numel() * p.element_size() for p in experiment.new_model().parameters()) / 2**30
     flower = replies_gb <= flower_max_gb
@@ -158,7 +178,8 @@ def measure(
     population = len(experiment.private_ids)
     times = {"floor": _floor(experiment, rounds)}
     for label, vectorise in (("fedpub", True), ("fedpub-loop", False)):
-        cfg_dict = {**_config(task, cohort, rounds, root, vectorise=vectorise), "name": f"{task}_{cohort}_{label}"}
+        cfg_dict = {**_config(task, cohort, rounds, root, vectorise=vectorise, examples=examples),
+                    "name": f"{task}_{cohort}_{label}"}
         times[label] = _engine(cfg_dict, lambda cfg: run_in_process(
             build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True,
             log=lambda line: print(f"{task} cohort {cohort} {label}: {line}", flush=True),
@@ -221,8 +242,20 @@ def main() -> None:
     parser.add_argument("--flower-max-gb", type=float, default=2.0,
                         help="skip Flower where a round's replies exceed this many GB (0: never run Flower)")
     parser.add_argument("--pfl-python", default=None, help="python of a venv with pfl 0.6 (see pfl_research.py)")
+    parser.add_argument("--examples", default=None, metavar="FEWEST,MOST",
+                        help="examples per synthetic user, e.g. 5,30 for small clients (default: EMNIST 20,80; "
+                             "StackOverflow 5,30)")
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/throughput"))
     args = parser.parse_args()
+    examples = None
+    if args.examples is not None:
+        try:
+            fewest, most = (int(n) for n in args.examples.split(","))
+        except ValueError:
+            parser.error(f"--examples must be two integers FEWEST,MOST, got {args.examples!r}")
+        if not 1 <= fewest <= most:
+            parser.error(f"--examples needs 1 <= FEWEST <= MOST, got {args.examples!r}")
+        examples = (fewest, most)
     tasks = args.tasks.split(",")
     if unknown := [t for t in tasks if t not in TASKS]:
         parser.error(f"--tasks: unknown {unknown}; allowed: {', '.join(TASKS)}")
@@ -230,16 +263,18 @@ def main() -> None:
         parser.error("--rounds must be at least 3 (the first and last rounds are not steady)")
     keep_freed_memory()  # before the first measurement: the floor and fedpub share one allocator setting
     rows = []
+    sizes = f"{examples[0]}-{examples[1]}" if examples else "EMNIST 20-80, StackOverflow 5-30"
     header = (
-        f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, torch threads "
-        f"{torch.get_num_threads()}, {torch.__version__}"
+        f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, {sizes} examples per user, "
+        f"torch threads {torch.get_num_threads()}, {torch.__version__}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for task in tasks:
             for cohort in (int(c) for c in args.cohorts.split(",")):
                 started = time.perf_counter()
                 times = measure(
-                    task, cohort, args.rounds, Path(tmp), flower_max_gb=args.flower_max_gb, pfl_python=args.pfl_python
+                    task, cohort, args.rounds, Path(tmp), flower_max_gb=args.flower_max_gb,
+                    pfl_python=args.pfl_python, examples=examples,
                 )
                 rows += _rows(task, cohort, times)
                 _write(rows, args.out, header)  # after every cell: a later failure loses nothing measured
