@@ -16,6 +16,7 @@ import torch
 from clients.local_training import LocalTrainingConfig, default_device, model_params
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
+from fedpub.data.cache import CachedClients
 from fedpub.data.emnist import load_emnist_split
 from fedpub.data.emnist_sqlite import load_emnist_sqlite
 from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
@@ -111,15 +112,18 @@ def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, ...]
 
 
 def load_data(config: ExperimentConfig) -> FederatedData:
-    """The training and test users, and which users are public (DESIGN.md §5: never in N)."""
+    """The training and test users, and which users are public (DESIGN.md §5: never in N); the training and
+    public users are read through a :class:`~fedpub.data.cache.CachedClients` of ``data.cache_mb``."""
     public = config.data.public
     if config.task.startswith("so_"):
         train, test, *heldout = load_stackoverflow(config)
     else:
         train, test = load_emnist(config)
+    cache_bytes = config.data.cache_mb * 2**20
+    train = CachedClients(train, cache_bytes)
     if public.pool == "heldout":
         private_ids, public_ids = heldout_as_public(train.client_ids, heldout[0].client_ids)
-        return FederatedData(train, test, heldout[0], private_ids, public_ids)
+        return FederatedData(train, test, CachedClients(heldout[0], cache_bytes), private_ids, public_ids)
     private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
     return FederatedData(train, test, train, private_ids, public_ids)
 

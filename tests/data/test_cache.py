@@ -1,0 +1,114 @@
+"""CachedClients: users read once and kept, least recently used dropped first, within the byte budget."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from fedpub.data.base import ClientData
+from fedpub.data.cache import CachedClients
+from fedpub.data.emnist import load_emnist_split
+from simulations.engine import run_in_process
+from simulations.experiment import build_experiment
+from simulations.run_dir import RunDirectory
+from tests.conftest import tiny_config
+
+
+class _CountingReads:
+    """A real EMNIST HDF5 split that counts the clients it reads."""
+
+    def __init__(self, dataset):
+        self.dataset, self.reads = dataset, []
+        self.client_ids, self.num_classes = dataset.client_ids, dataset.num_classes
+
+    def client_data(self, client_id: str) -> ClientData:
+        self.reads.append(client_id)
+        return self.dataset.client_data(client_id)
+
+    def num_examples(self, client_id: str) -> int:
+        return self.dataset.num_examples(client_id)
+
+
+def _nbytes(data: ClientData) -> int:
+    return data.x.numel() * data.x.element_size() + data.y.numel() * data.y.element_size()
+
+
+@pytest.fixture
+def train(tiny_emnist_dir):
+    return _CountingReads(load_emnist_split(tiny_emnist_dir, only_digits=True)[0])
+
+
+def test_a_cached_user_is_read_once_and_equals_the_file(train):
+    cached = CachedClients(train, 2**30)
+    a, b = train.client_ids[:2]
+    first = cached.client_data(a)
+    assert cached.client_data(a) is first and train.reads == [a]
+    cached.client_data(b)
+    assert train.reads == [a, b]
+    fresh = train.dataset.client_data(a)
+    assert torch.equal(first.x, fresh.x) and torch.equal(first.y, fresh.y)
+    assert cached.cached_bytes == _nbytes(first) + _nbytes(cached.client_data(b))
+    assert cached.client_ids == train.client_ids and cached.num_examples(a) == len(first)
+
+
+class _EqualUsers:
+    """Users of 10 float32 values and 1 int64 label each (48 bytes), counting reads."""
+
+    client_ids, num_classes = ["a", "b", "c"], 2
+
+    def __init__(self):
+        self.reads = []
+
+    def client_data(self, client_id: str) -> ClientData:
+        self.reads.append(client_id)
+        return ClientData(torch.full((1, 10), float(ord(client_id))), torch.zeros(1, dtype=torch.int64))
+
+    def num_examples(self, client_id: str) -> int:
+        return 1
+
+
+def test_the_least_recently_used_users_leave_first_and_the_budget_holds():
+    users = _EqualUsers()
+    cached = CachedClients(users, 2 * 48 + 47)  # room for two users, not three
+    for cid in ("a", "b", "a", "c"):  # a is used again before c comes in: b is the least recently used
+        cached.client_data(cid)
+    assert users.reads == ["a", "b", "c"] and cached.cached_bytes == 2 * 48
+    users.reads.clear()
+    for cid in ("a", "c", "b"):
+        cached.client_data(cid)
+    assert users.reads == ["b"]
+
+
+def test_no_budget_keeps_nothing_and_a_user_larger_than_the_budget_is_not_kept(train):
+    a = train.client_ids[0]
+    for budget in (0, _nbytes(train.dataset.client_data(a)) - 1):
+        cached = CachedClients(train, budget)
+        train.reads.clear()
+        cached.client_data(a)
+        cached.client_data(a)
+        assert train.reads == [a, a] and cached.cached_bytes == 0
+    with pytest.raises(ValueError, match="max_bytes must be >= 0"):
+        CachedClients(train, -1)
+
+
+def test_pickling_drops_the_cached_users_and_other_attributes_come_from_the_dataset(tiny_emnist_dir):
+    cached = CachedClients(load_emnist_split(tiny_emnist_dir, only_digits=True)[0], 2**30)
+    cid = cached.client_ids[0]
+    cached.client_data(cid)
+    copy = pickle.loads(pickle.dumps(cached))
+    assert copy.cached_bytes == 0 and torch.equal(copy.client_data(cid).x, cached.client_data(cid).x)
+    assert copy.path == cached.dataset.path  # an EmnistH5 attribute, asked of the dataset
+
+
+def test_a_run_trains_the_same_model_with_and_without_the_cache(tiny_emnist_dir, tmp_path):
+    models = []
+    for cache_mb in (0, 64):
+        cfg = tiny_config(tiny_emnist_dir, tmp_path / str(cache_mb), rounds=6, data={"cache_mb": cache_mb})
+        experiment = build_experiment(cfg)
+        assert isinstance(experiment.train, CachedClients) and experiment.train.max_bytes == cache_mb * 2**20
+        models.append(run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name)).params)
+        if cache_mb:
+            assert experiment.train.cached_bytes > 0
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
