@@ -15,8 +15,10 @@ Params = dict[str, torch.Tensor]
 Updates = dict[str, torch.Tensor]
 """One update (same keys and shapes as the parameters)."""
 
-ClientUpdates = dict[str, torch.Tensor]
-"""The cohort's updates stacked: every tensor has a leading dimension of one row per client."""
+ClientUpdates = Mapping[str, torch.Tensor]
+"""The cohort's updates, one row per client: stacked tensors (a leading dimension of rows), or the
+:class:`~fedpub.rows.UpdateRows` that StrategyCore hands the steps (read through the ``fedpub.tree`` row
+functions, or stacked key by key)."""
 
 StepState = Any
 """A step's state: a (possibly nested) dict of tensors and Python scalars, picklable by ``torch.save``."""
