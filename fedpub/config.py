@@ -100,8 +100,9 @@ class DataConfig(_Section):
         200, ge=1, description="test clients evaluated (the first ones by id); null = all"
     )
     cache_mb: int = Field(
-        1024, ge=0, description="MB of decoded training (and held-out public) users kept in memory between rounds, "
-        "least recently used dropped first; 0 = read every user from the file each time it is sampled"
+        1024, ge=0, description="MB of decoded training users kept in memory between rounds (and as much again "
+        "for held-out public users), least recently used dropped first; 0 = read every user from the file each "
+        "time it is sampled"
     )
 
 

@@ -1,8 +1,9 @@
 """Keeping freed memory in the process, so that a simulation's per-round buffers are not page-faulted in again
 every round.
 
-A round of the in-process engine allocates, and frees, buffers the size of the cohort's updates: one update
-per user, the stacked updates, the clipped ones (50 users × 5M parameters: 1 GB each). glibc serves blocks that
+A round of the in-process engine allocates, and frees, buffers the size of the cohort's updates: the vectorised
+groups' parameters and gradients, and the users' updates (50 users × 5M parameters: 1 GB each). (The figures
+below were measured when a round also wrote a stacked and a clipped copy, before :mod:`fedpub.rows`.) glibc serves blocks that
 large with a fresh ``mmap`` and returns them to the kernel on ``free``, so each round pays the kernel to fault
 in and zero every page again; on 2 CPU cores that costs more than the arithmetic (a 1 GB ``torch.stack``:
 0.5 s instead of 0.09 s). With ``mmap`` off for the heap and no trimming, freed blocks stay in the process and

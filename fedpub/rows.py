@@ -20,6 +20,11 @@ import torch
 from fedpub.types import Params, Updates
 
 
+def scale_leading(value: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """``value`` with row i of its leading dimension times ``factors[i]`` (cast to ``value``'s dtype)."""
+    return value * factors.to(value.dtype).reshape((-1,) + (1,) * (value.dim() - 1))
+
+
 class UpdateRows(Mapping[str, torch.Tensor]):
     """Row k is ``factors[k] * rows[k]``; ``like`` gives the keys, shapes, dtypes and devices (there may be no
     rows). The rows are never modified."""
@@ -40,9 +45,7 @@ class UpdateRows(Mapping[str, torch.Tensor]):
         if not self._rows:
             return torch.zeros((0, *like.shape), dtype=like.dtype, device=like.device)
         stacked = torch.stack([row[key] for row in self._rows])
-        if self._factors is None:
-            return stacked
-        return stacked * self._factors.to(stacked.dtype).reshape((-1,) + (1,) * like.dim())
+        return stacked if self._factors is None else scale_leading(stacked, self._factors)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._like)
@@ -67,9 +70,10 @@ class UpdateRows(Mapping[str, torch.Tensor]):
 
     def map(self, fn: Callable[[Updates], Updates]) -> UpdateRows:
         """``fn`` applied to every row (its factor applied first)."""
-        factors = [None] * len(self._rows) if self._factors is None else self._factors.tolist()
-        rows = [fn(row if f is None else {k: v * f for k, v in row.items()}) for row, f in zip(self._rows, factors)]
-        return UpdateRows(rows, self._like)
+        rows = self._rows
+        if self._factors is not None:
+            rows = [{k: v * f for k, v in row.items()} for row, f in zip(rows, self._factors.tolist(), strict=True)]
+        return UpdateRows([fn(row) for row in rows], self._like)
 
     def zeros(self) -> Updates:
         """Zeros shaped like one row."""

@@ -1,8 +1,8 @@
 """Pure maths on tensor dicts (``dict[str, Tensor]``); nothing here mutates its inputs.
 
 The row functions (:func:`num_rows`, :func:`row_norms`, :func:`scale_rows`, :func:`map_rows`, :func:`row_zeros`,
-:func:`sum_rows`) take stacked
-dicts or :class:`~fedpub.rows.UpdateRows`, which they serve without stacking the rows."""
+:func:`sum_rows`) take stacked dicts or :class:`~fedpub.rows.UpdateRows`, which they serve without stacking
+the rows."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from fedpub.rows import UpdateRows
+from fedpub.rows import UpdateRows, scale_leading
 
 Tree = dict[str, torch.Tensor]
 
@@ -92,9 +92,7 @@ def scale_rows(stacked: Tree | UpdateRows, factors: torch.Tensor) -> Tree | Upda
     """Multiply row i of every tensor by ``factors[i]`` (of :class:`UpdateRows`: recorded, nothing copied)."""
     if isinstance(stacked, UpdateRows):
         return stacked.scaled(factors)
-    return {
-        k: v * factors.to(v.dtype).reshape((-1,) + (1,) * (v.dim() - 1)) for k, v in stacked.items()
-    }
+    return {k: scale_leading(v, factors) for k, v in stacked.items()}
 
 
 def map_rows(fn: Callable[[Tree], Tree], stacked: Tree | UpdateRows) -> Tree | UpdateRows:

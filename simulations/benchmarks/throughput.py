@@ -39,13 +39,13 @@ from typing import Any
 
 import torch
 
-from clients.local_training import LocalTrainingConfig, load_params_, plan_local_training
+from clients.local_training import LocalTrainingConfig, plan_local_training
 from fedpub.config import parse_config
 from fedpub.memory import keep_freed_memory
 from fedpub.seeding import torch_generator
 from simulations.benchmarks.pfl_research import run_pfl
 from simulations.engine import run_in_process
-from simulations.experiment import Experiment, build_experiment, load_data
+from simulations.experiment import Experiment, build_experiment
 from simulations.flower_simulation import run_flower_simulation
 from simulations.run_dir import RunDirectory
 
