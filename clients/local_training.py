@@ -6,11 +6,14 @@ real SuperNodes. The model is resident: its parameters are overwritten in place,
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
+from torch.func import functional_call
 
+from clients.input_columns import input_columns
+from fedpub.column_update import UpdateValue
 from fedpub.data.base import ClientData
 from fedpub.tasks import CLASSIFICATION, Task
 from fedpub.types import Params, Updates
@@ -32,9 +35,10 @@ class LocalTrainingConfig:
 
 @dataclass(frozen=True)
 class ClientResult:
-    """The user's update Δ = w_local − w_global (on the CPU), its example count and metrics."""
+    """The user's update Δ = w_local − w_global (on the CPU; maybe a
+    :class:`~fedpub.column_update.ColumnUpdate` for a bag-of-words input layer), its example count and metrics."""
 
-    update: Updates
+    update: Mapping[str, UpdateValue]
     num_examples: int
     metrics: Mapping[str, float]
 
@@ -117,6 +121,15 @@ def plan_local_training(data: ClientData, config: LocalTrainingConfig, generator
     return LocalPlan(x, y, batches, layer_seed)
 
 
+def seed_layers(seed: int, device: torch.device) -> None:
+    """Seed the generator the model's stochastic layers draw from on ``device`` (``torch.manual_seed`` without
+    its per-call cost of seeding every CUDA device)."""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
+
+
 def train_client(
     model: torch.nn.Module,
     params: Params,
@@ -126,38 +139,56 @@ def train_client(
     task: Task = CLASSIFICATION,
     *,
     preconditioner: Updates | None = None,
+    sparse_update: bool = False,
 ) -> ClientResult:
     """Train ``model`` from ``params`` on one user's data, minimising ``task.loss`` (plus
     ``config.prox_weight``·‖w − params‖²); return the update and metrics (``train_loss`` and
     ``train_<task.headline>``). With a ``preconditioner`` A every local gradient is divided by A
     before the step (AdaDPS on the client, Li et al. 2023, Alg. 3).
 
+    A model with a linear input layer on sparse features is trained cut to the columns the user's examples use
+    (:func:`~clients.input_columns.input_columns`: the same steps); with ``sparse_update`` that layer's update is
+    then a :class:`~fedpub.column_update.ColumnUpdate`, else every tensor of the update is whole.
+
     ``generator`` (CPU) drives the shuffling and seeds any stochastic layer (dropout), so the
     same generator seed gives the same update. Past ``config.timeout_s`` it raises :class:`ClientTimeout`.
     """
     started = time.perf_counter()
     device = next(model.parameters()).device
-    load_params_(model, params)
     plan = plan_local_training(data, config, generator)
     x, y = plan.x.to(device), plan.y.to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
-    named = list(model.named_parameters())
-    anchor = {name: params[name].to(device) for name, _ in named} if config.prox_weight else {}
+    cut = input_columns(model, plan.x)
+    if cut is None:
+        load_params_(model, params)
+        start = {name: params[name].to(device) for name, _ in model.named_parameters()}
+        trainable = dict(model.named_parameters())
+        forward: Callable[[torch.Tensor], torch.Tensor] = model
+    else:
+        start = cut.cut({name: params[name].to(device) for name, _ in model.named_parameters()})
+        trainable = {name: value.clone().requires_grad_() for name, value in start.items()}
+        x = cut.cut_inputs(x)
+
+        def forward(inputs: torch.Tensor) -> torch.Tensor:
+            return functional_call(model, cut.parameters(trainable), (inputs,))
+
+    optimizer = torch.optim.SGD(trainable.values(), lr=config.lr, momentum=config.momentum)
     divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
+    if cut is not None:
+        divisors = cut.cut(divisors)
     loss_sum, hits, total, seen = 0.0, 0.0, 0.0, 0
     model.train()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(plan.layer_seed)
+        seed_layers(plan.layer_seed, device)
         for step, batch in enumerate(plan.batches):
             batch = batch.to(device)
-            logits = model(x[batch])
+            logits = forward(x[batch])
             loss = task.loss(logits, y[batch])
             objective = loss
-            if anchor:
-                objective = loss + config.prox_weight * sum(((p - anchor[n]) ** 2).sum() for n, p in named)
+            if config.prox_weight:
+                objective = loss + config.prox_weight * sum(((p - start[n]) ** 2).sum() for n, p in trainable.items())
             optimizer.zero_grad(set_to_none=True)
             objective.backward()
-            for name, p in named:
+            for name, p in trainable.items():
                 if name in divisors and p.grad is not None:
                     p.grad.div_(divisors[name])
             optimizer.step()
@@ -165,9 +196,8 @@ def train_client(
             numerator, denominator = task.counts(logits.detach(), y[batch])[task.headline]
             hits, total, seen = hits + numerator, total + denominator, seen + len(batch)
             stop_if_late(config, started, step + 1, len(plan.batches))
-    update = {
-        name: p.detach().to("cpu") - params[name].to("cpu") for name, p in model.named_parameters()
-    }
+    delta = {name: p.detach().to("cpu") - start[name].to("cpu") for name, p in trainable.items()}
+    update = delta if cut is None else cut.update(delta, params, sparse=sparse_update)
     return ClientResult(update, len(plan.y), training_metrics(task, loss_sum, hits, total, seen))
 
 

@@ -9,6 +9,10 @@ traffic a round, more than the rest of the server step.
 Clipping stays exact: :func:`fedpub.tree.scale_rows` records the factors, and :func:`fedpub.tree.sum_rows`
 adds each row once, times its factor. A step that reads a key (``rows["w"]``) gets that key's rows stacked and
 scaled, a new tensor, so every step written for stacked tensors works on it unchanged.
+
+A row's tensor may be a :class:`~fedpub.column_update.ColumnUpdate` (the changed columns of a bag-of-words
+model's input weight): norms and sums read only its columns; a step that reads the key or maps the rows gets
+it as a plain tensor.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from fedpub.column_update import UpdateValue, add_scaled_, dense, vector_norm
 from fedpub.types import Params, Updates
 
 
@@ -29,7 +34,7 @@ class UpdateRows(Mapping[str, torch.Tensor]):
     """Row k is ``factors[k] * rows[k]``; ``like`` gives the keys, shapes, dtypes and devices (there may be no
     rows). The rows are never modified."""
 
-    def __init__(self, rows: Sequence[Updates], like: Params, factors: torch.Tensor | None = None) -> None:
+    def __init__(self, rows: Sequence[Mapping[str, UpdateValue]], like: Params, factors: torch.Tensor | None = None) -> None:
         self._rows = list(rows)
         self._like = like
         if factors is not None and factors.shape != (len(self._rows),):
@@ -44,7 +49,7 @@ class UpdateRows(Mapping[str, torch.Tensor]):
         like = self._like[key]
         if not self._rows:
             return torch.zeros((0, *like.shape), dtype=like.dtype, device=like.device)
-        stacked = torch.stack([row[key] for row in self._rows])
+        stacked = torch.stack([dense(row[key]) for row in self._rows])
         return stacked if self._factors is None else scale_leading(stacked, self._factors)
 
     def __iter__(self) -> Iterator[str]:
@@ -58,7 +63,7 @@ class UpdateRows(Mapping[str, torch.Tensor]):
         if not self._rows:
             return torch.zeros(0, dtype=torch.float64)
         per_tensor = [
-            torch.stack([torch.linalg.vector_norm(row[key]).double() for key in self._like]) for row in self._rows
+            torch.stack([vector_norm(row[key]).double() for key in self._like]) for row in self._rows
         ]
         norms = torch.stack(per_tensor).pow(2).sum(dim=1).sqrt()
         return norms if self._factors is None else norms * self._factors.double().abs()
@@ -69,8 +74,8 @@ class UpdateRows(Mapping[str, torch.Tensor]):
         return UpdateRows(self._rows, self._like, combined)
 
     def map(self, fn: Callable[[Updates], Updates]) -> UpdateRows:
-        """``fn`` applied to every row (its factor applied first)."""
-        rows = self._rows
+        """``fn`` applied to every row, as plain tensors (its factor applied first)."""
+        rows = [{k: dense(v) for k, v in row.items()} for row in self._rows]
         if self._factors is not None:
             rows = [{k: v * f for k, v in row.items()} for row, f in zip(rows, self._factors.tolist(), strict=True)]
         return UpdateRows([fn(row) for row in rows], self._like)
@@ -85,5 +90,5 @@ class UpdateRows(Mapping[str, torch.Tensor]):
         total = self.zeros()
         for row, factor in zip(self._rows, factors, strict=True):
             for key, value in total.items():
-                value.add_(row[key], alpha=factor)
+                add_scaled_(value, row[key], factor)
         return total

@@ -15,6 +15,7 @@ import torch
 
 from fedpub import tree
 from fedpub.cohort import expected_cohort, sample_cohort
+from fedpub.column_update import UpdateValue
 from fedpub.privacy.events import Sampling, round_event
 from fedpub.rows import UpdateRows
 from fedpub.seeding import numpy_generator
@@ -32,9 +33,10 @@ class RoundOutcome:
     event: dp_accounting.DpEvent
 
 
-def usable_update(update: Updates, params: Params) -> bool:
+def usable_update(update: Mapping[str, UpdateValue], params: Params) -> bool:
     """True when ``update`` has exactly the parameters' keys, shapes and dtypes and only finite values (another
-    dtype would silently change the global model's, e.g. to float64).
+    dtype would silently change the global model's, e.g. to float64). A tensor may be a
+    :class:`~fedpub.column_update.ColumnUpdate` (its shape is the whole tensor's, its sum that of its columns).
 
     Finiteness is read from each tensor's sum (one reduction, no mask the size of the model): any NaN or
     Inf makes the sum non-finite; a finite tensor whose sum overflows (|sum| > 3e38 in float32) is refused
@@ -96,7 +98,7 @@ class StrategyCore:
     def aggregate(
         self,
         params: Params,
-        updates: Sequence[Updates],
+        updates: Sequence[Mapping[str, UpdateValue]],
         state: StepState,
         round_index: int,
         *,

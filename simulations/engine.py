@@ -77,6 +77,7 @@ def run_in_process(
                 [data.client_data(cid) for cid in ids],
                 [torch_generator(cfg.seed, t, purpose, cid) for cid in ids],
                 preconditioner=strategy.local_preconditioner(session.state, public=purpose == "public_client"),
+                sparse_updates=purpose == "client",  # the private updates go only to the rows of the clip and sum
             )
             failures = [r for r in trained if isinstance(r, ClientFailure)]
             if failures:

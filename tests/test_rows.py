@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fedpub import tree
+from fedpub.column_update import ColumnUpdate
 from fedpub.privacy.events import PoissonSampling
 from fedpub.rows import UpdateRows
 from fedpub.types import RoundContext
@@ -83,3 +84,42 @@ def test_every_recipe_aggregates_the_rows_as_it_aggregates_the_stacked_updates(r
         for k in params:
             torch.testing.assert_close(outcome.params[k], params[k] + dense.updates[k])
         params, state = outcome.params, outcome.state
+
+
+def _column_sparse(update: dict[str, torch.Tensor], columns: list[int]) -> tuple[dict, dict]:
+    """``update`` with "w" zero outside ``columns``: as plain tensors, and with "w" as a ColumnUpdate."""
+    index = torch.tensor(columns, dtype=torch.long)
+    values = update["w"].index_select(-1, index).t()
+    sparse = ColumnUpdate(index, values, update["w"].shape)
+    return {**update, "w": sparse.to_dense()}, {**update, "w": sparse}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_every_recipe_aggregates_column_updates_as_it_aggregates_the_whole_tensors(recipe):
+    """The bag-of-words path: private updates whose input weight is a ColumnUpdate give the round the same
+    model as the same updates as plain tensors (same seed, so the same noise)."""
+    config = _config(RECIPES[recipe])
+    core = build_strategy(config, sampling=PoissonSampling(COHORT / POPULATION), population=POPULATION,
+                          noise_multiplier=Z, seed=3, rounds=ROUNDS)
+    pairs = [_column_sparse(u, cols) for u, cols in zip(_cohort(4, seed=10), ([0], [1, 3], [], [0, 1, 2, 3]))]
+    params, public = _random_tree(0), _cohort(3, seed=40)
+    dense_state = sparse_state = core.init(params)
+    for t in range(2):
+        dense = core.aggregate(params, [d for d, _ in pairs], dense_state, t, public_updates=public)
+        sparse = core.aggregate(params, [s for _, s in pairs], sparse_state, t, public_updates=public)
+        for k in params:
+            torch.testing.assert_close(sparse.params[k], dense.params[k])
+        assert sparse.metrics == pytest.approx(dense.metrics)
+        dense_state, sparse_state = dense.state, sparse.state
+
+
+def test_rows_of_column_updates_read_like_their_plain_tensors():
+    pairs = [_column_sparse(u, cols) for u, cols in zip(_cohort(3), ([2], [0, 3], []))]
+    factors = torch.tensor([0.5, 2.0, 1.0], dtype=torch.float64)
+    dense = UpdateRows([d for d, _ in pairs], LIKE).scaled(factors)
+    sparse = UpdateRows([s for _, s in pairs], LIKE).scaled(factors)
+    torch.testing.assert_close(sparse.row_norms(), dense.row_norms())
+    for k in LIKE:
+        assert torch.equal(sparse[k], dense[k])
+        torch.testing.assert_close(sparse.row_sum()[k], dense.row_sum()[k])
+        torch.testing.assert_close(sparse.map(lambda row: tree.scale(row, 3.0))[k], 3.0 * dense[k])
