@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from fedpub.config import ConfigError, parse_config
 from simulations.engine import run_in_process
@@ -70,3 +71,26 @@ def test_the_held_out_split_can_be_the_public_pool(tmp_path):
     assert not set(experiment.private_ids) & set(experiment.public_ids)
     assert experiment.strategy.population == 24  # public users are not in N
     assert len(experiment.public_data.client_data(experiment.public_ids[0])) > 0
+
+
+@pytest.mark.parametrize("strategy", [{}, {"name": "dope", "public_clients_per_round": 2}])
+def test_training_on_the_used_columns_gives_the_model_of_training_the_whole_weight(tmp_path, monkeypatch, strategy):
+    """The engine cuts each user's input weight to the columns of its words and sums ColumnUpdates; with the
+    cut switched off (every user trains the whole weight, vectorised) the run ends at the same model."""
+    extra = {"public": {"fraction": 0.2}} if strategy else {}  # public updates stay whole tensors
+
+    def final_params(name: str):
+        raw = _config(tmp_path, "so_tag", "so_tag_logreg", **strategy).model_dump(mode="json")
+        raw["name"], raw["data"] = name, {**raw["data"], **extra}
+        cfg = parse_config(raw)
+        experiment = build_experiment(cfg)
+        lines: list[str] = []
+        result = run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name), log=lines.append)
+        return result.params, lines
+
+    cut, cut_log = final_params("cut")
+    monkeypatch.setattr("clients.input_columns.MAX_COLUMN_FRACTION", -1.0)  # no user's columns qualify
+    whole, _ = final_params("whole")
+    assert any("cut to those columns" in line for line in cut_log)
+    for name in whole:
+        torch.testing.assert_close(cut[name], whole[name], rtol=1e-4, atol=1e-6)
