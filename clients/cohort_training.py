@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from clients.input_columns import input_columns, input_weight
+from clients.input_columns import input_columns, input_layer
 from clients.local_training import (
     ClientFailure,
     ClientResult,
@@ -205,7 +205,7 @@ class CohortTrainer:
     def describe(self) -> str:
         """One line for the run log."""
         line = f"cohort training: {self.mode}" + ("" if self.reason is None else f" ({self.reason})")
-        if input_weight(self.model) is not None:
+        if input_layer(self.model) is not None:
             line += "; users whose examples use at most half of the input layer's columns: cut to those columns"
         return line
 

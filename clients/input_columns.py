@@ -54,9 +54,9 @@ class InputColumns:
         """The examples' features in the columns."""
         return x.index_select(1, self.columns.to(x.device))
 
-    def update(self, cut_delta: Mapping[str, torch.Tensor], like: Mapping[str, torch.Tensor], *, sparse: bool) -> dict[
-        str, UpdateValue
-    ]:
+    def update(
+        self, cut_delta: Mapping[str, torch.Tensor], like: Mapping[str, torch.Tensor], *, sparse: bool
+    ) -> dict[str, UpdateValue]:
         """The whole-model update from the cut model's: the input weight as a :class:`ColumnUpdate` (``sparse``)
         or as a tensor shaped like ``like``'s, zero outside the columns."""
         update: dict[str, UpdateValue] = dict(cut_delta)
@@ -65,7 +65,7 @@ class InputColumns:
         return update
 
 
-def input_weight(model: nn.Module) -> nn.Linear | None:
+def input_layer(model: nn.Module) -> nn.Linear | None:
     """The model's input ``nn.Linear`` when it is an ``nn.Sequential`` that starts with one, else ``None``."""
     if isinstance(model, nn.Sequential) and len(model) > 0 and isinstance(model[0], nn.Linear):
         return model[0]
@@ -75,10 +75,10 @@ def input_weight(model: nn.Module) -> nn.Linear | None:
 def input_columns(model: nn.Module, x: torch.Tensor) -> InputColumns | None:
     """The cut for a user whose examples are ``x`` (``(examples, features)``), or ``None`` when the model has no
     input ``Linear`` over ``x``'s features or the examples use more than :data:`MAX_COLUMN_FRACTION` of them."""
-    layer = input_weight(model)
+    layer = input_layer(model)
     if layer is None or x.dim() != 2 or x.shape[1] != layer.in_features:
         return None
     columns = x.abs().sum(dim=0).nonzero().squeeze(1).cpu()  # NaN counts as used: it reaches the loss
     if len(columns) > MAX_COLUMN_FRACTION * layer.in_features:
         return None
-    return InputColumns("0.weight", columns)
+    return InputColumns("0.weight", columns)  # the parameter name of an nn.Sequential's first layer's weight
