@@ -47,7 +47,7 @@ def _runtime_for(resolved_config: str) -> ClientRuntime:
     data = load_data(config)
     model = build_model(config.model.name, data.train.num_classes).to(resolve_device(config.device))
     return ClientRuntime(
-        config, data.train, model, LocalTrainingConfig(**config.client.model_dump(exclude={"vectorise"})), get_task(config.task),
+        config, data.train, model, LocalTrainingConfig(**config.client.local_training_fields()), get_task(config.task),
         frozenset(data.public_ids),
     )
 

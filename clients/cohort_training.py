@@ -71,11 +71,13 @@ def train_cohort_vectorised(
     *,
     preconditioner: Updates | None = None,
     alone: Callable[[int], ClientResult | ClientFailure] | None = None,
+    min_users: int = 1,
 ) -> list[ClientResult | ClientFailure]:
     """Train every user of the cohort from ``params`` at once on ``model``'s device; the same results, in the
     same order, as :func:`~clients.local_training.train_client` called user by user. With ``alone``, a user
-    whose plan cannot be drawn, or every user of a group that raises, is trained by ``alone(index)`` instead;
-    without it the error propagates."""
+    whose plan cannot be drawn, every user of a group that raises, and every user of a step-count group of
+    fewer than ``min_users`` users is trained by ``alone(index)`` instead; without it the error propagates
+    and every group is vectorised."""
     blocker = vectorisation_blocker(model, task)
     if blocker is not None:
         raise ValueError(f"cannot vectorise: {blocker}")
@@ -93,6 +95,10 @@ def train_cohort_vectorised(
             plans.append(None)
             results[index] = alone(index)
     for group in _groups(plans, sum(p.numel() for p in start.values())):
+        if alone is not None and len(group) < min_users:
+            for index in group:
+                results[index] = alone(index)
+            continue
         try:
             trained = _train_group(model, start, [plans[i] for i in group], config, task, divisors)
         except Exception:
@@ -194,8 +200,10 @@ class CohortTrainer:
     """Trains a round's cohort on one resident model: vectorised when the model and task allow it (and
     ``vectorise`` is on), user by user otherwise; :attr:`mode` says which, :attr:`reason` why not."""
 
-    def __init__(self, model: nn.Module, config: LocalTrainingConfig, task: Task, *, vectorise: bool = True) -> None:
-        self.model, self.config, self.task = model, config, task
+    def __init__(
+        self, model: nn.Module, config: LocalTrainingConfig, task: Task, *, vectorise: bool = True, min_users: int = 1
+    ) -> None:
+        self.model, self.config, self.task, self.min_users = model, config, task, min_users
         self.reason = vectorisation_blocker(model, task) if vectorise else "client.vectorise is false"
 
     @property
@@ -205,6 +213,8 @@ class CohortTrainer:
     def describe(self) -> str:
         """One line for the run log."""
         line = f"cohort training: {self.mode}" + ("" if self.reason is None else f" ({self.reason})")
+        if self.reason is None and self.min_users > 1:
+            line += f" (users with the same number of local steps, {self.min_users} or more; fewer: one by one)"
         if input_layer(self.model) is not None:
             line += "; users whose examples use at most half of the input layer's columns: cut to those columns"
         return line
@@ -246,7 +256,7 @@ class CohortTrainer:
         if vectorised:
             trained = train_cohort_vectorised(
                 self.model, params, [datas[i] for i in vectorised], self.config, [generators[i] for i in vectorised],
-                self.task, preconditioner=preconditioner, alone=lambda k: alone(vectorised[k]),
+                self.task, preconditioner=preconditioner, alone=lambda k: alone(vectorised[k]), min_users=self.min_users,
             )
             for index, result in zip(vectorised, trained, strict=True):
                 results[index] = result

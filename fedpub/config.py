@@ -132,6 +132,15 @@ class ClientConfig(_Section):
     vectorise: bool = Field(
         True, description="train the cohort at once (vmap) when the model and task allow; else user by user"
     )
+    vectorise_min_users: int = Field(
+        8, ge=1, description="users with the same number of local steps are vectorised together only when at "
+        "least this many: below it vmap's fixed cost per step outweighs what it saves (2 CPU cores: a 10-user "
+        "EMNIST CNN round took 0.096 s vectorised, 0.059 s user by user); 1 = vectorise every group"
+    )
+
+    def local_training_fields(self) -> dict[str, Any]:
+        """The fields of local training itself (not how the in-process engine schedules the cohort)."""
+        return self.model_dump(exclude={"vectorise", "vectorise_min_users"})
 
 
 class SamplingConfig(_Section):

@@ -65,7 +65,10 @@ def run_in_process(
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
     strategy = experiment.strategy
-    trainer = CohortTrainer(session.model, experiment.local_training, experiment.task, vectorise=cfg.client.vectorise)
+    trainer = CohortTrainer(
+        session.model, experiment.local_training, experiment.task, vectorise=cfg.client.vectorise,
+        min_users=cfg.client.vectorise_min_users,
+    )
     if log is not None:
         log(trainer.describe())
     stopped_by_budget = False

@@ -226,7 +226,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         noise_multiplier=z,
         planned_round_event=planned,
         budget_epsilon=privacy_budget(config),
-        local_training=LocalTrainingConfig(**config.client.model_dump(exclude={"vectorise"})),
+        local_training=LocalTrainingConfig(**config.client.local_training_fields()),
         task=get_task(config.task),
         device=device,
     )

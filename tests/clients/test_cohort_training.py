@@ -110,3 +110,29 @@ def test_the_trainer_says_which_path_it_takes_and_gives_the_same_results_either_
         for name in x.update:
             torch.testing.assert_close(x.update[name], y.update[name], rtol=1e-4, atol=1e-6)
     assert fast.train(params, [], []) == []
+
+
+def test_step_count_groups_below_min_users_are_trained_one_by_one(monkeypatch):
+    sizes = []
+    vectorised_group = cohort_training._train_group
+
+    def recording(model, start, plans, *args):
+        sizes.append(len(plans))
+        return vectorised_group(model, start, plans, *args)
+
+    monkeypatch.setattr(cohort_training, "_train_group", recording)
+    model = build_model("emnist_mlp", 10)
+    config = LocalTrainingConfig(batch_size=16, lr=0.1)
+    datas = _emnist_cohort([10, 12, 16, 30])  # three users with one local step, one with two
+    trainer = CohortTrainer(model, config, CLASSIFICATION, min_users=3)
+    assert trainer.describe() == (
+        "cohort training: vectorised (users with the same number of local steps, 3 or more; fewer: one by one)"
+    )
+    params = model_params(model)
+    results = trainer.train(params, datas, _generators(4))
+    assert sizes == [3]  # the two-step user alone was not vectorised
+    loop = [train_client(model, params, d, config, g) for d, g in zip(datas, _generators(4))]
+    assert all(torch.equal(results[3].update[k], loop[3].update[k]) for k in params)  # the loop's exact update
+    for a, b in zip(results[:3], loop[:3]):
+        for name in a.update:
+            torch.testing.assert_close(a.update[name], b.update[name], rtol=1e-4, atol=1e-6)

@@ -93,7 +93,7 @@ def assert_mechanism_unchanged(cfg, clean_cfg, failed: list[int]) -> None:
 def test_in_process_failed_users_contribute_nothing_and_leave_noise_and_ledger_unchanged(
     tiny_emnist_dir, tmp_path, monkeypatch, vectorise
 ):
-    client = {"vectorise": vectorise, "timeout_s": TIMEOUT}
+    client = {"vectorise": vectorise, "vectorise_min_users": 1, "timeout_s": TIMEOUT}
     clean = _config(tiny_emnist_dir, tmp_path / "clean", client=client)
     faulty = _config(tiny_emnist_dir, tmp_path / "faulty", client=client)
     _run(clean)
