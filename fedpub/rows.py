@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from fedpub.column_update import UpdateValue, add_scaled_, dense, vector_norm
+from fedpub.column_update import RowSum, UpdateValue, dense, vector_norm
 from fedpub.types import Params, Updates
 
 
@@ -87,8 +87,8 @@ class UpdateRows(Mapping[str, torch.Tensor]):
     def row_sum(self) -> Updates:
         """Σ_k factors[k] · rows[k], each row added once into one model-sized sum."""
         factors = [1.0] * len(self._rows) if self._factors is None else self._factors.tolist()
-        total = self.zeros()
+        sums = {key: RowSum(like) for key, like in self._like.items()}
         for row, factor in zip(self._rows, factors, strict=True):
-            for key, value in total.items():
-                add_scaled_(value, row[key], factor)
-        return total
+            for key, total in sums.items():
+                total.add(row[key], factor)
+        return {key: total.result() for key, total in sums.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedpub.column_update import ColumnUpdate, add_scaled_, dense, vector_norm
+from fedpub.column_update import ColumnUpdate, RowSum, dense, vector_norm
 
 
 def _pair() -> tuple[ColumnUpdate, torch.Tensor]:
@@ -22,11 +22,10 @@ def test_dense_norm_sum_and_scaled_add_equal_the_whole_tensors():
     assert sparse.shape == whole.shape and sparse.dtype == whole.dtype and sparse.device == whole.device
     assert float(sparse.sum()) == float(whole.sum())
     torch.testing.assert_close(vector_norm(sparse), torch.linalg.vector_norm(whole))
-    target, expected = torch.ones(3, 7), torch.ones(3, 7)
-    add_scaled_(target, sparse, -0.5)
-    add_scaled_(target, whole, 2.0)
-    expected.add_(whole, alpha=1.5)
-    torch.testing.assert_close(target, expected)
+    total = RowSum(whole)
+    for value, alpha in ((sparse, -0.5), (whole, 2.0), (sparse, 0.25)):
+        total.add(value, alpha)
+    torch.testing.assert_close(total.result(), 1.75 * whole)
 
 
 def test_values_must_fit_the_shape_and_the_columns():
