@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from clients.input_columns import input_columns, input_layer
+from clients.input_columns import input_layer
 from clients.local_training import (
     ClientFailure,
     ClientResult,
@@ -198,13 +198,24 @@ def _user_objective(model: nn.Module, config: LocalTrainingConfig, task: Task): 
 
 class CohortTrainer:
     """Trains a round's cohort on one resident model: vectorised when the model and task allow it (and
-    ``vectorise`` is on), user by user otherwise; :attr:`mode` says which, :attr:`reason` why not."""
+    ``vectorise`` is on), user by user otherwise; :attr:`mode` says which, :attr:`reason` why not. A model whose
+    first layer is a ``Linear`` is trained user by user: each user on the input columns its examples use
+    (:mod:`clients.input_columns`), far less work on sparse features than a vectorised step over the whole
+    weight."""
 
     def __init__(
         self, model: nn.Module, config: LocalTrainingConfig, task: Task, *, vectorise: bool = True, min_users: int = 1
     ) -> None:
         self.model, self.config, self.task, self.min_users = model, config, task, min_users
-        self.reason = vectorisation_blocker(model, task) if vectorise else "client.vectorise is false"
+        if not vectorise:
+            self.reason: str | None = "client.vectorise is false"
+        elif input_layer(model) is not None:
+            self.reason = (
+                "the first layer is a Linear: each user trains on the input columns its examples use when they are "
+                "at most half"
+            )
+        else:
+            self.reason = vectorisation_blocker(model, task)
 
     @property
     def mode(self) -> str:
@@ -212,12 +223,12 @@ class CohortTrainer:
 
     def describe(self) -> str:
         """One line for the run log."""
-        line = f"cohort training: {self.mode}" + ("" if self.reason is None else f" ({self.reason})")
-        if self.reason is None and self.min_users > 1:
-            line += f" (users with the same number of local steps, {self.min_users} or more; fewer: one by one)"
-        if input_layer(self.model) is not None:
-            line += "; users whose examples use at most half of the input layer's columns: cut to those columns"
-        return line
+        if self.reason is not None:
+            return f"cohort training: {self.mode} ({self.reason})"
+        if self.min_users > 1:
+            return (f"cohort training: {self.mode} (users with the same number of local steps, {self.min_users} or "
+                    "more; fewer: one by one)")
+        return f"cohort training: {self.mode}"
 
     def train(
         self,
@@ -229,10 +240,8 @@ class CohortTrainer:
         sparse_updates: bool = False,
     ) -> list[ClientResult | ClientFailure]:
         """Every user's :class:`ClientResult`, in the order of ``datas``; a :class:`ClientFailure` (the error,
-        no update) for a user whose training raises. Users whose examples use at most half the columns of a
-        linear input layer are trained one by one, cut to those columns (:mod:`clients.input_columns`: far
-        less work than a vectorised step over the whole weight); with ``sparse_updates`` their input layer's
-        update is a :class:`~fedpub.column_update.ColumnUpdate`."""
+        no update) for a user whose training raises. With ``sparse_updates``, the update of an input layer cut
+        to a user's columns is a :class:`~fedpub.column_update.ColumnUpdate`."""
         if not datas:
             return []
         states = [g.get_state() for g in generators]
@@ -249,15 +258,8 @@ class CohortTrainer:
                 return ClientFailure.of(exc)
 
         if self.reason is None:
-            vectorised = [i for i, data in enumerate(datas) if input_columns(self.model, data.x) is None]
-        else:
-            vectorised = []
-        results: list[ClientResult | ClientFailure | None] = [None] * len(datas)
-        if vectorised:
-            trained = train_cohort_vectorised(
-                self.model, params, [datas[i] for i in vectorised], self.config, [generators[i] for i in vectorised],
-                self.task, preconditioner=preconditioner, alone=lambda k: alone(vectorised[k]), min_users=self.min_users,
+            return train_cohort_vectorised(
+                self.model, params, datas, self.config, generators, self.task, preconditioner=preconditioner,
+                alone=alone, min_users=self.min_users,
             )
-            for index, result in zip(vectorised, trained, strict=True):
-                results[index] = result
-        return [alone(i) if result is None else result for i, result in enumerate(results)]
+        return [alone(i) for i in range(len(datas))]

@@ -76,7 +76,7 @@ def test_the_held_out_split_can_be_the_public_pool(tmp_path):
 @pytest.mark.parametrize("strategy", [{}, {"name": "dope", "public_clients_per_round": 2}])
 def test_training_on_the_used_columns_gives_the_model_of_training_the_whole_weight(tmp_path, monkeypatch, strategy):
     """The engine cuts each user's input weight to the columns of its words and sums ColumnUpdates; with the
-    cut switched off (every user trains the whole weight, vectorised) the run ends at the same model."""
+    cut switched off (every user trains the whole weight) the run ends at the same model."""
     extra = {"public": {"fraction": 0.2}} if strategy else {}  # public updates stay whole tensors
 
     def final_params(name: str):
@@ -91,6 +91,6 @@ def test_training_on_the_used_columns_gives_the_model_of_training_the_whole_weig
     cut, cut_log = final_params("cut")
     monkeypatch.setattr("clients.input_columns.MAX_COLUMN_FRACTION", -1.0)  # no user's columns qualify
     whole, _ = final_params("whole")
-    assert any("cut to those columns" in line for line in cut_log)
+    assert any("each user trains on the input columns its examples use" in line for line in cut_log)
     for name in whole:
         torch.testing.assert_close(cut[name], whole[name], rtol=1e-4, atol=1e-6)
