@@ -157,14 +157,14 @@ def train_client(
     device = next(model.parameters()).device
     plan = plan_local_training(data, config, generator)
     x, y = plan.x.to(device), plan.y.to(device)
+    start = {name: params[name].to(device) for name, _ in model.named_parameters()}
     cut = input_columns(model, plan.x)
     if cut is None:
         load_params_(model, params)
-        start = {name: params[name].to(device) for name, _ in model.named_parameters()}
         trainable = dict(model.named_parameters())
         forward: Callable[[torch.Tensor], torch.Tensor] = model
     else:
-        start = cut.cut({name: params[name].to(device) for name, _ in model.named_parameters()})
+        start = cut.cut(start)
         trainable = {name: value.clone().requires_grad_() for name, value in start.items()}
         x = cut.cut_inputs(x)
 

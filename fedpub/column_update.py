@@ -84,15 +84,15 @@ class RowSum:
         self._columns: torch.Tensor | None = None
 
     def add(self, value: UpdateValue, alpha: float) -> None:
+        device = self._like.device
         if not isinstance(value, ColumnUpdate):
             if self._total is None:
-                self._total = value.to(self._like.device) * alpha  # a new tensor, not a zero fill and an add
+                self._total = value.to(device) * alpha  # a new tensor, not a zero fill and an add
             else:
-                self._total.add_(value, alpha=alpha)
+                self._total.add_(value.to(device), alpha=alpha)
             return
         if self._columns is None:
             self._columns = self._like.new_zeros(self._like.shape[-1], *self._like.shape[:-1])
-        device = self._like.device
         self._columns.index_add_(0, value.columns.to(device), value.values.to(device), alpha=alpha)
 
     def result(self) -> torch.Tensor:

@@ -54,7 +54,7 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         gen.set_state(state["rng"])
         noisy = {}
         for name, value in updates.items():
-            # normal_ draws what torch.normal(0, 1, size) draws from the generator, in half the time
+            # normal_(generator=gen) draws exactly what torch.normal with generator=gen draws, in half the time
             noise = torch.empty(value.shape, dtype=value.dtype).normal_(generator=gen)
             noisy[name] = noise.to(value.device).mul_(std_on_mean).add_(value)
         metrics = {"noise_multiplier": z, "noise_std": std_on_mean}

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from clients.input_columns import input_layer
 from clients.local_training import LocalTrainingConfig, plan_local_training
 from fedpub.config import parse_config
 from fedpub.memory import keep_freed_memory
@@ -191,7 +192,7 @@ def measure(
     population = len(experiment.private_ids)
     times = {"floor": _floor(experiment, rounds)}
     model = experiment.new_model()
-    if isinstance(model, torch.nn.Sequential) and len(model) == 1 and isinstance(model[0], torch.nn.Linear):
+    if input_layer(model) is not None and len(model) == 1:  # the bare cut loop runs F.linear alone
         times["floor-cut"] = _floor(experiment, rounds, cut=True)
     for label, vectorise in (("fedpub", True), ("fedpub-loop", False)):
         cfg_dict = {**_config(task, cohort, rounds, root, vectorise=vectorise, examples=examples),
