@@ -26,12 +26,18 @@ and the last (it evaluates). Writes
 
     python -m simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
         [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--examples 5,30]
-        [--out runs/benchmarks/throughput]
+        [--device cpu] [--out runs/benchmarks/throughput]
+
+Each row also gives the FLOP-bound floor (:mod:`simulations.benchmarks.flop_floor`): the round's
+matrix-product and convolution FLOPs at the device's measured float32 matmul rate. With ``--device cuda`` the
+floor and fedpub train on the GPU (issue 7's GPU table: add ``--cohorts 100`` for its 100-user EMNIST CNN round,
+whose vectorised path should be within 3× of this floor and 10× the per-client loop).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import tempfile
@@ -41,12 +47,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from clients.input_columns import input_layer
 from clients.local_training import LocalTrainingConfig, plan_local_training
 from fedpub.config import parse_config
+from fedpub.data.base import ClientData
 from fedpub.memory import keep_freed_memory
 from fedpub.seeding import torch_generator
+from simulations.benchmarks.flop_floor import matmul_flops_per_second, synchronize
 from simulations.benchmarks.pfl_research import run_pfl
 from simulations.engine import run_in_process
 from simulations.experiment import Experiment, build_experiment
@@ -65,7 +74,14 @@ EXAMPLES = {"emnist_cnn": (20, 80), "emnist_mlp": (20, 80), "so_logreg": (5, 30)
 
 
 def _config(
-    task: str, cohort: int, rounds: int, root: Path, *, vectorise: bool = True, examples: tuple[int, int] | None = None
+    task: str,
+    cohort: int,
+    rounds: int,
+    root: Path,
+    *,
+    vectorise: bool = True,
+    examples: tuple[int, int] | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     population = max(200, 2 * cohort)
     spec = TASKS[task]
@@ -77,7 +93,7 @@ def _config(
         "eval_every": rounds,
         "checkpoint_every": rounds,
         "output_dir": str(root / "runs"),
-        "device": "cpu",
+        "device": device,
         "task": spec.get("task", "classification"),
         "model": spec["model"],
         "data": {
@@ -97,7 +113,8 @@ def _config(
             "server_optimizer": {"name": "sgd", "lr": 1.0},
         },
         "privacy": {"accountant": "pld"},
-        "flower": {"client_num_cpus": 1, "ray_num_cpus": 2},
+        # on a GPU each Ray actor needs a share of it to see it at all (Ray hides the GPU from actors with none)
+        "flower": {"client_num_cpus": 1, "ray_num_cpus": 2, "client_num_gpus": 0.25 if device == "cuda" else 0.0},
     }
 
 
@@ -105,38 +122,49 @@ Rounds = list[tuple[float, int]]
 """(seconds, user updates) of each round."""
 
 
-def _floor(experiment: Experiment, rounds: int, *, cut: bool = False) -> Rounds:
-    """Each round of a bare loop doing exactly the engine's local SGD steps (data preloaded). With ``cut`` (a
-    model that is one ``Linear``): each user's steps on the weight columns its examples use, the least
-    arithmetic those steps need."""
-    cfg, config = experiment.config, experiment.local_training
+def _floor(experiment: Experiment, rounds: int, *, cut: bool = False, flops: list[int] | None = None) -> Rounds:
+    """Each round of a bare loop doing exactly the engine's local SGD steps (data preloaded on the experiment's
+    device). With ``cut`` (a model that is one ``Linear``): each user's steps on the weight columns its examples
+    use, the least arithmetic those steps need. With ``flops``, each round runs under a FLOP counter and its
+    count is appended (the counter slows the round: a counting pass is not a timing)."""
+    cfg, config, device = experiment.config, experiment.local_training, experiment.device
     model = experiment.new_model()
     params = [p.detach().clone() for p in model.parameters()]
     cohorts = [experiment.strategy.sample_cohort(experiment.private_ids, t) for t in range(rounds)]
-    data = {cid: experiment.train.client_data(cid) for cohort in cohorts for cid in cohort}
+    data = {}
+    for cid in {cid for cohort in cohorts for cid in cohort}:
+        user = experiment.train.client_data(cid)
+        data[cid] = ClientData(user.x.to(device), user.y.to(device))
     times = []
     for t, cohort in enumerate(cohorts):
         generators = [torch_generator(cfg.seed, t, "client", cid) for cid in cohort]
+        counter = FlopCounterMode(display=False) if flops is not None else contextlib.nullcontext()
+        synchronize(device)
         started = time.perf_counter()
-        for cid, generator in zip(cohort, generators):
-            plan = plan_local_training(data[cid], config, generator)
-            if cut:
-                columns = plan.x.abs().sum(dim=0).nonzero().squeeze(1)
-                weight = params[0].t().index_select(0, columns).requires_grad_()
-                bias = params[1].clone().requires_grad_()
-                x, trained = plan.x[:, columns], [weight, bias]
-                forward = lambda inputs: torch.nn.functional.linear(inputs, weight.t(), bias)  # noqa: E731
-            else:
-                with torch.no_grad():
-                    for p, start in zip(model.parameters(), params):
-                        p.copy_(start)
-                x, trained, forward = plan.x, list(model.parameters()), model
-            optimizer = torch.optim.SGD(trained, lr=config.lr)
-            for batch in plan.batches:
-                optimizer.zero_grad()
-                experiment.task.loss(forward(x[batch]), plan.y[batch]).backward()
-                optimizer.step()
+        with counter:
+            for cid, generator in zip(cohort, generators):
+                plan = plan_local_training(data[cid], config, generator)
+                if cut:
+                    columns = plan.x.abs().sum(dim=0).nonzero().squeeze(1)
+                    weight = params[0].t().index_select(0, columns).requires_grad_()
+                    bias = params[1].clone().requires_grad_()
+                    x, trained = plan.x[:, columns], [weight, bias]
+                    forward = lambda inputs: torch.nn.functional.linear(inputs, weight.t(), bias)  # noqa: E731
+                else:
+                    with torch.no_grad():
+                        for p, start in zip(model.parameters(), params):
+                            p.copy_(start)
+                    x, trained, forward = plan.x, list(model.parameters()), model
+                optimizer = torch.optim.SGD(trained, lr=config.lr)
+                for batch in plan.batches:
+                    batch = batch.to(device)
+                    optimizer.zero_grad()
+                    experiment.task.loss(forward(x[batch]), plan.y[batch]).backward()
+                    optimizer.step()
+            synchronize(device)
         times.append((time.perf_counter() - started, len(cohort)))
+        if flops is not None:
+            flops.append(counter.get_total_flops())
     return times
 
 
@@ -179,11 +207,13 @@ def measure(
     flower_max_gb: float,
     pfl_python: str | None,
     examples: tuple[int, int] | None = None,
-) -> dict[str, Rounds]:
-    """Every path's rounds on one task and cohort size (pfl-research: fixed cohorts of ``cohort``). Flower is
-    skipped when a round's replies would exceed ``flower_max_gb``: its server holds them all in memory (with
+    device: str = "cpu",
+) -> tuple[dict[str, Rounds], list[int]]:
+    """Every path's rounds on one task and cohort size (pfl-research: fixed cohorts of ``cohort``), and the FLOPs
+    of each round's local steps, counted on the bare loop with the fewest (floor-cut where there is one). Flower
+    is skipped when a round's replies would exceed ``flower_max_gb``: its server holds them all in memory (with
     so_logreg's 5M parameters at 200 users the process passed this machine's 24 GB and was killed)."""
-    base = _config(task, cohort, rounds, root, examples=examples)
+    base = _config(task, cohort, rounds, root, examples=examples, device=device)
     experiment = build_experiment(parse_config(base))  # also generates the data, outside every timing
     replies_gb = cohort * sum(p.numel() * p.element_size() for p in experiment.new_model().parameters()) / 2**30
     flower = replies_gb <= flower_max_gb
@@ -192,10 +222,13 @@ def measure(
     population = len(experiment.private_ids)
     times = {"floor": _floor(experiment, rounds)}
     model = experiment.new_model()
-    if input_layer(model) is not None and len(model) == 1:  # the bare cut loop runs F.linear alone
+    cut = input_layer(model) is not None and len(model) == 1  # the bare cut loop runs F.linear alone
+    if cut:
         times["floor-cut"] = _floor(experiment, rounds, cut=True)
+    flops: list[int] = []
+    _floor(experiment, rounds, cut=cut, flops=flops)
     for label, vectorise in (("fedpub", True), ("fedpub-loop", False)):
-        cfg_dict = {**_config(task, cohort, rounds, root, vectorise=vectorise, examples=examples),
+        cfg_dict = {**_config(task, cohort, rounds, root, vectorise=vectorise, examples=examples, device=device),
                     "name": f"{task}_{cohort}_{label}"}
         times[label] = _engine(cfg_dict, lambda cfg: run_in_process(
             build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True,
@@ -208,13 +241,18 @@ def measure(
         task_file = root / f"{task}_{cohort}_pfl.pt"
         _export_for_pfl(experiment, cohort, rounds, task_file)
         times["pfl-research"] = [(seconds, cohort) for seconds in run_pfl(pfl_python, task_file)["round_s"]]
-    return times
+    return times, flops
 
 
-def _rows(task: str, cohort: int, times: dict[str, Rounds]) -> list[dict[str, Any]]:
+def _rows(
+    task: str, cohort: int, times: dict[str, Rounds], flops: list[int], flops_per_second: float
+) -> list[dict[str, Any]]:
     """Steady rounds (not the first, start-up, nor the last, which evaluates): mean seconds per round, updates
-    per second, and ratios. The floor and the fedpub and Flower paths train the same Poisson cohorts."""
+    per second, and ratios. The floor and the fedpub and Flower paths train the same Poisson cohorts, whose
+    steady rounds' mean ``flops`` at ``flops_per_second`` is the FLOP-bound floor."""
     steady = {label: rounds[1:-1] or rounds for label, rounds in times.items()}
+    steady_flops = flops[1:-1] or flops
+    flop_floor_s = sum(steady_flops) / len(steady_flops) / flops_per_second
     seconds = {label: sum(s for s, _ in r) / len(r) for label, r in steady.items()}
     rate = {label: sum(n for _, n in r) / sum(s for s, _ in r) for label, r in steady.items()}
     fedpub = max(rate["fedpub"], rate["fedpub-loop"])
@@ -228,6 +266,8 @@ def _rows(task: str, cohort: int, times: dict[str, Rounds]) -> list[dict[str, An
             "updates_per_s": round(rate[label], 1),
             "x_floor": round(seconds[label] / floor, 2),
             "fedpub_speedup": round(fedpub / rate[label], 2),
+            "round_gflop": round(flop_floor_s * flops_per_second / 1e9, 3),
+            "x_flop_floor": round(seconds[label] / flop_floor_s, 1) if flop_floor_s > 0 else float("inf"),
         }
         for label in steady
     ]
@@ -239,14 +279,16 @@ def _write(rows: list[dict[str, Any]], out: Path, header: str) -> str:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    columns = ["task", "cohort", "path", "steady_s_per_round", "updates_per_s", "x_floor", "fedpub_speedup"]
+    columns = list(rows[0])
     lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
     lines += [
         "",
         "x_floor: seconds per round ÷ the fastest bare loop's on the same cohorts (floor, or floor-cut: each"
         " user's steps on the input columns its examples use; pfl-research trains fixed cohorts of m);"
-        " fedpub_speedup: fedpub's best in-process updates/s ÷ the path's (> 1: fedpub is that many times faster).",
+        " fedpub_speedup: fedpub's best in-process updates/s ÷ the path's (> 1: fedpub is that many times faster);"
+        " round_gflop: matrix-product and convolution GFLOP of a steady round's local steps (fewest-FLOP bare loop);"
+        " x_flop_floor: seconds per round ÷ those FLOPs at the device's measured matmul rate (the FLOP-bound floor).",
     ]
     text = "\n".join(lines) + "\n"
     (out / "throughput.md").write_text(text)
@@ -264,8 +306,12 @@ def main() -> None:
     parser.add_argument("--examples", default=None, metavar="FEWEST,MOST",
                         help="examples per synthetic user, e.g. 5,30 for small clients (default: EMNIST 20,80; "
                              "StackOverflow 5,30)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the floor and fedpub train (cuda: the first GPU; Flower's clients get 0.25 of it)")
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/throughput"))
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: PyTorch sees no CUDA device here (torch.cuda.is_available() is false)")
     examples = None
     if args.examples is not None:
         try:
@@ -281,21 +327,24 @@ def main() -> None:
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (the first and last rounds are not steady)")
     keep_freed_memory()  # before the first measurement: the floor and fedpub share one allocator setting
+    device = torch.device(args.device)
+    flops_per_second = matmul_flops_per_second(device)
     rows = []
     sizes = f"{examples[0]}-{examples[1]}" if examples else "EMNIST 20-80, StackOverflow 5-30"
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, torch threads {torch.get_num_threads()}"
     header = (
-        f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, {sizes} examples per user, "
-        f"torch threads {torch.get_num_threads()}, {torch.__version__}"
+        f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, {sizes} examples per user; "
+        f"{where}, float32 matmul {flops_per_second / 1e9:.0f} GFLOP/s; torch {torch.__version__}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for task in tasks:
             for cohort in (int(c) for c in args.cohorts.split(",")):
                 started = time.perf_counter()
-                times = measure(
+                times, flops = measure(
                     task, cohort, args.rounds, Path(tmp), flower_max_gb=args.flower_max_gb,
-                    pfl_python=args.pfl_python, examples=examples,
+                    pfl_python=args.pfl_python, examples=examples, device=args.device,
                 )
-                rows += _rows(task, cohort, times)
+                rows += _rows(task, cohort, times, flops, flops_per_second)
                 _write(rows, args.out, header)  # after every cell: a later failure loses nothing measured
                 print(f"{task} cohort {cohort}: {json.dumps({k: [round(s, 3) for s, _ in v] for k, v in times.items()})}"
                       f" ({time.perf_counter() - started:.0f} s)", flush=True)

@@ -1,0 +1,45 @@
+"""The FLOP-bound floor of the throughput benchmark: the counted FLOPs of a round are the model's arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedpub.config import parse_config
+from simulations.benchmarks.flop_floor import matmul_flops_per_second
+from simulations.benchmarks.throughput import _config, _floor, _rows
+from simulations.experiment import build_experiment
+
+MLP_FLOPS_PER_EXAMPLE = (
+    2 * (784 * 200 + 200 * 200 + 200 * 10)  # forward: three matrix products
+    + 2 * (784 * 200 + 200 * 200 + 200 * 10)  # backward, the weights' gradients
+    + 2 * (200 * 200 + 200 * 10)  # backward, the gradients of the hidden layers' inputs (not of the images)
+)
+
+
+def test_counted_round_flops_are_the_mlp_arithmetic_of_every_example_trained(tmp_path):
+    experiment = build_experiment(parse_config(_config("emnist_mlp", 5, 3, tmp_path)))
+    flops: list[int] = []
+    _floor(experiment, 3, flops=flops)
+    examples = [
+        sum(len(experiment.train.client_data(cid)) for cid in experiment.strategy.sample_cohort(experiment.private_ids, t))
+        for t in range(3)
+    ]
+    assert all(n > 0 for n in examples)
+    assert flops == [MLP_FLOPS_PER_EXAMPLE * n for n in examples]  # one epoch: every example once
+
+
+def test_flop_floor_columns_divide_round_seconds_by_the_flops_at_the_matmul_rate():
+    seconds = {"floor": [(9.0, 5), (1.0, 5), (3.0, 5), (9.0, 5)], "fedpub": [(9.0, 5), (0.5, 5), (1.5, 5), (9.0, 5)],
+               "fedpub-loop": [(9.0, 5), (2.0, 5), (2.0, 5), (9.0, 5)]}
+    flops = [10**12, 4 * 10**9, 2 * 10**9, 10**12]  # the first and last rounds are not steady
+    rows = {r["path"]: r for r in _rows("emnist_mlp", 5, seconds, flops, flops_per_second=1e9)}
+    assert rows["fedpub"]["round_gflop"] == 3.0
+    assert rows["fedpub"]["x_flop_floor"] == pytest.approx(1.0 / 3.0, abs=0.05)
+    assert rows["floor"]["x_flop_floor"] == pytest.approx(2.0 / 3.0, abs=0.05)
+    assert rows["fedpub"]["x_floor"] == 0.5
+
+
+def test_matmul_rate_is_the_product_flops_over_its_time():
+    rate = matmul_flops_per_second(torch.device("cpu"), size=256, repeats=2)
+    assert 1e8 < rate < 1e14  # any CPU: between 0.1 GFLOP/s and 100 TFLOP/s
