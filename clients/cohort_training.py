@@ -32,6 +32,7 @@ from clients.local_training import (
     ClientFailure,
     ClientResult,
     LocalPlan,
+    LocalSGD,
     LocalTrainingConfig,
     plan_local_training,
     stop_if_late,
@@ -145,7 +146,7 @@ def _train_group(
             mask[k, s, : len(batch)] = 1.0
     index, mask = index.to(device, non_blocking=True), mask.to(device, non_blocking=True)
     stacked = {name: value.expand(users, *value.shape).clone() for name, value in start.items()}
-    momentum: dict[str, torch.Tensor] = {}
+    sgd = LocalSGD(stacked, config, divisors)
     per_user_gradient = vmap(grad(_user_objective(model, config, task), has_aux=True), in_dims=(0, 0, 0, 0, None))
     loss_sum = torch.zeros(users, device=device)
     hits = torch.zeros(users, device=device)
@@ -153,14 +154,7 @@ def _train_group(
     for s in range(steps):
         batch = index[:, s]
         gradients, (loss, numerator, denominator) = per_user_gradient(stacked, x[batch], y[batch], mask[:, s], start)
-        with torch.no_grad():
-            for name, value in stacked.items():
-                g = gradients[name]
-                if name in divisors:
-                    g = g / divisors[name]
-                if config.momentum:
-                    g = momentum[name] = g.clone() if s == 0 else momentum[name].mul_(config.momentum).add_(g)
-                value.add_(g, alpha=-config.lr)
+        sgd.step(gradients)
         count = mask[:, s].sum(dim=1)
         loss_sum, hits, total = loss_sum + loss * count, hits + numerator, total + denominator
         stop_if_late(config, started, s + 1, steps)

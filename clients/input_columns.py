@@ -18,7 +18,7 @@ a user's local steps then touch the weight in proportion to the words it wrote, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +28,9 @@ from fedpub.column_update import ColumnUpdate, UpdateValue
 
 MAX_COLUMN_FRACTION = 0.5
 """Cut when the user's examples use at most this fraction of the input layer's columns."""
+
+INPUT_LAYER = "0."
+"""The prefix of the parameter names of an ``nn.Sequential``'s first layer."""
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,32 @@ class InputColumns:
             for name, value in tensors.items()
         }
 
-    def parameters(self, cut: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The cut tensors as the model's parameters (the input weight as a ``(outputs, columns)`` view)."""
-        return {name: value.movedim(0, -1) if name == self.weight else value for name, value in cut.items()}
+    def trainable(self, model: nn.Sequential, start: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The tensors local SGD trains, named and ordered as the model's parameters, from ``start`` (cut by
+        :meth:`cut`): the input layer's as new leaves (its weight cut), every later layer's the model's own
+        parameters, set to ``start`` (the resident model's input layer is never touched)."""
+        trainable = {}
+        for name, parameter in model.named_parameters():
+            if name.startswith(INPUT_LAYER):
+                trainable[name] = start[name].clone().requires_grad_()
+            else:
+                with torch.no_grad():
+                    parameter.copy_(start[name])
+                trainable[name] = parameter
+        return trainable
+
+    def forward(self, model: nn.Sequential, trainable: Mapping[str, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The model's forward pass on cut inputs with ``trainable``'s input layer (what ``nn.Linear`` computes,
+        with the cut weight viewed as ``(outputs, columns)``), then the model's later layers."""
+        weight, bias, later = trainable[self.weight], trainable.get(INPUT_LAYER + "bias"), list(model)[1:]
+
+        def forward(inputs: torch.Tensor) -> torch.Tensor:
+            outputs = nn.functional.linear(inputs, weight.movedim(0, -1), bias)
+            for layer in later:
+                outputs = layer(outputs)
+            return outputs
+
+        return forward
 
     def cut_inputs(self, x: torch.Tensor) -> torch.Tensor:
         """The examples' features in the columns."""
@@ -66,8 +92,10 @@ class InputColumns:
 
 
 def input_layer(model: nn.Module) -> nn.Linear | None:
-    """The model's input ``nn.Linear`` when it is an ``nn.Sequential`` that starts with one, else ``None``."""
-    if isinstance(model, nn.Sequential) and len(model) > 0 and isinstance(model[0], nn.Linear):
+    """The model's input ``nn.Linear`` when it is an ``nn.Sequential`` (its layers applied in turn: a subclass
+    may not redefine ``forward``) that starts with one, else ``None``."""
+    chained = isinstance(model, nn.Sequential) and type(model).forward is nn.Sequential.forward
+    if chained and len(model) > 0 and isinstance(model[0], nn.Linear):
         return model[0]
     return None
 
@@ -81,4 +109,4 @@ def input_columns(model: nn.Module, x: torch.Tensor) -> InputColumns | None:
     columns = x.abs().sum(dim=0).nonzero().squeeze(1).cpu()  # NaN counts as used: it reaches the loss
     if len(columns) > MAX_COLUMN_FRACTION * layer.in_features:
         return None
-    return InputColumns("0.weight", columns)  # the parameter name of an nn.Sequential's first layer's weight
+    return InputColumns(INPUT_LAYER + "weight", columns)

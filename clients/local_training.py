@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
-from torch.func import functional_call
 
 from clients.input_columns import input_columns
 from fedpub.column_update import UpdateValue
@@ -130,6 +129,33 @@ def seed_layers(seed: int, device: torch.device) -> None:
             torch.cuda.manual_seed(seed)
 
 
+class LocalSGD:
+    """Minibatch SGD on named tensors, in place, with torch.optim.SGD's arithmetic (momentum without dampening or
+    Nesterov, no weight decay); each gradient is first divided by its ``divisors`` entry, if any (AdaDPS on the
+    client, Li et al. 2023, Alg. 3). The per-client loop steps a user's parameters with it, the vectorised
+    cohort trainer the stacked parameters of a group (a divisor broadcasts over the users). A small client's
+    step costs little more than its arithmetic: no optimizer bookkeeping, no ``.grad`` to zero."""
+
+    def __init__(self, params: Mapping[str, torch.Tensor], config: LocalTrainingConfig, divisors: Updates) -> None:
+        self.params, self.lr, self.momentum, self.divisors = params, config.lr, config.momentum, divisors
+        self._velocity: dict[str, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def step(self, gradients: Mapping[str, torch.Tensor | None]) -> None:
+        """p ← p − lr·v with v = g / divisor (plus momentum·v of the last step); a tensor without a gradient
+        (absent or ``None``: frozen, or unused by the loss) is left as it is, as torch.optim leaves it."""
+        for name, param in self.params.items():
+            g = gradients.get(name)
+            if g is None:
+                continue
+            if name in self.divisors:
+                g = g / self.divisors[name]
+            if self.momentum:
+                velocity = self._velocity.get(name)
+                g = self._velocity[name] = g.clone() if velocity is None else velocity.mul_(self.momentum).add_(g)
+            param.add_(g, alpha=-self.lr)
+
+
 def train_client(
     model: torch.nn.Module,
     params: Params,
@@ -158,23 +184,18 @@ def train_client(
     plan = plan_local_training(data, config, generator)
     x, y = plan.x.to(device), plan.y.to(device)
     start = {name: params[name].to(device) for name, _ in model.named_parameters()}
+    divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
     cut = input_columns(model, plan.x)
     if cut is None:
         load_params_(model, params)
         trainable = dict(model.named_parameters())
         forward: Callable[[torch.Tensor], torch.Tensor] = model
     else:
-        start = cut.cut(start)
-        trainable = {name: value.clone().requires_grad_() for name, value in start.items()}
-        x = cut.cut_inputs(x)
-
-        def forward(inputs: torch.Tensor) -> torch.Tensor:
-            return functional_call(model, cut.parameters(trainable), (inputs,))
-
-    optimizer = torch.optim.SGD(trainable.values(), lr=config.lr, momentum=config.momentum)
-    divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
-    if cut is not None:
-        divisors = cut.cut(divisors)
+        start, divisors, x = cut.cut(start), cut.cut(divisors), cut.cut_inputs(x)
+        trainable = cut.trainable(model, start)
+        forward = cut.forward(model, trainable)
+    sgd = LocalSGD(trainable, config, divisors)
+    differentiated = [name for name, p in trainable.items() if p.requires_grad]  # a frozen layer stays as it is
     loss_sum, hits, total, seen = 0.0, 0.0, 0.0, 0
     model.train()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -186,12 +207,8 @@ def train_client(
             objective = loss
             if config.prox_weight:
                 objective = loss + config.prox_weight * sum(((p - start[n]) ** 2).sum() for n, p in trainable.items())
-            optimizer.zero_grad(set_to_none=True)
-            objective.backward()
-            for name, p in trainable.items():
-                if name in divisors and p.grad is not None:
-                    p.grad.div_(divisors[name])
-            optimizer.step()
+            gradients = torch.autograd.grad(objective, [trainable[n] for n in differentiated], allow_unused=True)
+            sgd.step(dict(zip(differentiated, gradients)))
             loss_sum += loss.detach() * len(batch)
             numerator, denominator = task.counts(logits.detach(), y[batch])[task.headline]
             hits, total, seen = hits + numerator, total + denominator, seen + len(batch)

@@ -1,6 +1,6 @@
 import torch
 
-from clients.local_training import LocalTrainingConfig, default_device, model_params, train_client
+from clients.local_training import LocalTrainingConfig, default_device, model_params, plan_local_training, train_client
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 
@@ -54,3 +54,29 @@ def test_max_examples_caps_the_local_data():
 
 def test_the_device_is_cuda_when_present_else_cpu():
     assert default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_local_sgd_takes_torch_optim_sgds_steps_with_momentum_prox_term_and_preconditioner():
+    """train_client steps without torch.optim; a plain torch.optim.SGD loop over the same plan gives its update."""
+    model = build_model("emnist_mlp", 10)
+    params = model_params(model)
+    config = LocalTrainingConfig(epochs=2, batch_size=4, lr=0.1, momentum=0.9, prox_weight=0.2)
+    g = torch.Generator().manual_seed(5)
+    divisors = {k: 0.5 + torch.rand(v.shape, generator=g) for k, v in params.items()}
+    data = _data(n=11)
+    result = train_client(model, params, data, config, torch.Generator().manual_seed(2), preconditioner=divisors)
+
+    reference = build_model("emnist_mlp", 10)
+    reference.load_state_dict(params)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=config.lr, momentum=config.momentum)
+    plan = plan_local_training(data, config, torch.Generator().manual_seed(2))
+    for batch in plan.batches:
+        optimizer.zero_grad()
+        prox = sum(((p - params[n]) ** 2).sum() for n, p in reference.named_parameters())
+        (torch.nn.functional.cross_entropy(reference(plan.x[batch]), plan.y[batch]) + config.prox_weight * prox).backward()
+        for name, p in reference.named_parameters():
+            p.grad.div_(divisors[name])
+        optimizer.step()
+    assert len(plan.batches) == 6
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(result.update[name], p.detach() - params[name], rtol=1e-5, atol=1e-7)
