@@ -11,6 +11,7 @@ the norm is the norm of the whole tensor (every other entry is zero) and the sum
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,9 +65,14 @@ def dense(value: UpdateValue) -> torch.Tensor:
     return value.to_dense() if isinstance(value, ColumnUpdate) else value
 
 
-def vector_norm(value: UpdateValue) -> torch.Tensor:
-    """The L2 norm of all of ``value``'s entries, in its dtype."""
-    return torch.linalg.vector_norm(value.values if isinstance(value, ColumnUpdate) else value)
+def vector_norms(values: Sequence[UpdateValue]) -> list[torch.Tensor]:
+    """The L2 norm of all of each value's entries, in its dtype (a ColumnUpdate's from its columns). One batched
+    call, ``torch._foreach_norm`` (which ``torch.nn.utils.clip_grad_norm_`` uses): the same numbers as
+    ``torch.linalg.vector_norm`` tensor by tensor, without a Python call for each (50 users of the 6-tensor EMNIST
+    MLP: 4 ms instead of 13)."""
+    if not values:
+        return []
+    return list(torch._foreach_norm([v.values if isinstance(v, ColumnUpdate) else v for v in values]))
 
 
 class RowSum:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from fedpub.column_update import RowSum, UpdateValue, dense, vector_norm
+from fedpub.column_update import RowSum, UpdateValue, dense, vector_norms
 from fedpub.types import Params, Updates
 
 
@@ -30,20 +30,49 @@ def scale_leading(value: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     return value * factors.to(value.dtype).reshape((-1,) + (1,) * (value.dim() - 1))
 
 
+def tensor_norms(rows: Sequence[Mapping[str, UpdateValue]], like: Params) -> torch.Tensor:
+    """The L2 norm of each tensor (``like``'s keys) of each row, ``(rows, tensors)``, float64 (each computed in the
+    tensor's dtype, all in one batched call)."""
+    norms = vector_norms([row[key] for row in rows for key in like])
+    if not norms:
+        return torch.zeros(len(rows), len(like), dtype=torch.float64)
+    return torch.stack(norms).double().reshape(len(rows), len(like))
+
+
+def global_norms(tensor_norms: torch.Tensor) -> torch.Tensor:
+    """Each row's global L2 norm from its tensors' norms, ``(rows,)``."""
+    return tensor_norms.pow(2).sum(dim=1).sqrt()
+
+
 class UpdateRows(Mapping[str, torch.Tensor]):
     """Row k is ``factors[k] * rows[k]``; ``like`` gives the keys, shapes, dtypes and devices (there may be no
-    rows). The rows are never modified."""
+    rows). ``norms``, when given, are the rows' own global L2 norms (without the factors), already computed. The
+    rows are never modified."""
 
-    def __init__(self, rows: Sequence[Mapping[str, UpdateValue]], like: Params, factors: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        rows: Sequence[Mapping[str, UpdateValue]],
+        like: Params,
+        factors: torch.Tensor | None = None,
+        *,
+        norms: torch.Tensor | None = None,
+    ) -> None:
         self._rows = list(rows)
         self._like = like
-        if factors is not None and factors.shape != (len(self._rows),):
-            raise ValueError(f"factors must have shape ({len(self._rows)},), got {tuple(factors.shape)}")
+        for name, value in (("factors", factors), ("norms", norms)):
+            if value is not None and value.shape != (len(self._rows),):
+                raise ValueError(f"{name} must have shape ({len(self._rows)},), got {tuple(value.shape)}")
         self._factors = factors
+        self._norms = norms
 
     @property
     def num_rows(self) -> int:
         return len(self._rows)
+
+    @property
+    def rows(self) -> list[Mapping[str, UpdateValue]]:
+        """The rows as given (without the factors)."""
+        return self._rows
 
     def __getitem__(self, key: str) -> torch.Tensor:
         like = self._like[key]
@@ -60,18 +89,13 @@ class UpdateRows(Mapping[str, torch.Tensor]):
 
     def row_norms(self) -> torch.Tensor:
         """Each row's global L2 norm, shape ``(rows,)``, float64 (each tensor's norm in its own dtype)."""
-        if not self._rows:
-            return torch.zeros(0, dtype=torch.float64)
-        per_tensor = [
-            torch.stack([vector_norm(row[key]).double() for key in self._like]) for row in self._rows
-        ]
-        norms = torch.stack(per_tensor).pow(2).sum(dim=1).sqrt()
+        norms = self._norms if self._norms is not None else global_norms(tensor_norms(self._rows, self._like))
         return norms if self._factors is None else norms * self._factors.double().abs()
 
     def scaled(self, factors: torch.Tensor) -> UpdateRows:
         """Row k times ``factors[k]``, with nothing copied."""
         combined = factors if self._factors is None else self._factors * factors
-        return UpdateRows(self._rows, self._like, combined)
+        return UpdateRows(self._rows, self._like, combined, norms=self._norms)
 
     def map(self, fn: Callable[[Updates], Updates]) -> UpdateRows:
         """``fn`` applied to every row, as plain tensors (its factor applied first)."""

@@ -17,7 +17,7 @@ from fedpub import tree
 from fedpub.cohort import expected_cohort, sample_cohort
 from fedpub.column_update import UpdateValue
 from fedpub.privacy.events import Sampling, round_event
-from fedpub.rows import UpdateRows
+from fedpub.rows import UpdateRows, global_norms, tensor_norms
 from fedpub.seeding import numpy_generator
 from fedpub.step import Step
 from fedpub.types import Params, RoundContext, StepState, Updates
@@ -33,21 +33,25 @@ class RoundOutcome:
     event: dp_accounting.DpEvent
 
 
-def usable_update(update: Mapping[str, UpdateValue], params: Params) -> bool:
-    """True when ``update`` has exactly the parameters' keys, shapes and dtypes and only finite values (another
-    dtype would silently change the global model's, e.g. to float64). A tensor may be a
-    :class:`~fedpub.column_update.ColumnUpdate` (its shape is the whole tensor's, its sum that of its columns).
-
-    Finiteness is read from each tensor's sum (one reduction, no mask the size of the model): any NaN or
-    Inf makes the sum non-finite; a finite tensor whose sum overflows (|sum| > 3e38 in float32) is refused
-    too, which, like any refusal, only removes a contribution."""
-    if update.keys() != params.keys():
-        return False
-    return all(
-        update[k].shape == params[k].shape and update[k].dtype == params[k].dtype
-        and bool(torch.isfinite(update[k].sum()))
-        for k in params
+def fits(update: Mapping[str, UpdateValue], params: Params) -> bool:
+    """True when ``update`` has exactly the parameters' keys, shapes and dtypes (another dtype would silently
+    change the global model's, e.g. to float64). A tensor may be a :class:`~fedpub.column_update.ColumnUpdate`
+    (its shape is the whole tensor's)."""
+    return update.keys() == params.keys() and all(
+        update[k].shape == params[k].shape and update[k].dtype == params[k].dtype for k in params
     )
+
+
+def usable_rows(updates: Sequence[Mapping[str, UpdateValue]], params: Params) -> UpdateRows:
+    """The updates that :func:`fits` the parameters and hold only finite values, as rows whose norms are already
+    known. Finiteness is read from each tensor's L2 norm, which the clip needs anyway (one batched reduction, no
+    mask the size of the model): any NaN or Inf makes it non-finite; a finite tensor whose norm overflows (an
+    entry above about 1.8e19 in float32) is refused too, which, like any refusal, only removes a contribution."""
+    fitting = [u for u in updates if fits(u, params)]
+    norms = tensor_norms(fitting, params)
+    finite = torch.isfinite(norms).all(dim=1)
+    usable = [u for u, ok in zip(fitting, finite.tolist(), strict=True) if ok]
+    return UpdateRows(usable, params, norms=global_norms(norms[finite]))
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,7 @@ class StrategyCore:
         public updates are the steps' ``public_updates`` input (the same, maybe no rows) and their mean
         the ``public_mean`` input (None when there is none)."""
         sampled = len(updates) if sampled is None else sampled
-        usable = [u for u in updates if usable_update(u, params)]
-        usable_public = [u for u in public_updates if usable_update(u, params)]
-        rows, public_rows = UpdateRows(usable, params), UpdateRows(usable_public, params)
+        rows, public_rows = usable_rows(updates, params), usable_rows(public_updates, params)
         ctx = RoundContext(
             round=round_index,
             seed=self.seed,
@@ -122,18 +124,18 @@ class StrategyCore:
             sampling_rate=self.expected_cohort / self.population,
             expected_cohort=self.expected_cohort,
             cohort_size=sampled,
-            num_public=len(usable_public),
+            num_public=public_rows.num_rows,
         )
-        public_mean = tree.mean(usable_public) if usable_public else None
+        public_mean = tree.mean(public_rows.rows) if public_rows.num_rows else None
         result = self.aggregator.update(
             rows, state, ctx=ctx, public_mean=public_mean, public_updates=public_rows
         )
         metrics = {
             **result.metrics,
             "cohort_sampled": float(sampled),
-            "cohort_failed": float(sampled - len(usable)),
+            "cohort_failed": float(sampled - rows.num_rows),
         }
         if self.public_cohort:
-            metrics["public_cohort_used"] = float(len(usable_public))
+            metrics["public_cohort_used"] = float(public_rows.num_rows)
         new_params = tree.add(params, result.updates)
         return RoundOutcome(new_params, result.state, metrics, round_event(self.sampling, result.events))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedpub.column_update import ColumnUpdate, RowSum, dense, vector_norm
+from fedpub.column_update import ColumnUpdate, RowSum, dense, vector_norms
 
 
 def _pair() -> tuple[ColumnUpdate, torch.Tensor]:
@@ -21,7 +21,7 @@ def test_dense_norm_sum_and_scaled_add_equal_the_whole_tensors():
     assert torch.equal(dense(sparse), whole) and dense(whole) is whole
     assert sparse.shape == whole.shape and sparse.dtype == whole.dtype and sparse.device == whole.device
     assert float(sparse.sum()) == float(whole.sum())
-    torch.testing.assert_close(vector_norm(sparse), torch.linalg.vector_norm(whole))
+    assert vector_norms([sparse, whole]) == [torch.linalg.vector_norm(whole)] * 2 and vector_norms([]) == []
     total = RowSum(whole)
     for value, alpha in ((sparse, -0.5), (whole, 2.0), (sparse, 0.25)):
         total.add(value, alpha)

@@ -117,13 +117,21 @@ def test_adding_one_user_with_any_update_moves_the_pre_noise_sum_by_at_most_c(sc
 def test_failed_replies_contribute_nothing_and_do_not_change_the_mechanism():
     params = _random_tree(SHAPES, 0)
     good = [_random_tree(SHAPES, s) for s in range(3)]
-    bad = [{k: torch.full_like(v, float("nan")) for k, v in params.items()}, {"w": torch.zeros(6, 4)}]
+    one_inf = {k: v.clone() for k, v in good[0].items()}
+    next(iter(one_inf.values())).view(-1)[-1] = float("inf")
+    bad = [
+        {k: torch.full_like(v, float("nan")) for k, v in params.items()},
+        {"w": torch.zeros(6, 4)},
+        one_inf,
+        {k: v.double() for k, v in good[1].items()},
+    ]
     core = _strategy(1.0, 0.5, PoissonSampling(0.1), 30)
     clean = core.aggregate(params, good, core.init(params), 0)
-    faulty = core.aggregate(params, good + bad, core.init(params), 0)
+    faulty = core.aggregate(params, bad[:2] + good + bad[2:], core.init(params), 0)
     for k in params:
         torch.testing.assert_close(clean.params[k], faulty.params[k])
-    assert faulty.metrics["cohort_failed"] == 2.0 and faulty.event == clean.event
+    assert faulty.metrics["cohort_failed"] == 4.0 and faulty.event == clean.event
+    assert faulty.metrics["clip/norm_max"] == clean.metrics["clip/norm_max"]
 
 
 def test_the_sampling_rate_comes_from_the_population():
