@@ -116,9 +116,8 @@ def tag_features(
         totals = np.bincount(rows, minlength=n)
     cells, counts = np.unique(rows[known] * size + ids[known], return_counts=True)
     x = np.zeros((n, size), dtype=np.float32)
-    x.reshape(-1)[cells] = counts
-    nonzero = totals > 0
-    x[nonzero] /= totals[nonzero, None].astype(np.float32)
+    # only the cells of words present are written (a row with one has a total >= 1), not every row's V entries
+    x.reshape(-1)[cells] = counts.astype(np.float32) / totals[cells // size].astype(np.float32)
     return x
 
 
