@@ -26,7 +26,8 @@ def server_sgd(lr: float, momentum: float = 0.0) -> Step:
 
     def update(updates: Updates, state: dict, *, ctx: RoundContext, **_: Any) -> StepResult:
         if not momentum:
-            return StepResult(tree.scale(updates, lr), state)
+            # lr = 1 (FedAvg) hands the average on as it is: ×1.0 would copy the whole model to change nothing
+            return StepResult(dict(updates) if lr == 1.0 else tree.scale(updates, lr), state)
         velocity = tree.add(tree.scale(state["velocity"], momentum), updates)
         return StepResult(tree.scale(velocity, lr), {"velocity": velocity})
 
