@@ -104,6 +104,11 @@ class DataConfig(_Section):
         "for held-out public users), least recently used dropped first; 0 = read every user from the file each "
         "time it is sampled"
     )
+    prefetch: Literal["auto", "on", "off"] = Field(
+        "auto", description="in-process: read the next round's users into the cache in a background thread while "
+        "the current round trains; auto = on a CUDA device only (on a CPU the reading competes with training for "
+        "the cores and the GIL)"
+    )
 
 
 class ModelConfig(_Section):

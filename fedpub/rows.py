@@ -39,9 +39,9 @@ def tensor_norms(rows: Sequence[Mapping[str, UpdateValue]], like: Params) -> tor
     return torch.stack(norms).double().reshape(len(rows), len(like))
 
 
-def global_norms(tensor_norms: torch.Tensor) -> torch.Tensor:
-    """Each row's global L2 norm from its tensors' norms, ``(rows,)``."""
-    return tensor_norms.pow(2).sum(dim=1).sqrt()
+def global_norms(norms: torch.Tensor) -> torch.Tensor:
+    """Each row's global L2 norm, ``(rows,)``, from its tensors' norms, ``(rows, tensors)``."""
+    return norms.pow(2).sum(dim=1).sqrt()
 
 
 class UpdateRows(Mapping[str, torch.Tensor]):

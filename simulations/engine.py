@@ -5,7 +5,8 @@ user otherwise (:mod:`clients.cohort_training`; no per-client process, no serial
 sample the private cohort (Poisson), train, aggregate privately through the strategy core, stop before
 the privacy budget would be exceeded, compose the round's DP event; the :class:`RunSession` records,
 evaluates and checkpoints. A run directory with a checkpoint and the same resolved config is resumed,
-giving the same final model.
+giving the same final model. With ``data.prefetch`` (on a GPU unless set) the next round's users are read
+into the caches in a background thread while the round trains (:meth:`~fedpub.data.cache.CachedClients.read_ahead`).
 A user whose training raises contributes nothing, as a failed Flower node does: it counts in
 ``cohort_failed``, its error is logged once per round, and the round's noise and DP event stay those
 of the sampled cohort. When every sampled user fails ``stop_after_failed_rounds`` rounds in a row the run
@@ -20,7 +21,8 @@ from typing import Any
 
 from clients.cohort_training import CohortTrainer
 from clients.local_training import ClientFailure, ClientResult
-from fedpub.data.base import FederatedDataset
+from fedpub.data.base import ClientData
+from fedpub.data.cache import CachedClients
 from fedpub.memory import keep_freed_memory
 from fedpub.seeding import torch_generator
 from fedpub.types import Params, Updates
@@ -71,13 +73,14 @@ def run_in_process(
     )
     if log is not None:
         log(trainer.describe())
+    prefetch = cfg.data.prefetch == "on" or (cfg.data.prefetch == "auto" and experiment.device.type == "cuda")
     stopped_by_budget = False
     for t in range(session.rounds_done, cfg.rounds):
         session.start_round()
-        def train_cohort(ids: list[str], data: FederatedDataset, purpose: str) -> list[ClientResult]:
+        def train_cohort(ids: list[str], datas: list[ClientData], purpose: str) -> list[ClientResult]:
             trained = trainer.train(
                 session.params,
-                [data.client_data(cid) for cid in ids],
+                datas,
                 [torch_generator(cfg.seed, t, purpose, cid) for cid in ids],
                 preconditioner=strategy.local_preconditioner(session.state, public=purpose == "public_client"),
                 sparse_updates=purpose == "client",  # the private updates go only to the rows of the clip and sum
@@ -90,10 +93,13 @@ def run_in_process(
 
         before = session.params
         cohort = strategy.sample_cohort(experiment.private_ids, t)
-        results = train_cohort(cohort, experiment.train, "client")
-        public_results = train_cohort(
-            strategy.sample_public_cohort(experiment.public_ids, t), experiment.public_data, "public_client"
-        )
+        public_cohort = strategy.sample_public_cohort(experiment.public_ids, t)
+        private_data = [experiment.train.client_data(cid) for cid in cohort]
+        public_data = [experiment.public_data.client_data(cid) for cid in public_cohort]
+        if prefetch and t + 1 < cfg.rounds:
+            read_ahead(experiment, t + 1)
+        results = train_cohort(cohort, private_data, "client")
+        public_results = train_cohort(public_cohort, public_data, "public_client")
         extra = extra_updates(t) if extra_updates is not None else []
         outcome = strategy.aggregate(
             session.params, [r.update for r in results] + extra, session.state, t,
@@ -109,5 +115,21 @@ def run_in_process(
         if on_round is not None:
             on_round(record)
         # the round's user updates (K × the model) must not stay alive while the next cohort trains
-        del results, public_results, extra, outcome
+        del results, public_results, extra, outcome, private_data, public_data
     return session.finish(stopped_by_budget)
+
+
+def read_ahead(experiment: Experiment, round_index: int) -> None:
+    """Start reading round ``round_index``'s private and public users into their caches in the background (the
+    cohorts depend only on the seed and the round); a cache reading both gets both lists in one batch, after it
+    has finished the last one."""
+    strategy = experiment.strategy
+    batches: dict[int, tuple[CachedClients, list[str]]] = {}
+    for data, ids in (
+        (experiment.train, strategy.sample_cohort(experiment.private_ids, round_index)),
+        (experiment.public_data, strategy.sample_public_cohort(experiment.public_ids, round_index)),
+    ):
+        if isinstance(data, CachedClients):
+            batches.setdefault(id(data), (data, []))[1].extend(ids)
+    for data, ids in batches.values():
+        data.read_ahead(ids)

@@ -6,11 +6,20 @@ clients that reading costs as much as training them (about 1 ms per EMNIST user 
 by holding the whole dataset in memory; this cache keeps as many users as ``data.cache_mb`` allows, so the same
 code runs 340,000-user StackOverflow. The cached :class:`~fedpub.data.base.ClientData` are the reader's own
 tensors, and training only reads them, so a run gives the same model with or without the cache.
+
+:meth:`CachedClients.read_ahead` fills the cache with the next round's users in a background thread while the
+current round trains (issue 7's GPU path: the host thread mostly waits on the device meanwhile). On a CPU the
+reading competes with training for the cores and for Python's GIL: EMNIST CNN training with 200 users' HDF5 reads
+in a thread took 1.07 s, against 0.98 s one after the other, so the engine reads ahead on a GPU only unless
+``data.prefetch`` says otherwise.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from fedpub.data.base import ClientData, FederatedDataset
@@ -22,7 +31,8 @@ def _nbytes(data: ClientData) -> int:
 
 class CachedClients:
     """``dataset`` with its last-read clients kept until they hold more than ``max_bytes`` (0: keep none).
-    Anything else is asked of ``dataset``. Pickling drops the cached clients (a Ray worker starts empty)."""
+    Anything else is asked of ``dataset``. Pickling drops the cached clients (a Ray worker starts empty).
+    Reading from two threads at once is safe when ``dataset``'s reads are (HDF5 and SQLite readers are)."""
 
     def __init__(self, dataset: FederatedDataset, max_bytes: int) -> None:
         if max_bytes < 0:
@@ -33,31 +43,60 @@ class CachedClients:
         self.num_classes: int = dataset.num_classes
         self._clients: OrderedDict[str, ClientData] = OrderedDict()
         self._bytes = 0
+        self._lock = threading.Lock()
+        self._reader: ThreadPoolExecutor | None = None
+        self._reading: Future[None] | None = None
 
     @property
     def cached_bytes(self) -> int:
         return self._bytes
 
     def client_data(self, client_id: str) -> ClientData:
-        data = self._clients.get(client_id)
-        if data is not None:
-            self._clients.move_to_end(client_id)
-            return data
-        data = self.dataset.client_data(client_id)
+        with self._lock:
+            data = self._clients.get(client_id)
+            if data is not None:
+                self._clients.move_to_end(client_id)
+                return data
+        data = self.dataset.client_data(client_id)  # outside the lock: the other thread may read meanwhile
         size = _nbytes(data)
-        if size <= self.max_bytes:
-            self._clients[client_id] = data
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, evicted = self._clients.popitem(last=False)
-                self._bytes -= _nbytes(evicted)
+        with self._lock:
+            if size <= self.max_bytes and client_id not in self._clients:
+                self._clients[client_id] = data
+                self._bytes += size
+                while self._bytes > self.max_bytes:
+                    _, evicted = self._clients.popitem(last=False)
+                    self._bytes -= _nbytes(evicted)
         return data
+
+    def read_ahead(self, client_ids: Sequence[str]) -> None:
+        """Read ``client_ids`` into the cache in a background thread (after the last :meth:`read_ahead` ends), and
+        return at once. A user whose reading fails is left out: reading it in its round raises the error there,
+        for that user only. Nothing is read ahead without room in the cache (``max_bytes`` 0)."""
+        if self.max_bytes == 0:
+            return
+        self.wait()
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedpub-read-ahead")
+        self._reading = self._reader.submit(self._read_quietly, list(client_ids))
+
+    def wait(self) -> None:
+        """Return when the last :meth:`read_ahead` has ended."""
+        if self._reading is not None:
+            self._reading.result()
+            self._reading = None
+
+    def _read_quietly(self, client_ids: list[str]) -> None:
+        for client_id in client_ids:
+            try:
+                self.client_data(client_id)
+            except Exception:  # noqa: BLE001, S112 (the round's own read of this user raises it again)
+                continue
 
     def num_examples(self, client_id: str) -> int:
         return self.dataset.num_examples(client_id)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "_clients"):
+        if name.startswith("__") or name in ("dataset", "_clients", "_lock", "_reader", "_reading"):
             raise AttributeError(name)  # while unpickling, before __dict__ is filled
         return getattr(self.dataset, name)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import threading
 
 import pytest
 import torch
@@ -112,3 +113,59 @@ def test_a_run_trains_the_same_model_with_and_without_the_cache(tiny_emnist_dir,
         if cache_mb:
             assert experiment.train.cached_bytes > 0
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
+
+
+class _ThreadRecordingUsers(_EqualUsers):
+    """Equal users recording which thread read each; user "bad" cannot be read."""
+
+    client_ids = ["a", "b", "c", "bad"]
+
+    def __init__(self):
+        super().__init__()
+        self.threads = []
+
+    def client_data(self, client_id: str) -> ClientData:
+        self.threads.append(threading.current_thread().name)
+        if client_id == "bad":
+            raise OSError("unreadable user bad")
+        return super().client_data(client_id)
+
+
+def test_read_ahead_fills_the_cache_in_a_background_thread_and_leaves_a_failing_user_to_its_round():
+    users = _ThreadRecordingUsers()
+    cached = CachedClients(users, 2**20)
+    cached.read_ahead(["a", "bad", "b"])
+    cached.wait()
+    assert users.reads == ["a", "b"] and all(name.startswith("fedpub-read-ahead") for name in users.threads)
+    assert cached.client_data("a").x[0, 0] == ord("a") and users.reads == ["a", "b"]  # a cache hit
+    with pytest.raises(OSError, match="unreadable user bad"):
+        cached.client_data("bad")  # the round's own read raises
+    assert users.threads[-1] == threading.current_thread().name
+    nothing_kept = CachedClients(users, 0)
+    nothing_kept.read_ahead(["c"])
+    nothing_kept.wait()
+    assert "c" not in users.reads  # without room in the cache, reading ahead would be wasted
+
+
+def test_a_run_reading_ahead_trains_the_same_model_and_reads_its_users_in_the_background(tiny_emnist_dir, tmp_path):
+    models, background = [], []
+    for prefetch in ("off", "on"):
+        cfg = tiny_config(tiny_emnist_dir, tmp_path / prefetch, rounds=4, data={"prefetch": prefetch})
+        experiment = build_experiment(cfg)
+        recorder = _ThreadNames(experiment.train.dataset)
+        experiment.train.dataset = recorder
+        models.append(run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name)).params)
+        background.append(sum(name.startswith("fedpub-read-ahead") for name in recorder.threads))
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
+    assert background[0] == 0 and background[1] > 0
+
+
+class _ThreadNames:
+    """A dataset recording the thread of every read."""
+
+    def __init__(self, dataset):
+        self.dataset, self.threads = dataset, []
+
+    def client_data(self, client_id: str) -> ClientData:
+        self.threads.append(threading.current_thread().name)
+        return self.dataset.client_data(client_id)
