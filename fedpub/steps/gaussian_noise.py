@@ -5,7 +5,8 @@ adds N(0, (z·C)²) to that sum, which on the mean Σ/m is noise of std z·C/m. 
 ``clip_norm`` input (the clip step's output), z from the optional ``noise_multiplier`` input (a schedule
 step's output) or else the factory's value, and emits ``GaussianDpEvent(z)``. Its randomness
 comes from a torch generator whose state is the step's state, so a seed reproduces the noise on
-any backend and a checkpoint resumes it exactly.
+any backend and a checkpoint resumes it exactly. Noise for a model on a GPU is drawn there, from a generator of
+that device seeded by the step's generator (:func:`standard_normal`), not on the host and copied over.
 """
 
 from __future__ import annotations
@@ -24,6 +25,21 @@ from fedpub.types import Params, RoundContext, StepResult, Updates
 def _check_noise_multiplier(z: float) -> None:
     if not (z >= 0 and math.isfinite(z)):
         raise ValueError(f"noise_multiplier must be a finite number >= 0, got {z}")
+
+
+def standard_normal(
+    shape: torch.Size, dtype: torch.dtype, device: torch.device, generator: torch.Generator
+) -> torch.Tensor:
+    """N(0, 1) draws of ``shape`` made on ``device``: on the CPU from ``generator`` (a CPU generator) itself; on
+    another device from a generator of that device seeded by one 63-bit draw of ``generator`` (a device
+    generator's state is not a CPU generator's), so the same seed gives the same noise on the same kind of
+    device."""
+    if device.type == "cpu":
+        # normal_(generator=...) draws exactly what torch.normal with that generator draws, in half the time
+        return torch.empty(shape, dtype=dtype).normal_(generator=generator)
+    seed = int(torch.randint(2**63 - 1, (1,), generator=generator))
+    on_device = torch.Generator(device=device).manual_seed(seed)
+    return torch.empty(shape, dtype=dtype, device=device).normal_(generator=on_device)
 
 
 def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
@@ -54,9 +70,7 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         gen.set_state(state["rng"])
         noisy = {}
         for name, value in updates.items():
-            # normal_(generator=gen) draws exactly what torch.normal with generator=gen draws, in half the time
-            noise = torch.empty(value.shape, dtype=value.dtype).normal_(generator=gen)
-            noisy[name] = noise.to(value.device).mul_(std_on_mean).add_(value)
+            noisy[name] = standard_normal(value.shape, value.dtype, value.device, gen).mul_(std_on_mean).add_(value)
         metrics = {"noise_multiplier": z, "noise_std": std_on_mean}
         event = dp_accounting.GaussianDpEvent(z)
         return StepResult(noisy, {"rng": gen.get_state()}, metrics, (event,))

@@ -76,3 +76,16 @@ def test_noise_with_unbounded_sensitivity_is_refused(params, ctx):
     step = gaussian_noise(1.0, seed=1)
     with pytest.raises(ValueError, match="finite clip_norm"):
         step.update(params, step.init(params), ctx=ctx, clip_norm=float("inf"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_noise_for_a_model_on_the_gpu_is_drawn_there_with_the_measured_std_and_reproduced_by_the_seed():
+    z, c, m = 1.7, 0.8, 25.0
+    params = {"w": torch.zeros(400_000, device="cuda")}
+    ctx = RoundContext(round=0, seed=0, population=250, sampling_rate=0.1, expected_cohort=m, cohort_size=23)
+    step = gaussian_noise(z, seed=3)
+    first = step.update(params, step.init(params), ctx=ctx, clip_norm=c)
+    again = step.update(params, step.init(params), ctx=ctx, clip_norm=c)
+    noise = first.updates["w"]
+    assert noise.device.type == "cuda" and torch.equal(noise, again.updates["w"])
+    assert abs(noise.double().std().item() / (z * c / m) - 1) < 0.01
