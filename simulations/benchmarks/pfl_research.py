@@ -108,11 +108,8 @@ def main() -> None:
             return False, Metrics()
 
     task = torch.load(sys.argv[1], weights_only=False)
-    # pfl 0.6 takes no generator: its dataset and algorithm draw their RandomState seeds from numpy's global
-    # generator when built, and its noise from torch's; seeding both globals is the only way to repeat its run
-    np.random.seed(task["seed"])
-    torch.manual_seed(task["seed"])
-    cohort_rng = np.random.default_rng(task["seed"])  # the cohorts: uniform with replacement, as pfl's "random"
+    seeds = np.random.default_rng(task["seed"])
+    cohort_rng = np.random.default_rng(seeds.integers(2**32))  # cohorts: uniform with replacement (pfl's "random")
     net = build_model(task["model"], task["num_classes"])
     net.load_state_dict(task["initial_params"])
     module = Module(net, get_task(task["task"]).loss)
@@ -123,9 +120,15 @@ def main() -> None:
                                   lambda: int(cohort_rng.integers(len(users))))
     dp = GaussianMechanism(clipping_bound=task["clip_norm"], relative_noise_stddev=task["noise_multiplier"])
     backend = SimulatedBackend(population, population, postprocessors=[CentrallyAppliedPrivacyMechanism(dp)])
+    algorithm = FederatedAveraging()
+    # pfl 0.6 takes no generator: its dataset and its algorithm each build a RandomState from numpy's global one,
+    # and every seed pfl uses afterwards (users' local seeds, the noise's) is drawn from those two; replacing them
+    # with seeded ones repeats the run without seeding a global generator
+    population._random_state = np.random.RandomState(seeds.integers(2**32))
+    algorithm._random_state = np.random.RandomState(seeds.integers(2**32))
     rounds, cohort, local = task["rounds"], task["cohort"], task["local"]
     timer = RoundTimer()
-    FederatedAveraging().run(
+    algorithm.run(
         NNAlgorithmParams(central_num_iterations=rounds, evaluation_frequency=rounds + 1,
                           train_cohort_size=cohort, val_cohort_size=0),
         backend, model,
