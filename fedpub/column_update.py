@@ -46,10 +46,6 @@ class ColumnUpdate:
     def device(self) -> torch.device:
         return self.values.device
 
-    def sum(self) -> torch.Tensor:
-        """The sum of all entries (the zeros add nothing)."""
-        return self.values.sum()
-
     def to_dense(self) -> torch.Tensor:
         dense = self.values.new_zeros(self.shape)
         dense.movedim(-1, 0).index_copy_(0, self.columns, self.values)

@@ -20,7 +20,6 @@ def test_dense_norm_sum_and_scaled_add_equal_the_whole_tensors():
     sparse, whole = _pair()
     assert torch.equal(dense(sparse), whole) and dense(whole) is whole
     assert sparse.shape == whole.shape and sparse.dtype == whole.dtype and sparse.device == whole.device
-    assert float(sparse.sum()) == float(whole.sum())
     assert vector_norms([sparse, whole]) == [torch.linalg.vector_norm(whole)] * 2 and vector_norms([]) == []
     total = RowSum(whole)
     for value, alpha in ((sparse, -0.5), (whole, 2.0), (sparse, 0.25)):
