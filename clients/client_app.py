@@ -1,8 +1,11 @@
-"""The Flower ``ClientApp``: one node = one user. It loads the user's data named by the node
-config, runs the shared local-training function and replies with the update and metrics.
+"""The Flower ``ClientApp``: one node = one user, private or public. It loads the user's data named by the node
+config, runs the shared local-training function and replies with the update and metrics (the message protocol
+is :mod:`fedpub.protocol`).
 
-Which user a node holds: ``node_config["client-id"]`` if given, else the ``partition-id``-th
-client id of the training file (TFF's sorted order), which is what Flower simulation sets.
+Which user a node holds: ``node_config["client-id"]`` if given, else the ``partition-id``-th of the
+experiment's node users (the training file's client ids in TFF's sorted order, then StackOverflow's held-out
+public users when they are the public pool), which is what Flower simulation sets. A public user trains with
+the generator and preconditioner the in-process engine gives public users, so both backends agree.
 The experiment config is bound into the app (simulation) or read from the run config key
 ``config`` (a YAML path; empty = the bundled quick-start) under ``flwr run``. Each process keeps
 one resident model and its datasets open, keyed by the config.
@@ -15,16 +18,17 @@ from functools import lru_cache
 
 import torch
 import yaml
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from clients import flower_protocol
 from clients.local_training import ClientResult, LocalTrainingConfig, train_client
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
-from fedpub.data.base import FederatedDataset
+from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.models import build_model
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
-from fedpub.types import Params
+from fedpub.types import Params, Updates
 from simulations.configs import quickstart_config_path
 from simulations.experiment import load_data, resolve_device
 
@@ -35,10 +39,22 @@ class ClientRuntime:
 
     config: ExperimentConfig
     train: FederatedDataset
+    public: FederatedDataset
+    """The public users' data: ``train`` itself, or StackOverflow's held-out split."""
     model: torch.nn.Module
     local_training: LocalTrainingConfig
     task: Task
     public_ids: frozenset[str]
+
+    @property
+    def node_users(self) -> list[str]:
+        """The users ``partition-id`` counts through: the training file's, then held-out public users."""
+        extra = [] if self.public is self.train else list(self.public.client_ids)
+        return list(self.train.client_ids) + extra
+
+    def client_data(self, client_id: str) -> ClientData:
+        data = self.public if (client_id in self.public_ids and self.public is not self.train) else self.train
+        return data.client_data(client_id)
 
 
 @lru_cache(maxsize=4)
@@ -47,8 +63,8 @@ def _runtime_for(resolved_config: str) -> ClientRuntime:
     data = load_data(config)
     model = build_model(config.model.name, data.train.num_classes).to(resolve_device(config.device))
     return ClientRuntime(
-        config, data.train, model, LocalTrainingConfig(**config.client.local_training_fields()), get_task(config.task),
-        frozenset(data.public_ids),
+        config, data.train, data.public, model, LocalTrainingConfig(**config.client.local_training_fields()),
+        get_task(config.task), frozenset(data.public_ids),
     )
 
 
@@ -62,45 +78,44 @@ def runtime(config: ExperimentConfig) -> ClientRuntime:
     return _runtime_for(dump_config(config))
 
 
-def node_client_id(context: Context, train: FederatedDataset) -> str:
+def node_client_id(context: Context, rt: ClientRuntime) -> str:
     node_config = context.node_config
     if "client-id" in node_config:
         return str(node_config["client-id"])
-    return train.client_ids[int(node_config["partition-id"])]
+    return rt.node_users[int(node_config["partition-id"])]
 
 
 def query_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
     """Tell the server which user this node holds and whether that user opted out of privacy."""
     rt = runtime(config)
-    cid = node_client_id(context, rt.train)
-    info = ConfigRecord({"client-id": cid, "is-public": cid in rt.public_ids})
-    return Message(RecordDict({"info": info}), reply_to=msg)
+    cid = node_client_id(context, rt)
+    return flower_protocol.query_reply(msg, client_id=cid, public=cid in rt.public_ids)
 
 
-def train_user(rt: ClientRuntime, client_id: str, params: Params, round_index: int) -> ClientResult:
-    """Train ``client_id`` from ``params`` with the generator every backend gives (seed, round, user)."""
+def train_user(
+    rt: ClientRuntime, client_id: str, params: Params, round_index: int, *, preconditioner: Updates | None = None
+) -> ClientResult:
+    """Train ``client_id`` from ``params`` with the generator every backend gives it (seed, round, purpose, user:
+    ``public_client`` for a public user, ``client`` for a private one) and the round's local preconditioner."""
+    purpose = "public_client" if client_id in rt.public_ids else "client"
     return train_client(
-        rt.model, params, rt.train.client_data(client_id), rt.local_training,
-        torch_generator(rt.config.seed, round_index, "client", client_id), rt.task,
+        rt.model, params, rt.client_data(client_id), rt.local_training,
+        torch_generator(rt.config.seed, round_index, purpose, client_id), rt.task, preconditioner=preconditioner,
     )
 
 
 def train_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
-    """Train this node's user from the received global model; reply with Δ and metrics."""
+    """Train this node's user from the received global model (with the preconditioner, when the message carries
+    one); reply with Δ and metrics."""
     rt = runtime(config)
-    cid = node_client_id(context, rt.train)
-    round_index = int(msg.content["config"]["round"])
-    params = dict(msg.content["arrays"].to_torch_state_dict())
-    result = train_user(rt, cid, params, round_index)
-    metrics = MetricRecord({**result.metrics, "num-examples": result.num_examples})
-    content = RecordDict(
-        {
-            "update": ArrayRecord(torch_state_dict=result.update),
-            "metrics": metrics,
-            "client": ConfigRecord({"client-id": cid}),
-        }
+    cid = node_client_id(context, rt)
+    task = flower_protocol.read_train(msg)
+    if task.client_id != cid:
+        raise ValueError(f"the server asked for user {task.client_id}, but this node holds {cid}")
+    result = train_user(rt, cid, task.params, task.round, preconditioner=task.preconditioner)
+    return flower_protocol.update_reply(
+        msg, dict(result.update), result.num_examples, result.metrics, preconditioned=task.preconditioner is not None
     )
-    return Message(content, reply_to=msg)
 
 
 def make_client_app(config: ExperimentConfig | None = None) -> ClientApp:

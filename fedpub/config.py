@@ -362,6 +362,11 @@ class FlowerConfig(_Section):
     ray_num_cpus: int | None = Field(None, ge=1, description="CPUs given to Ray; null = all")
     node_wait_timeout: float = Field(120.0, gt=0, description="seconds to wait for the expected nodes")
     round_timeout: float = Field(3600.0, gt=0, description="seconds to wait for a round's replies")
+    public_users: Literal["server", "nodes"] = Field(
+        "server",
+        description="where a recipe's public users train: `server`, a pool the ServerApp holds and trains itself; "
+        "`nodes`, their own SuperNodes that declare themselves public (sent TRAIN messages like the private cohort)",
+    )
 
 
 class ExperimentConfig(_Section):

@@ -586,6 +586,8 @@ class LocalDeployment:
     cwd: Path = field(default_factory=Path.cwd)
     database: Path | None = None
     """The SuperLink's SQLite state file (``--database``); None: in memory, lost when it dies."""
+    node_configs: Sequence[str] | None = None
+    """One ``--node-config`` per SuperNode (e.g. ``client-id="f0000_00"``); None: node i holds ``partition-id=i``."""
     registry: ProcessRegistry = field(default_factory=ProcessRegistry)
     superlink: ManagedProcess | None = None
     supernodes: list[ManagedProcess] = field(default_factory=list)
@@ -618,7 +620,8 @@ class LocalDeployment:
             register_supernode(key.public, env=self.cli_env)
         self.supernodes = start_supernodes(
             self.registry, self.num_nodes, superlink=self.address, work_dir=self.work_dir, env=self.cli_env,
-            ports=node_ports, root_certificates=self.tls_files.ca_cert if self.tls_files else None,
+            ports=node_ports, node_configs=self.node_configs,
+            root_certificates=self.tls_files.ca_cert if self.tls_files else None,
             auth_keys=[k.private for k in self.node_keys] if self.node_keys else None, cwd=self.cwd,
         )
         return self

@@ -1,10 +1,10 @@
 """The in-process engine: the round loop of DESIGN.md §3 in one process.
 
 One resident model trains the whole sampled cohort, vectorised when the model allows it and user by
-user otherwise (:mod:`clients.cohort_training`; no per-client process, no serialisation). Each round:
-sample the private cohort (Poisson), train, aggregate privately through the strategy core, stop before
-the privacy budget would be exceeded, compose the round's DP event; the :class:`RunSession` records,
-evaluates and checkpoints. A run directory with a checkpoint and the same resolved config is resumed,
+user otherwise (:mod:`clients.cohort_training`; no per-client process, no serialisation). Each round the
+session's :class:`~fedpub.round_driver.RoundDriver` plans the cohorts and payloads, the engine trains them,
+and the driver aggregates, prices the round's actual event against the budget and composes it; the
+:class:`RunSession` records, evaluates and checkpoints. A run directory with a checkpoint and the same resolved config is resumed,
 giving the same final model. With ``data.prefetch`` (on a GPU unless set) the next round's users are read
 into the caches in a background thread while the round trains (:meth:`~fedpub.data.cache.CachedClients.read_ahead`).
 A user whose training raises contributes nothing, as a failed Flower node does: it counts in
@@ -15,36 +15,20 @@ stops (:class:`CohortsKeepFailing`), checkpointed.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from clients.cohort_training import CohortTrainer
-from clients.local_training import ClientFailure, ClientResult
-from fedpub.data.base import ClientData
+from clients.round_training import train_users
 from fedpub.data.cache import CachedClients
 from fedpub.memory import keep_freed_memory
-from fedpub.seeding import torch_generator
+from fedpub.round_driver import CohortsKeepFailing
 from fedpub.types import Params, Updates
 from simulations.experiment import Experiment
 from simulations.run_dir import RunDirectory
-from simulations.session import CohortsKeepFailing, RunDirectoryError, RunResult, RunSession
+from simulations.session import RunDirectoryError, RunResult, RunSession
 
 __all__ = ["CohortsKeepFailing", "RunDirectoryError", "RunResult", "run_in_process"]
-
-_logger = logging.getLogger(__name__)
-SHOWN_ERRORS = 3
-"""Distinct errors quoted in a round's failure line."""
-
-
-def failure_line(round_index: int, who: str, failures: Sequence[ClientFailure], trained: int) -> str:
-    """One log line for the ``who`` users of a round whose training raised, quoting the distinct errors."""
-    errors = list(dict.fromkeys(f.error for f in failures))
-    more = f"; {len(errors) - SHOWN_ERRORS} other errors" if len(errors) > SHOWN_ERRORS else ""
-    return (
-        f"round {round_index}: {len(failures)} of {trained} {who} users failed and contribute nothing "
-        f"(noise and ε stay those of the sampled cohort): {'; '.join(errors[:SHOWN_ERRORS])}{more}"
-    )
 
 
 def run_in_process(
@@ -59,14 +43,13 @@ def run_in_process(
 ) -> RunResult:
     """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
     saying how cohorts are trained (vectorised, or the per-client loop and why), and one line for each
-    round in which users failed (else those go to the ``simulations.engine`` logger). ``extra_updates(t)``
+    round in which users failed (else those go to the ``clients.round_training`` logger). ``extra_updates(t)``
     (an audit's canary users) join round t's private updates: counted in the sampled cohort, clipped
     and noised like them. ``on_model(t, before, after)`` receives round t's global model before and after
     the round, once the round is recorded (an audit's per-round canary statistics)."""
     keep_freed_memory()  # each round's update buffers are reused by the next, not page-faulted in again
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
-    strategy = experiment.strategy
     trainer = CohortTrainer(
         session.model, experiment.local_training, experiment.task, vectorise=cfg.client.vectorise,
         min_users=cfg.client.vectorise_min_users,
@@ -74,49 +57,32 @@ def run_in_process(
     if log is not None:
         log(trainer.describe())
     prefetch = cfg.data.prefetch == "on" or (cfg.data.prefetch == "auto" and experiment.device.type == "cuda")
-    stopped_by_budget = False
+    driver = session.driver
     for t in range(session.rounds_done, cfg.rounds):
         session.start_round()
-        def train_cohort(ids: list[str], datas: list[ClientData], purpose: str) -> list[ClientResult]:
-            trained = trainer.train(
-                session.params,
-                datas,
-                [torch_generator(cfg.seed, t, purpose, cid) for cid in ids],
-                preconditioner=strategy.local_preconditioner(session.state, public=purpose == "public_client"),
-                sparse_updates=purpose == "client",  # the private updates go only to the rows of the clip and sum
-            )
-            failures = [r for r in trained if isinstance(r, ClientFailure)]
-            if failures:
-                who = "public" if purpose == "public_client" else "private"
-                (log or _logger.warning)(failure_line(t, who, failures, len(trained)))
-            return [r for r in trained if isinstance(r, ClientResult)]
-
-        before = session.params
-        cohort = strategy.sample_cohort(experiment.private_ids, t)
-        public_cohort = strategy.sample_public_cohort(experiment.public_ids, t)
-        private_data = [experiment.train.client_data(cid) for cid in cohort]
-        public_data = [experiment.public_data.client_data(cid) for cid in public_cohort]
+        plan = driver.plan(t, session.state)
+        private_data = [experiment.train.client_data(cid) for cid in plan.private_cohort]
+        public_data = [experiment.public_data.client_data(cid) for cid in plan.public_cohort]
         if prefetch and t + 1 < cfg.rounds:
             read_ahead(experiment, t + 1)
-        results = train_cohort(cohort, private_data, "client")
-        public_results = train_cohort(public_cohort, public_data, "public_client")
-        extra = extra_updates(t) if extra_updates is not None else []
-        outcome = strategy.aggregate(
-            session.params, [r.update for r in results] + extra, session.state, t,
-            sampled=len(cohort) + len(extra), public_updates=[r.update for r in public_results],
+        before = session.params
+        private = train_users(trainer, cfg.seed, plan, private_data, session.params, public=False, log=log)
+        public = train_users(trainer, cfg.seed, plan, public_data, session.params, public=True, log=log)
+        outcome = driver.finish(
+            plan, session.params, session.state, {cid: r.update for cid, r in private.items()},
+            {cid: r.update for cid, r in public.items()}, extra=extra_updates(t) if extra_updates else (),
         )
-        if session.exceeds_budget(outcome.event):
-            stopped_by_budget = True  # the round's output is discarded, never released
-            break
-        session.accountant.compose(outcome.event)
+        if outcome is None:
+            break  # the round would exceed the budget: its output is discarded, never released
+        results = list(private.values())
         record = session.record(t, outcome, [r.metrics for r in results], sum(r.num_examples for r in results))
         if on_model is not None:
             on_model(t, before, session.params)
         if on_round is not None:
             on_round(record)
         # the round's user updates (K × the model) must not stay alive while the next cohort trains
-        del results, public_results, extra, outcome, private_data, public_data
-    return session.finish(stopped_by_budget)
+        del private, public, results, outcome, private_data, public_data
+    return session.finish()
 
 
 def read_ahead(experiment: Experiment, round_index: int) -> None:

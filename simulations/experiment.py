@@ -25,16 +25,14 @@ from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, l
 from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure_synthetic_stackoverflow
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
 from fedpub.models import build_model
-from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
-from fedpub.privacy.errors import PrivacyError
-from fedpub.privacy.events import neighboring_relation, round_event
+from fedpub.privacy.accountant import UserLevelAccountant
+from fedpub.privacy.events import neighboring_relation
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
 from fedpub.types import Updates
-from strategies import adadps, dp_fedavg
-from strategies.compose import boosted_rounds, build_strategy
-from strategies.common import make_sampling, resolve_noise_multiplier
+from strategies import adadps
+from strategies.build import build_private_strategy
 
 
 @dataclass(frozen=True)
@@ -164,77 +162,34 @@ def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updat
     return adadps.token_frequency_side_information(precondition, params, list(counts.values()))
 
 
-def privacy_budget(config: ExperimentConfig) -> float | None:
-    """privacy.budget_epsilon; for a public schedule (PPSGD, which spends until the budget is gone)
-    the target ε when no budget is given."""
-    strategy = config.strategy
-    if config.privacy.budget_epsilon is not None or strategy.public_schedule is None:
-        return config.privacy.budget_epsilon
-    if strategy.target_epsilon is None:
-        raise ValueError(
-            "strategy.public_schedule spends the budget faster as it goes: give strategy.target_epsilon "
-            "or privacy.budget_epsilon"
-        )
-    return strategy.target_epsilon
-
-
 def build_experiment(config: ExperimentConfig) -> Experiment:
     data = load_data(config)
     train, test, private_ids, public_ids = data.train, data.test, data.private_ids, data.public_ids
-    eval_ids = list(test.client_ids)[: config.data.eval_clients]
     strategy_cfg = config.strategy
-    sampling = make_sampling(strategy_cfg.sampling, len(private_ids))
-    boosted = boosted_rounds(strategy_cfg, config.rounds)
-    schedule = strategy_cfg.budget_schedule
-    z = resolve_noise_multiplier(
-        strategy_cfg.noise_multiplier,
-        strategy_cfg.target_epsilon,
-        sampling,
-        config.rounds,
-        config.privacy,
-        boost=schedule,
-    )
-    if strategy_cfg.target_epsilon is not None:
-        z = dp_fedavg.sum_noise_multiplier(strategy_cfg, z)
     device = resolve_device(config.device)
-    strategy = build_strategy(
-        strategy_cfg,
-        sampling=sampling,
-        population=len(private_ids),
-        noise_multiplier=z,
-        seed=config.seed,
-        rounds=config.rounds,
+    built = build_private_strategy(
+        strategy_cfg, config.privacy, population=len(private_ids), rounds=config.rounds, seed=config.seed,
         side_information=side_information(config, train),
     )
-    if strategy.public_cohort and not public_ids:
+    if built.core.public_cohort and not public_ids:
         raise ValueError(
             f"strategy `{strategy_cfg.name}` trains public users, but the data has none: set data.public"
         )
     if (strategy_cfg.warm_start or strategy_cfg.model_reuse) and not public_ids:
         raise ValueError("strategy.warm_start and strategy.model_reuse train on public users: set data.public")
-    first_z = schedule.boosted_z(z) if 0 in boosted else z
-    planned = round_event(sampling, dp_fedavg.mechanism_events(strategy_cfg, first_z))
-    experiment = Experiment(
+    return Experiment(
         config=config,
         train=train,
         test=test,
         private_ids=private_ids,
         public_ids=public_ids,
         public_data=data.public,
-        eval_ids=eval_ids,
-        strategy=strategy,
-        noise_multiplier=z,
-        planned_round_event=planned,
-        budget_epsilon=privacy_budget(config),
+        eval_ids=list(test.client_ids)[: config.data.eval_clients],
+        strategy=built.core,
+        noise_multiplier=built.noise_multiplier,
+        planned_round_event=built.planned_round_event,
+        budget_epsilon=built.budget_epsilon,
         local_training=LocalTrainingConfig(**config.client.local_training_fields()),
         task=get_task(config.task),
         device=device,
     )
-    try:
-        experiment.new_accountant().check_supported(planned)
-    except PrivacyError as error:
-        raise PrivacyError(f"privacy.accountant: {error}") from None
-    if experiment.budget_epsilon is not None:
-        budget = PrivacyBudget(experiment.budget_epsilon, config.privacy.delta)
-        check_first_round(budget, experiment.new_accountant(), planned)
-    return experiment

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fedpub.config import ExperimentConfig, FlowerConfig
+from simulations.experiment import Experiment
 from simulations.session import RunResult
 
 FLOWER_OFFLINE_ENV = {
@@ -34,6 +35,14 @@ def backend_config(flower: FlowerConfig) -> dict[str, Any]:
         "client_resources": {"num_cpus": flower.client_num_cpus, "num_gpus": flower.client_num_gpus},
         "init_args": {"num_cpus": flower.ray_num_cpus or os.cpu_count() or 1},
     }
+
+
+def simulated_nodes(experiment: Experiment) -> int:
+    """How many virtual SuperNodes a simulation of ``experiment`` starts: one per user of the training file (its
+    public users among them), plus one per held-out public user when public users are nodes
+    (``flower.public_users: nodes``); ``partition-id`` counts through them in that order."""
+    heldout = experiment.public_data is not experiment.train and experiment.config.flower.public_users == "nodes"
+    return len(experiment.train.client_ids) + (len(experiment.public_ids) if heldout else 0)
 
 
 def run_flower_simulation(

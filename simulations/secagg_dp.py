@@ -61,7 +61,9 @@ from clients.local_training import model_params
 from fedpub import tree
 from fedpub.atomic import write_json_atomic
 from fedpub.config import ExperimentConfig, load_config, parse_config
+from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import FixedSizeSampling, event_to_dict, round_event
+from fedpub.round_driver import RoundDriver
 from fedpub.steps.clip import clip_factors
 from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.types import Params, RoundContext, Updates
@@ -177,7 +179,7 @@ def masked_train_reply(msg: Message, context: Context, config: ExperimentConfig)
     weight 1 (``num_examples``, so the workflow's weighted mean is the plain mean) and no metrics, since
     anything else in the reply would reach the server unmasked."""
     rt = runtime(config)
-    client_id = node_client_id(context, rt.train)
+    client_id = node_client_id(context, rt)
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     asked = str(fitins.config["client-id"])
     if asked != client_id:
@@ -259,11 +261,22 @@ class SecAggDpStrategy(Strategy):
         self.noise = gaussian_noise(experiment.noise_multiplier, config.seed)
         self.server_opt = server_optimizer(config.strategy.server_optimizer)
         self.noise_state, self.opt_state = self.noise.init(self.params), self.server_opt.init(self.params)
-        self.accountant = experiment.new_accountant()
+        self.driver = RoundDriver(
+            self.core, experiment.new_accountant(), private_ids=experiment.private_ids, delta=config.privacy.delta,
+            budget_epsilon=experiment.budget_epsilon, stop_after_failed_rounds=config.stop_after_failed_rounds,
+        )
+        """Plans the cohorts and holds the one budget rule and the accountant (the SecAgg+ sum is aggregated here)."""
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
         self.records: list[dict[str, Any]] = []
-        self.stopped_by_budget = False
         self._cohort: list[str] = []
+
+    @property
+    def accountant(self) -> UserLevelAccountant:
+        return self.driver.accountant
+
+    @property
+    def stopped_by_budget(self) -> bool:
+        return self.driver.stopped_by_budget
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
         return to_parameters(self.params)
@@ -272,14 +285,9 @@ class SecAggDpStrategy(Strategy):
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
         t = server_round - 1
-        budget, delta = self.experiment.budget_epsilon, self.experiment.config.privacy.delta
-        if self.stopped_by_budget or (
-            budget is not None and self.accountant.epsilon_if(self.experiment.planned_round_event, delta) > budget
-        ):
-            self.stopped_by_budget = True
-            log(WARNING, "fedpub: round %d would exceed ε = %g; no more rounds", t, budget)
+        if self.stopped_by_budget:
             return []
-        self._cohort = self.core.sample_cohort(self.experiment.private_ids, t)
+        self._cohort = list(self.driver.plan(t, None).private_cohort)
         proxies = {proxy.node_id: proxy for proxy in client_manager.all().values()}
         missing = [cid for cid in self._cohort if self.node_of[cid] not in proxies]
         if missing:
@@ -303,11 +311,14 @@ class SecAggDpStrategy(Strategy):
         mean = tensors_from_parameters(results[0][1].parameters, self.params)
         secure_sum = {k: v.double() * survivors for k, v in mean.items()}
         outcome = self.release(t, secure_sum, survivors)
+        if outcome is None:
+            return None, {}
         return to_parameters(outcome.params), {"epsilon": outcome.epsilon, "noise_std": outcome.noise_std}
 
-    def release(self, t: int, secure_sum: dict[str, torch.Tensor], survivors: int) -> SecAggRound:
+    def release(self, t: int, secure_sum: dict[str, torch.Tensor], survivors: int) -> SecAggRound | None:
         """Σ/m + N(0, (z·C/m)²) (fedpub's noise step, which emits the round's Gaussian), then the server
-        optimizer step; the round's event is composed into the accountant."""
+        optimizer step; the round driver prices the round's event against the budget and composes it (None, and
+        nothing released, when the budget stops the run)."""
         m = self.core.expected_cohort
         ctx = RoundContext(
             round=t, seed=self.core.seed, population=self.core.population,
@@ -317,11 +328,14 @@ class SecAggDpStrategy(Strategy):
         noised = self.noise.update(
             mean, self.noise_state, ctx=ctx, clip_norm=self.experiment.config.strategy.clip_norm
         )
+        event = round_event(self.core.sampling, noised.events)
+        if not self.driver.release(event, {"cohort_sampled": len(self._cohort),
+                                           "cohort_failed": len(self._cohort) - survivors}):
+            log(WARNING, "fedpub: round %d would exceed ε = %g; no more rounds", t, self.driver.budget_epsilon)
+            return None
         stepped = self.server_opt.update(noised.updates, self.opt_state, ctx=ctx)
         self.noise_state, self.opt_state = noised.state, stepped.state
         self.params = tree.add(self.params, stepped.updates)
-        event = round_event(self.core.sampling, noised.events)
-        self.accountant.compose(event)
         epsilon = self.accountant.epsilon(self.experiment.config.privacy.delta)
         metrics = {k: float(noised.metrics[k]) for k in ("noise_multiplier", "noise_std")}
         config = self.experiment.config
@@ -370,8 +384,11 @@ def make_server_app(
         if not isinstance(sampling, FixedSizeSampling):
             raise TypeError(f"expected fixed-size sampling, got {sampling!r}")
         quantisation = quantisation_for(config.strategy.clip_norm, sampling.cohort_size)
-        node_of, _ = discover_nodes(grid, experiment.private_ids, config.flower.node_wait_timeout)
-        strategy = SecAggDpStrategy(experiment, node_of, on_round)
+        nodes = discover_nodes(
+            grid, population=len(experiment.private_ids), private_ids=experiment.private_ids,
+            node_wait_timeout=config.flower.node_wait_timeout,
+        )
+        strategy = SecAggDpStrategy(experiment, nodes.private, on_round)
         workflow = DefaultWorkflow(
             fit_workflow=SecAggPlusWorkflow(
                 num_shares=secagg.num_shares,

@@ -1,8 +1,10 @@
 """The Flower ``ServerApp``: builds the experiment, restores or starts its run directory and runs
 fedpub's strategy over the connected nodes, writing results exactly as the in-process engine does.
 
-Under ``flwr run`` the experiment is the YAML named by the run config key ``config`` (the bundled
-quick-start when empty); the simulation runner binds a config directly.
+Every recipe runs here: the round driver is the session's (the same sampling, public schedule, budget rule and
+ledger as in-process); the public users train in a pool the server holds (``flower.public_users: server``, the
+default) or on their own nodes (``nodes``). Under ``flwr run`` the experiment is the YAML named by the run config
+key ``config`` (the bundled quick-start when empty); the simulation runner binds a config directly.
 """
 
 from __future__ import annotations
@@ -13,11 +15,26 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from clients.cohort_training import CohortTrainer
+from clients.round_training import ServerPublicPool
 from fedpub.config import ExperimentConfig
-from simulations.experiment import build_experiment
+from simulations.experiment import Experiment, build_experiment
 from simulations.run_dir import RunDirectory
 from simulations.session import RunResult, RunSession
 from strategies.flower import FedpubStrategy, to_array_record
+
+
+def server_public_pool(experiment: Experiment, session: RunSession) -> ServerPublicPool | None:
+    """The public users the ServerApp trains itself, on the session's resident model (None when the recipe trains
+    none each round, or they are nodes)."""
+    cfg = experiment.config
+    if not experiment.strategy.public_cohort or cfg.flower.public_users != "server":
+        return None
+    trainer = CohortTrainer(
+        session.model, experiment.local_training, experiment.task, vectorise=cfg.client.vectorise,
+        min_users=cfg.client.vectorise_min_users,
+    )
+    return ServerPublicPool(trainer, experiment.public_data, experiment.public_ids, cfg.seed)
 
 
 def run_on_grid(
@@ -29,20 +46,6 @@ def run_on_grid(
 ) -> RunResult:
     """Run (or resume) ``config`` over the nodes of ``grid``; results go to the run directory."""
     experiment = build_experiment(config)
-    in_process_only = [
-        what
-        for what, used in (
-            ("trains public users each round", experiment.strategy.public_cohort),
-            ("preconditions the clients' local steps", experiment.strategy.client_preconditioner),
-            ("varies the noise by round (budget_schedule)", config.strategy.budget_schedule),
-        )
-        if used
-    ]
-    if in_process_only:
-        raise ValueError(
-            f"strategy `{experiment.strategy.name}` {' and '.join(in_process_only)}, which the Flower backends "
-            "do not do yet: run it in-process (fedpub run CONFIG)"
-        )
     session = RunSession(
         experiment, RunDirectory(config.output_dir / config.name), fresh=fresh, checkpoint_each_round=True
     )
@@ -54,18 +57,14 @@ def run_on_grid(
             on_round(record)
 
     strategy = FedpubStrategy(
-        experiment.strategy,
-        session.accountant,
+        session.driver,
         state=session.state,
-        private_ids=experiment.private_ids,
-        planned_round_event=experiment.planned_round_event,
-        delta=config.privacy.delta,
-        budget_epsilon=experiment.budget_epsilon,
+        public_pool=server_public_pool(experiment, session),
+        public_nodes=config.flower.public_users == "nodes" and bool(experiment.strategy.public_cohort),
         first_round=session.rounds_done,
         node_wait_timeout=config.flower.node_wait_timeout,
         on_round=record_round,
     )
-
     session.start_round()
     strategy.start(
         grid,
@@ -73,7 +72,7 @@ def run_on_grid(
         num_rounds=config.rounds - session.rounds_done,
         timeout=config.flower.round_timeout,
     )  # no evaluate_fn: the session evaluates centrally when it records a round
-    return session.finish(strategy.stopped_by_budget)
+    return session.finish()
 
 
 def make_server_app(

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import dp_accounting
 import torch
 
 from clients.local_training import model_params
 from fedpub.config import PublicTrainingConfig, dump_config
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.ledger import write_ledger
+from fedpub.round_driver import RoundDriver
 from fedpub.strategy import RoundOutcome
 from fedpub.types import Params
 from simulations.evaluation import EvaluationSet, evaluate
@@ -32,10 +32,6 @@ from simulations.run_dir import RunDirectory
 
 class RunDirectoryError(RuntimeError):
     """The run directory holds a different experiment; choose another name or start fresh."""
-
-
-class CohortsKeepFailing(RuntimeError):
-    """Every sampled user failed in ``stop_after_failed_rounds`` rounds in a row: the run stopped, checkpointed."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +75,6 @@ class RunSession:
         self.state = experiment.strategy.init(self.params)
         self.accountant = experiment.new_accountant()
         self.rounds_done = 0
-        self._failed_streak = 0  # rounds in a row in which every sampled user failed
         self.average = init_average()
         self.public_metrics: dict[str, float] = {}
         checkpoint = None if fresh else run_dir.load_checkpoint()
@@ -91,6 +86,12 @@ class RunSession:
             self._unreleased = checkpoint.get("record")
         elif cfg.strategy.warm_start is not None:
             self.params = self._train_on_public(self.params, cfg.strategy.warm_start, "warm_start")
+        self.driver = RoundDriver(
+            experiment.strategy, self.accountant, private_ids=experiment.private_ids,
+            public_ids=experiment.public_ids, delta=cfg.privacy.delta, budget_epsilon=experiment.budget_epsilon,
+            stop_after_failed_rounds=cfg.stop_after_failed_rounds,
+        )
+        """Plans each round and finishes it from the replies: the budget rule and the accountant's composition."""
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
         self.last_eval: dict[str, float] = {}
         self.last_eval_round = -1
@@ -125,11 +126,6 @@ class RunSession:
     def delta(self) -> float:
         return self.experiment.config.privacy.delta
 
-    def exceeds_budget(self, event: dp_accounting.DpEvent) -> bool:
-        """Whether composing ``event`` would take ε past the configured budget."""
-        budget = self.experiment.budget_epsilon
-        return budget is not None and self.accountant.epsilon_if(event, self.delta) > budget
-
     def start_round(self) -> None:
         self._round_started = time.perf_counter()
 
@@ -146,8 +142,12 @@ class RunSession:
         client_metrics: Sequence[Mapping[str, float]],
         examples: int,
     ) -> dict[str, Any]:
-        """Adopt the round's outcome (its event already composed into ``self.accountant``),
-        write its metrics record, evaluate and checkpoint when due; return the record."""
+        """Adopt the round's outcome (finished by :attr:`driver`, its event composed), write its metrics
+        record, evaluate and checkpoint when due; return the record. After a round that makes every sampled user
+        fail ``stop_after_failed_rounds`` times in a row: checkpoint and raise
+        :class:`~fedpub.round_driver.CohortsKeepFailing`
+        (like any crash the stop itself is outside the DP guarantee; the rounds released before it are all in
+        the ledger)."""
         self._start()
         cfg = self.experiment.config
         self.params, self.state, self.rounds_done = outcome.params, outcome.state, round_index + 1
@@ -159,7 +159,7 @@ class RunSession:
         record |= {
             "delta": self.delta,
             **outcome.metrics,
-            **{k: _mean([m[k] for m in client_metrics]) for k in ("train_loss", f"train_{headline}")},
+            **{k: _mean([m[k] for m in client_metrics if k in m]) for k in ("train_loss", f"train_{headline}")},
             "examples": examples,
             **self.public_metrics,
         }
@@ -176,27 +176,12 @@ class RunSession:
             self.run_dir.append_metrics(record)
             if self.rounds_done % cfg.checkpoint_every == 0 or self.rounds_done == cfg.rounds:
                 self.checkpoint()
-        self._stop_if_cohorts_keep_failing(round_index, outcome.metrics)
+        if self.driver.keeps_failing:
+            self.checkpoint()
+            raise self.driver.cohorts_keep_failing(
+                round_index, "checkpointed; fix the cause and run the same config again to resume"
+            )
         return record
-
-    def _stop_if_cohorts_keep_failing(self, round_index: int, metrics: Mapping[str, float]) -> None:
-        """Checkpoint and raise :class:`CohortsKeepFailing` once every sampled user has failed in
-        ``stop_after_failed_rounds`` rounds in a row: a broken client, not chance, and going on would spend the
-        budget on noise. (Like any crash the stop itself is outside the DP guarantee; the rounds released before
-        it are all in the ledger.)"""
-        sampled = metrics.get("cohort_sampled", 0.0)
-        every_user_failed = sampled > 0 and metrics.get("cohort_failed", 0.0) == sampled
-        self._failed_streak = self._failed_streak + 1 if every_user_failed else 0
-        limit = self.experiment.config.stop_after_failed_rounds
-        if limit is None or self._failed_streak < limit:
-            return
-        self.checkpoint()
-        raise CohortsKeepFailing(
-            f"every sampled user failed in rounds {round_index - limit + 1} to {round_index} (the run log quotes "
-            f"their errors): stopped after round {round_index}, checkpointed with ε = "
-            f"{self.accountant.epsilon(self.delta):.4g} spent; fix the cause and run the same config again to "
-            "resume (stop_after_failed_rounds sets how many such rounds stop a run)"
-        )
 
     def _evaluate(self, params: Params | None = None) -> dict[str, float]:
         """Evaluate ``params`` (the global model) and, when configured, the averaged model (``avg_``)."""
@@ -226,7 +211,7 @@ class RunSession:
             }
         )
 
-    def finish(self, stopped_by_budget: bool) -> RunResult:
+    def finish(self) -> RunResult:
         """Final evaluation (if the last round had none), checkpoint, ledger, plot and summary."""
         self._start()
         if self.last_eval_round != self.rounds_done:
@@ -245,8 +230,9 @@ class RunSession:
         records = self.run_dir.read_metrics()
         write_plot(records, self.run_dir.plot_path, self.experiment.task.headline)
         write_summary(
-            self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, stopped_by_budget
+            self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, self.driver.stopped_by_budget
         )
         return RunResult(
-            self.run_dir, released, self.rounds_done, epsilon, self.delta, stopped_by_budget, self.last_eval
+            self.run_dir, released, self.rounds_done, epsilon, self.delta, self.driver.stopped_by_budget,
+            self.last_eval,
         )

@@ -1,31 +1,48 @@
-"""fedpub's one Flower strategy: a Message-API ``Strategy`` that runs any fedpub strategy core.
+"""fedpub's one Flower strategy: a Message-API ``Strategy`` that runs any fedpub recipe over Flower nodes.
 
-It translates ``ArrayRecord`` ⇄ tensors, discovers which nodes hold which user (a QUERY at
-start, because the server cannot read a node's ``node_config``), waits for the expected
-population, samples the private cohort with the core's Poisson rule over the users' ids (so a
-seed picks the same cohort as the in-process engine), and hands the replies to the core. Failed
-or missing replies contribute nothing; the denominator stays the expected cohort. The round's DP
-event is composed into the accountant and ε is in the round's metrics. No maths lives here.
+A transport over the core's :class:`~fedpub.round_driver.RoundDriver` (DESIGN.md §6): it discovers which node
+holds which user (a QUERY at start, since the server cannot read a node's ``node_config``), sends each round's
+plan as TRAIN messages (the global model, the round, and payloads such as AdaDPS's local preconditioner), turns
+the replies back into updates and hands them to the driver, which aggregates, prices the round's actual event
+against the budget and composes it. No maths lives here.
+
+Public users (DOPE's center, AdaDPS's public statistics, PDA-DPMD's mirror, PPSGD's schedule) come either from
+a **server-held pool** the ServerApp trains itself (``public_pool``, the default of ``fedpub run --backend
+flower``) or from **public nodes**: opted-out devices that declare themselves public, sent TRAIN messages like the
+private cohort (``public_nodes=True``). A recipe that trains public users without either is refused when the
+strategy is built. The message protocol is :mod:`fedpub.protocol`; a standard Flower ClientApp (new weights
+under ``arrays``) is accepted too, its update computed on the server.
+
+For a Flower user's own ServerApp, :meth:`FedpubStrategy.from_config` builds the strategy from a strategy
+config and the population, as short as Flower's ``FedAvg``.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
+from typing import Any, Protocol
 
-import dp_accounting
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from fedpub import protocol as key
+from fedpub.config import PrivacyConfig, StrategyConfig
+from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.strategy import RoundOutcome, StrategyCore
-from fedpub.types import Params, StepState
+from fedpub.types import Params, StepState, Updates
+from strategies.build import build_private_strategy
 
 RoundCallback = Callable[[int, RoundOutcome, Sequence[Mapping[str, float]], int], None]
+"""Called with (round, outcome, the private replies' metrics, their example count) after each released round."""
 
 
 def to_array_record(tensors: Mapping[str, torch.Tensor]) -> ArrayRecord:
@@ -40,74 +57,269 @@ class NodeDiscoveryError(RuntimeError):
     """Not enough nodes connected, or they do not hold the users the server expects."""
 
 
+class MalformedReply(ValueError):
+    """A reply the strategy cannot turn into the update the round asked for; it contributes nothing."""
+
+
+class PublicPool(Protocol):
+    """Public users the server holds and trains itself (e.g. :class:`clients.round_training.ServerPublicPool`)."""
+
+    client_ids: Sequence[str]
+
+    def train(self, params: Params, plan: RoundPlan) -> Mapping[str, Updates]:
+        """The updates of ``plan.public_cohort`` trained from ``params`` (with ``plan.public_preconditioner``)."""
+        ...
+
+
+@dataclass
+class NodeMap:
+    """Which node holds which user."""
+
+    private: dict[str, int] = field(default_factory=dict)
+    public: dict[str, int] = field(default_factory=dict)
+
+    def user_of(self) -> dict[int, tuple[str, bool]]:
+        """node id → (user id, is public)."""
+        return {
+            **{node: (cid, False) for cid, node in self.private.items()},
+            **{node: (cid, True) for cid, node in self.public.items()},
+        }
+
+
+def _ask_nodes(grid: Grid, nodes: Sequence[int], timeout: float) -> list[tuple[int, Message]]:
+    """(node, its reply) for the QUERY sent to each of ``nodes``. A reply is matched to the node it was sent to,
+    not to its sender: when a node is gone, the SuperLink answers in its place."""
+    queries = [
+        Message(RecordDict({key.QUERY_CONFIG: ConfigRecord({})}), dst_node_id=node, message_type=MessageType.QUERY)
+        for node in nodes
+    ]
+    replies = list(grid.send_and_receive(queries, timeout=timeout))
+    sent_to = {q.metadata.message_id: q.metadata.dst_node_id for q in queries}
+    return [(sent_to[r.metadata.reply_to_message_id], r) for r in replies if r.metadata.reply_to_message_id in sent_to]
+
+
+def has_no_query_handler(reply: Message) -> bool:
+    """Whether ``reply`` says its ClientApp registers no query function (a standard Flower ClientApp)."""
+    error = reply.error
+    return error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION and "No query function registered" in error.reason
+
+
 def discover_nodes(
-    grid: Grid, private_ids: Sequence[str], node_wait_timeout: float
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Wait for a node per private user, ask each node which user it holds and whether it is
-    public (public users may have no node: a held-out pool lives with the server). Returns the
-    node of each private user and of each public user that has one."""
+    grid: Grid,
+    *,
+    population: int,
+    private_ids: Sequence[str] | None,
+    public_ids: Sequence[str] = (),
+    public_population: int = 0,
+    node_wait_timeout: float,
+) -> NodeMap:
+    """Ask every node which user it holds until the population is there, or ``node_wait_timeout`` passes.
+
+    With ``private_ids`` (a fedpub experiment): every one of them, and every one of ``public_ids``, needs a node;
+    nodes of other users are left alone. Without: the ``population`` private nodes (more at once is an error) and
+    at least ``public_population`` public ones connected when discovery ends; nodes that connect later are not
+    users of the run. A node whose ClientApp has no query handler (a standard Flower ClientApp) is a private user
+    named by its node id; a node that fails otherwise (gone, or its query handler raised) is asked again."""
     deadline = time.monotonic() + node_wait_timeout
-    expected = len(private_ids)
-    while len(grid.get_node_ids()) < expected:
+    found = NodeMap()
+    answered: set[int] = set()
+    while True:
+        new = [n for n in grid.get_node_ids() if n not in answered]
+        for node, reply in _ask_nodes(grid, new, max(1.0, deadline - time.monotonic())) if new else []:
+            if reply.has_error():
+                if private_ids is None and has_no_query_handler(reply):
+                    found.private[str(node)] = node
+                    answered.add(node)
+                continue
+            answered.add(node)
+            info = reply.content[key.INFO]
+            cid = str(info[key.CLIENT_ID])
+            if cid in found.private or cid in found.public:
+                raise NodeDiscoveryError(
+                    f"two nodes ({(found.private | found.public)[cid]} and {node}) say they hold user {cid}"
+                )
+            (found.public if bool(info[key.IS_PUBLIC]) else found.private)[cid] = node
+        if private_ids is None:
+            if len(found.private) > population:
+                raise NodeDiscoveryError(
+                    f"{len(found.private)} private nodes connected, but the strategy was built for a population of "
+                    f"{population}: the sampling rate and the accounting assume exactly that many"
+                )
+            missing = [f"{population - len(found.private)} private users"] if len(found.private) < population else []
+            if len(found.public) < public_population:
+                missing.append(f"{public_population - len(found.public)} public users")
+        else:
+            missing = [c for c in [*private_ids, *public_ids] if c not in found.private and c not in found.public]
+        if not missing:
+            break
         if time.monotonic() > deadline:
             raise NodeDiscoveryError(
-                f"only {len(list(grid.get_node_ids()))} of {expected} expected nodes "
-                f"connected within {node_wait_timeout:g} s"
+                f"{len(missing)} expected users have no node after {node_wait_timeout:g} s (first: {missing[:3]}); "
+                f"{len(list(grid.get_node_ids()))} nodes connected, answering for {len(found.private)} private and "
+                f"{len(found.public)} public users"
             )
         time.sleep(0.5)
-    queries = [
-        Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=node, message_type=MessageType.QUERY)
-        for node in grid.get_node_ids()
-    ]
-    node_of: dict[str, int] = {}
-    public_nodes: dict[str, int] = {}
-    for reply in grid.send_and_receive(queries, timeout=node_wait_timeout):
-        if reply.has_error():
-            continue
-        info = reply.content["info"]
-        target = public_nodes if bool(info["is-public"]) else node_of
-        target[str(info["client-id"])] = reply.metadata.src_node_id
-    missing = [cid for cid in private_ids if cid not in node_of]
-    if missing:
-        raise NodeDiscoveryError(
-            f"{len(missing)} private users have no node (first: {missing[:3]}); "
-            f"nodes answered for {len(node_of)} private and {len(public_nodes)} public users"
+    if private_ids is not None:  # only the users the run expects
+        found.private = {c: found.private[c] for c in private_ids}
+        found.public = {c: found.public[c] for c in public_ids}
+    log(INFO, "fedpub: %d private and %d public nodes", len(found.private), len(found.public))
+    return found
+
+
+def read_reply(reply: Message, sent: Params, client_id: str, *, preconditioned: bool) -> tuple[Updates, dict]:
+    """The update and metrics of one reply, in fedpub's form (``update``) or Flower's standard form (new weights
+    under ``arrays``: Δ = new − ``sent``). Raises :class:`MalformedReply` for anything else, for a reply naming
+    another user, and for one that did not train with the preconditioner it was sent (``preconditioned``)."""
+    content = reply.content
+    metrics = {
+        k: float(v) for k, v in (content[key.METRICS] if key.METRICS in content else {}).items()
+        if isinstance(v, (int, float))
+    }
+    if key.UPDATE in content:
+        update = to_tensors(content[key.UPDATE])
+        info = content[key.CLIENT] if key.CLIENT in content else ConfigRecord({})
+        if key.CLIENT_ID in info and str(info[key.CLIENT_ID]) != client_id:
+            raise MalformedReply(f"the reply answers for user {info[key.CLIENT_ID]}, but its node holds {client_id}")
+        trained_preconditioned = bool(info.get(key.PRECONDITIONED, False))
+    elif key.ARRAYS in content:
+        weights = to_tensors(content[key.ARRAYS])
+        if weights.keys() != sent.keys() or any(weights[k].shape != sent[k].shape for k in sent):
+            raise MalformedReply("the weights under `arrays` do not have the model's names and shapes")
+        update = {k: weights[k].to(sent[k].dtype) - sent[k] for k in sent}
+        trained_preconditioned = False
+    else:
+        raise MalformedReply(f"no `{key.UPDATE}` or `{key.ARRAYS}` record (got {sorted(content.keys())})")
+    if preconditioned and not trained_preconditioned:
+        raise MalformedReply(
+            f"the node was sent a `{key.PRECONDITIONER}` (AdaDPS client placement) and did not say it trained with "
+            f"it (`{key.CLIENT}.{key.PRECONDITIONED}`): a ClientApp must divide its local gradients by it"
         )
-    log(INFO, "fedpub: %d private and %d public nodes", len(node_of), len(public_nodes))
-    return node_of, public_nodes
+    return update, metrics
 
 
 class FedpubStrategy(Strategy):
-    """Runs ``core`` over Flower nodes; ``on_round`` receives each aggregated round."""
+    """Runs ``driver``'s rounds over Flower nodes; ``on_round`` receives each released round.
+
+    ``public_pool`` (public users the server trains itself) or ``public_nodes`` (public users are nodes that
+    declare themselves public) supply the public cohort of a recipe that has one; ``state`` is the strategy
+    state to start from (None: the core's initial state for the first model); ``first_round`` the round index of
+    Flower's round 1 (a resumed run); ``public_population`` the public nodes to wait for when the users are
+    learnt from the nodes (default: the recipe's public cohort)."""
 
     def __init__(
         self,
-        core: StrategyCore,
-        accountant: UserLevelAccountant,
+        driver: RoundDriver,
         *,
-        state: StepState,
-        private_ids: Sequence[str],
-        planned_round_event: dp_accounting.DpEvent,
-        delta: float,
-        budget_epsilon: float | None = None,
+        state: StepState | None = None,
+        public_pool: PublicPool | None = None,
+        public_nodes: bool = False,
         first_round: int = 0,
         node_wait_timeout: float = 120.0,
         on_round: RoundCallback | None = None,
+        public_population: int | None = None,
     ) -> None:
-        self.core, self.accountant, self.state = core, accountant, state
-        self.private_ids = sorted(private_ids)
-        self.planned_round_event, self.delta, self.budget_epsilon = planned_round_event, delta, budget_epsilon
+        core = driver.core
+        if public_pool is not None and public_nodes:
+            raise ValueError("give either a server-held public_pool or public_nodes=True, not both")
+        if core.public_cohort and public_pool is None and not public_nodes:
+            raise ValueError(
+                f"strategy `{core.name}` trains {core.public_cohort} public users each round: give a server-held "
+                "public_pool (the public users' data on the server) or public_nodes=True (public users are nodes "
+                "that declare themselves public)"
+            )
+        if public_pool is not None and driver.private_ids is not None and list(public_pool.client_ids) != list(
+            driver.public_ids
+        ):
+            raise ValueError("the public pool's users are not the run's public users")
+        self.driver, self.state, self.public_pool, self.public_nodes = driver, state, public_pool, public_nodes
         self.first_round, self.node_wait_timeout, self.on_round = first_round, node_wait_timeout, on_round
-        self.node_of: dict[str, int] = {}
-        self.public_nodes: dict[str, int] = {}
-        self.stopped_by_budget = False
+        default_public = core.public_cohort if public_population is None else public_population
+        self.public_population = default_public if public_nodes else 0
+        """Public nodes to wait for when the users are not known in advance."""
+        self.nodes: NodeMap | None = None
+        self._user_of: dict[int, tuple[str, bool]] = {}
         self._params: Params = {}
-        self._cohort: list[str] = []
+        self._plan: RoundPlan | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        strategy: StrategyConfig | Mapping[str, Any],
+        *,
+        population: int,
+        rounds: int,
+        privacy: PrivacyConfig | Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        public_pool: PublicPool | None = None,
+        public_nodes: bool = False,
+        public_population: int | None = None,
+        side_information: Updates | None = None,
+        stop_after_failed_rounds: int | None = 3,
+        node_wait_timeout: float = 120.0,
+        on_round: RoundCallback | None = None,
+    ) -> FedpubStrategy:
+        """fedpub's strategy for a Flower user's own ServerApp: ``strategy`` is a ``strategy:`` section of a fedpub
+        config (a dict or :class:`~fedpub.config.StrategyConfig`), ``population`` the number of private users
+        (nodes) to wait for, ``rounds`` the rounds ``start`` will run (a target ε is calibrated over them),
+        ``privacy`` a ``privacy:`` section (δ, accountant, budget; default δ = 1e-5, PLD). The private users are the
+        ``population`` nodes that declare themselves private (or have no query handler) when the run starts; more
+        at once is an error, later ones are not users of the run. Public users come from ``public_pool`` or, with
+        ``public_nodes``, from nodes that declare themselves public: the strategy waits for ``public_population``
+        of them (default: the recipe's public cohort), and uses those connected when discovery ends. ``seed`` None: the noise and the cohorts draw from a seed taken from
+        the OS's entropy and held only in this process (give one to reproduce a run, at the cost that whoever
+        knows it can rebuild the noise). Then ``strategy.start(grid, initial_arrays, num_rounds=rounds)``."""
+        strategy_cfg = StrategyConfig.model_validate(strategy) if isinstance(strategy, Mapping) else strategy
+        privacy_cfg = PrivacyConfig.model_validate(privacy or {}) if not isinstance(privacy, PrivacyConfig) else privacy
+        server_side = [n for n in ("warm_start", "model_reuse", "model_average") if getattr(strategy_cfg, n) is not None]
+        if server_side:
+            raise ValueError(
+                f"strategy.{', strategy.'.join(server_side)} run around the rounds in fedpub's own ServerApp (fedpub run "
+                "--backend flower, flwr run .), not in the strategy: remove them here (pretrain or average the model "
+                "in your ServerApp)"
+            )
+        built = build_private_strategy(
+            strategy_cfg, privacy_cfg, population=population, rounds=rounds,
+            seed=secrets.randbits(63) if seed is None else seed, side_information=side_information,
+        )
+        driver = RoundDriver(
+            built.core, built.new_accountant(), private_ids=None, delta=privacy_cfg.delta,
+            budget_epsilon=built.budget_epsilon, stop_after_failed_rounds=stop_after_failed_rounds,
+        )
+        return cls(driver, public_pool=public_pool, public_nodes=public_nodes, node_wait_timeout=node_wait_timeout,
+                   on_round=on_round, public_population=public_population)
+
+    @property
+    def core(self) -> StrategyCore:
+        return self.driver.core
+
+    @property
+    def accountant(self) -> UserLevelAccountant:
+        return self.driver.accountant
+
+    @property
+    def stopped_by_budget(self) -> bool:
+        return self.driver.stopped_by_budget
+
+    def epsilon(self) -> float:
+        """ε spent so far at the driver's δ."""
+        return self.driver.accountant.epsilon(self.driver.delta)
 
     # -- node discovery -------------------------------------------------------------------
     def discover_nodes(self, grid: Grid) -> None:
-        """Find the node of every private user (and of the public users that have one)."""
-        self.node_of, self.public_nodes = discover_nodes(grid, self.private_ids, self.node_wait_timeout)
+        """Find the node of every private user (and of every public user when public users are nodes), and bind
+        the driver's population when it was not known."""
+        driver = self.driver
+        expected_public = driver.public_ids if (self.public_nodes and driver.private_ids is not None) else ()
+        self.nodes = discover_nodes(
+            grid, population=driver.core.population, private_ids=driver.private_ids, public_ids=expected_public,
+            public_population=self.public_population, node_wait_timeout=self.node_wait_timeout,
+        )
+        if driver.private_ids is None:
+            public = sorted(self.nodes.public) if self.public_nodes else list(getattr(self.public_pool, "client_ids", ()))
+            driver.bind_users(sorted(self.nodes.private), public)
+        if not self.public_nodes:
+            self.nodes.public = {}
+        self._user_of = self.nodes.user_of()
 
     # -- training ---------------------------------------------------------------------------
     def round_index(self, server_round: int) -> int:
@@ -116,57 +328,82 @@ class FedpubStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        if not self.node_of:
+        if self.nodes is None:
             self.discover_nodes(grid)
-        t = self.round_index(server_round)
-        if self.stopped_by_budget or (
-            self.budget_epsilon is not None
-            and self.accountant.epsilon_if(self.planned_round_event, self.delta) > self.budget_epsilon
-        ):
-            self.stopped_by_budget = True
-            log(WARNING, "fedpub: round %d would exceed ε = %g; no more rounds", t, self.budget_epsilon)
+        assert self.nodes is not None
+        if self.driver.stopped_by_budget:
             return []
         self._params = to_tensors(arrays)
-        self._cohort = self.core.sample_cohort(self.private_ids, t)
-        return [
-            Message(
-                RecordDict({"arrays": arrays, "config": ConfigRecord({**config, "round": t, "client-id": cid})}),
-                dst_node_id=self.node_of[cid],
-                message_type=MessageType.TRAIN,
-            )
-            for cid in self._cohort
-        ]
+        if self.state is None:
+            self.state = self.core.init(self._params)
+        plan = self._plan = self.driver.plan(self.round_index(server_round), self.state)
+        sends = [(cid, False) for cid in plan.private_cohort]
+        if self.public_nodes:
+            sends += [(cid, True) for cid in plan.public_cohort]
+        messages = []
+        for cid, public in sends:
+            content = RecordDict({
+                key.ARRAYS: arrays,
+                key.CONFIG: ConfigRecord({**config, key.ROUND: plan.round, key.CLIENT_ID: cid, key.PUBLIC: public}),
+            })
+            preconditioner = plan.preconditioner(public)
+            if preconditioner is not None:
+                content[key.PRECONDITIONER] = to_array_record(preconditioner)
+            node = (self.nodes.public if public else self.nodes.private)[cid]
+            messages.append(Message(content, dst_node_id=node, message_type=MessageType.TRAIN))
+        return messages
+
+    def _read_replies(
+        self, plan: RoundPlan, replies: Iterable[Message]
+    ) -> tuple[dict[str, Updates], dict[str, dict], dict[str, Updates]]:
+        """The private updates and metrics and the public updates of the planned users, by user; failed and
+        malformed replies are logged and left out."""
+        private: dict[str, Updates] = {}
+        metrics: dict[str, dict] = {}
+        public: dict[str, Updates] = {}
+        for reply in replies:
+            if reply.has_error():
+                log(WARNING, "fedpub: a node failed in round %d: %s", plan.round, reply.error.reason)
+                continue
+            cid, is_public = self._user_of.get(reply.metadata.src_node_id, (None, False))
+            if cid not in (plan.public_cohort if is_public else plan.private_cohort):
+                continue  # not asked this round
+            try:
+                update, reply_metrics = read_reply(
+                    reply, self._params, cid, preconditioned=plan.preconditioner(is_public) is not None
+                )
+            except Exception as exc:  # noqa: BLE001 (a reply that cannot be read is a failed reply)
+                log(WARNING, "fedpub: a malformed reply of user %s in round %d: %s: %s", cid, plan.round,
+                    type(exc).__name__, exc)
+                continue
+            if is_public:
+                public[cid] = update
+            else:
+                private[cid], metrics[cid] = update, reply_metrics
+        return private, metrics, public
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        if self.stopped_by_budget:
+        plan = self._plan
+        if self.driver.stopped_by_budget or plan is None:
             return None, None
-        t = self.round_index(server_round)
-        by_client: dict[str, tuple[dict[str, torch.Tensor], dict[str, float]]] = {}
-        for reply in replies:
-            if reply.has_error():
-                log(WARNING, "fedpub: a node failed in round %d: %s", t, reply.error.reason)
-                continue
-            try:
-                cid = str(reply.content["client"]["client-id"])
-                update, metrics = to_tensors(reply.content["update"]), dict(reply.content["metrics"])
-            except Exception as exc:  # noqa: BLE001 (a reply that cannot be read is a failed reply)
-                log(WARNING, "fedpub: a malformed reply in round %d: %s: %s", t, type(exc).__name__, exc)
-                continue
-            if cid in self._cohort:
-                by_client[cid] = (update, metrics)
-        answered = [cid for cid in self._cohort if cid in by_client]  # the cohort's order, not arrival's
-        outcome = self.core.aggregate(
-            self._params, [by_client[c][0] for c in answered], self.state, t, sampled=len(self._cohort)
-        )
-        self.accountant.compose(outcome.event)
+        private, client_metrics, public = self._read_replies(plan, replies)
+        if self.public_pool is not None:
+            public = dict(self.public_pool.train(self._params, plan))
+        outcome = self.driver.finish(plan, self._params, self.state, private, public)
+        self._plan = None
+        if outcome is None:
+            log(WARNING, "fedpub: round %d would exceed ε = %g; no more rounds", plan.round, self.driver.budget_epsilon)
+            return None, None
         self.state = outcome.state
-        client_metrics = [by_client[c][1] for c in answered]
-        examples = int(sum(m.get("num-examples", 0) for m in client_metrics))
+        answered = [client_metrics[c] for c in plan.private_cohort if c in client_metrics]
         if self.on_round is not None:
-            self.on_round(t, outcome, client_metrics, examples)
-        metrics = {**outcome.metrics, "epsilon": self.accountant.epsilon(self.delta), "delta": self.delta}
+            examples = int(sum(m.get(key.NUM_EXAMPLES, 0) for m in answered))
+            self.on_round(plan.round, outcome, answered, examples)
+        if self.driver.keeps_failing:
+            raise self.driver.cohorts_keep_failing(plan.round, "the strategy stopped; fix the clients and start again")
+        metrics = {**outcome.metrics, "epsilon": self.epsilon(), "delta": self.driver.delta}
         return to_array_record(outcome.params), MetricRecord({k: float(v) for k, v in metrics.items()})
 
     # -- federated evaluation is not used: the server evaluates centrally ---------------------
@@ -179,8 +416,10 @@ class FedpubStrategy(Strategy):
         return None
 
     def summary(self) -> None:
+        core = self.core
+        public = "server-held pool" if self.public_pool is not None else "nodes" if self.public_nodes else "none"
         log(
             INFO,
-            "fedpub strategy %s: N=%d private users, expected cohort %g, first round %d",
-            self.core.name, self.core.population, self.core.expected_cohort, self.first_round,
+            "fedpub strategy %s: N=%d private users, expected cohort %g, %d public users a round (%s), first round %d",
+            core.name, core.population, core.expected_cohort, core.public_cohort, public, self.first_round,
         )

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from fedpub.config import ExperimentConfig, parse_config
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
@@ -49,3 +50,14 @@ def tiny_config(data_dir: Path, out_dir: Path, **overrides: Any) -> ExperimentCo
         else:
             raw[key] = value
     return parse_config(raw)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Train with one torch thread, as Flower's Ray actors do (``client_num_cpus: 1`` sets their
+    OMP_NUM_THREADS): a convolution summed over another number of threads rounds differently in float32, so a
+    comparison with updates trained in the actors must not depend on how many threads this process has."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

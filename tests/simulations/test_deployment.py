@@ -1,9 +1,11 @@
 """A real Flower deployment on 127.0.0.1: flower-superlink, flower-supernode processes and `flwr run`.
 
-The insecure test runs 2 rounds of DP-FedAvg with 3 SuperNodes (one per user) end to end (~60 s on
-2 cores); the TLS test checks SuperNode authentication (a registered key gets in, an unregistered
-one is refused, ~10 s). A full run over TLS + authentication takes about as long as the insecure
-one and runs only when asked for: ``pytest -m deployment_tls``.
+Two insecure runs of 2 rounds of DOPE (4 writers, 1 of them public, so N = 3 private users; ~45 s each on
+2 cores): with the public user in the ServerApp's server-held pool (``flower.public_users: server``; SuperNodes
+only for the 3 private users) and with the public user as its own SuperNode (``nodes``: 4 SuperNodes, the public
+one sent TRAIN messages). The TLS test checks SuperNode authentication (a registered key gets in, an unregistered
+one is refused, ~10 s). A full DP-FedAvg run over TLS + authentication takes about as long as an insecure one and
+runs only when asked for: ``pytest -m deployment_tls``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import torch
 import yaml
 
 from clients.local_training import model_params
-from fedpub.config import load_config
+from fedpub.config import ExperimentConfig, load_config
+from fedpub.data.public_split import split_public
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
@@ -42,7 +45,7 @@ from simulations.deploy_local import (
     start_supernode,
     write_connection,
 )
-from simulations.experiment import build_experiment
+from simulations.experiment import build_experiment, load_data
 
 pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX-only"),
@@ -55,7 +58,12 @@ needs_tls_tools = pytest.mark.skipif(
 )
 
 THREE_USERS = {"num_writers": 3, "min_examples": 6, "max_examples": 12, "seed": 1}
+FOUR_USERS = {**THREE_USERS, "num_writers": 4}
 NOISE, USERS, COHORT, DELTA = 1.0, 3, 2, 1e-5
+PUBLIC = {"fraction": 0.25, "seed": 0}
+"""1 of the 4 writers is public: f0000_01, the second one (so the private users' partition ids are 0, 2, 3)."""
+PUBLIC_COHORT = 1
+DOPE = {"name": "dope", "public_clients_per_round": PUBLIC_COHORT}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +73,26 @@ def three_user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def write_experiment(path: Path, data_dir: Path, out_dir: Path, rounds: int) -> Path:
+@pytest.fixture(scope="module")
+def four_user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("four_users")
+    write_synthetic_emnist(directory, SyntheticEmnistSpec(**FOUR_USERS))
+    return directory
+
+
+def write_experiment(
+    path: Path,
+    data_dir: Path,
+    out_dir: Path,
+    rounds: int,
+    *,
+    synthetic: dict = THREE_USERS,
+    strategy: dict | None = None,
+    public: dict | None = None,
+    flower: dict | None = None,
+) -> Path:
+    """DP-FedAvg over the three-user data unless told otherwise; ``strategy`` entries override the defaults,
+    ``public`` is ``data.public``, ``flower`` entries are added to the ``flower`` section."""
     raw = {
         "name": "deploy",
         "seed": 3,
@@ -74,15 +101,17 @@ def write_experiment(path: Path, data_dir: Path, out_dir: Path, rounds: int) -> 
         "checkpoint_every": 1,
         "output_dir": str(out_dir.resolve()),
         "device": "cpu",
-        "data": {"source": "synthetic_emnist", "path": str(data_dir.resolve()), "synthetic": THREE_USERS,
+        "data": {"source": "synthetic_emnist", "path": str(data_dir.resolve()), "synthetic": synthetic,
                  "eval_clients": 3},
         "model": {"name": "emnist_small_cnn"},
         "client": {"epochs": 1, "batch_size": 4, "lr": 0.05},
         "strategy": {"name": "dp_fedavg", "clip_norm": 0.5, "noise_multiplier": NOISE,
-                     "sampling": {"kind": "poisson", "clients_per_round": COHORT}},
+                     "sampling": {"kind": "poisson", "clients_per_round": COHORT}, **(strategy or {})},
         "privacy": {"delta": DELTA},
-        "flower": {"node_wait_timeout": 60, "round_timeout": 120},
+        "flower": {"node_wait_timeout": 60, "round_timeout": 120, **(flower or {})},
     }
+    if public is not None:
+        raw["data"]["public"] = public
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
 
@@ -110,20 +139,40 @@ def assert_all_stopped(registry: ProcessRegistry) -> None:
     assert marked_pids(registry.marker) == set()
 
 
+def users_of(cfg: ExperimentConfig) -> tuple[list[str], list[str], list[str]]:
+    """(the training file's users in order, the private users, the public users) as ``split_public`` makes them."""
+    users = list(load_data(cfg).train.client_ids)
+    private, public = split_public(users, cfg.data.public.fraction, cfg.data.public.seed)
+    return users, private, public
+
+
+def expected_sampling(cfg: ExperimentConfig) -> PoissonSampling:
+    """Poisson sampling of the expected cohort over the N *private* users (public users are not in N)."""
+    sampling = cfg.strategy.sampling
+    assert sampling.kind == "poisson" and sampling.clients_per_round is not None
+    _, private, _ = users_of(cfg)
+    return PoissonSampling(sampling.clients_per_round / len(private))
+
+
+def run_records(cfg: ExperimentConfig) -> list[dict]:
+    return [json.loads(line) for line in (cfg.output_dir / cfg.name / "metrics.jsonl").read_text().splitlines()]
+
+
 def check_completed_run(config_path: Path, rounds: int) -> None:
-    """metrics.jsonl reports ε (on evaluation rounds and the last) as dp_accounting computes it; the model
-    moved away from its init."""
+    """metrics.jsonl reports ε (on evaluation rounds and the last) as dp_accounting computes it for q = cohort /
+    N_private and the config's noise multiplier; the model moved away from its init."""
     cfg = load_config(config_path)
     root = cfg.output_dir / cfg.name
     for name in ("config.yaml", "metrics.jsonl", "ledger.json", "checkpoint.pt", "summary.md"):
         assert (root / name).stat().st_size > 0, name
-    records = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    records = run_records(cfg)
     assert [r["round"] for r in records] == list(range(rounds))
-    sampling = PoissonSampling(COHORT / USERS)
+    sampling, noise, delta = expected_sampling(cfg), cfg.strategy.noise_multiplier, cfg.privacy.delta
+    assert noise is not None and cfg.strategy.adaptive_clip is None  # one Gaussian of z per round
     for r in records:
         if "epsilon" in r:
-            assert r["epsilon"] == pytest.approx(epsilon_for(sampling, NOISE, r["round"] + 1, DELTA), rel=1e-6)
-    assert records[-1]["epsilon"] == pytest.approx(epsilon_for(sampling, NOISE, rounds, DELTA), rel=1e-6)
+            assert r["epsilon"] == pytest.approx(epsilon_for(sampling, noise, r["round"] + 1, delta), rel=1e-6)
+    assert records[-1]["epsilon"] == pytest.approx(epsilon_for(sampling, noise, rounds, delta), rel=1e-6)
 
     checkpoint = torch.load(root / "checkpoint.pt", weights_only=False)
     assert checkpoint["rounds_done"] == rounds
@@ -133,26 +182,71 @@ def check_completed_run(config_path: Path, rounds: int) -> None:
     assert any(not torch.equal(trained[k].cpu(), initial[k].cpu()) for k in initial), "the model did not change"
 
 
-def test_two_rounds_on_a_real_superlink_with_three_supernodes(three_user_dir: Path, tmp_path: Path) -> None:
-    config_path = write_experiment(tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=2)
+def check_public_rounds(config_path: Path, rounds: int) -> None:
+    """Every round the public cohort trained (on the server or on its nodes) and recentered DOPE's clip."""
+    cfg = load_config(config_path)
+    records = run_records(cfg)
+    assert len(records) == rounds
+    assert [r["public_cohort_used"] for r in records] == [cfg.strategy.public_clients_per_round] * rounds
+    assert all(r["recenter/center_norm"] > 0 for r in records), [r.get("recenter/center_norm") for r in records]
+
+
+def dope_experiment(tmp_path: Path, data_dir: Path, public_users: str, rounds: int) -> Path:
+    return write_experiment(
+        tmp_path / "exp.yaml", data_dir, tmp_path / "runs", rounds=rounds, synthetic=FOUR_USERS, strategy=DOPE,
+        public=PUBLIC, flower={"public_users": public_users},
+    )
+
+
+def deploy_and_check(
+    deployment: LocalDeployment, config_path: Path, rounds: int, num_nodes: int, public_nodes: int
+) -> None:
+    """Run ``config_path`` on ``deployment``; the run completes, the ServerApp found the private and
+    ``public_nodes`` public nodes, ε and the public rounds are right, every process started here (SuperLink,
+    ``num_nodes`` SuperNodes, flwr run) and their children are stopped."""
     pyproject_before = _sha256(REPO_ROOT / "pyproject.toml")
     started = time.monotonic()
-    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=USERS, cwd=tmp_path)
     with deployment:
-        assert len(deployment.supernodes) == USERS
+        assert len(deployment.supernodes) == num_nodes
         result = deployment.run(config_path, timeout=300, echo=False)
     wall = time.monotonic() - started
-    print(f"deployment: flwr run {result.wall_time:.1f} s, total {wall:.1f} s")
+    print(f"deployment: flwr run {result.wall_time:.1f} s, total {wall:.1f} s (logs: {deployment.logs})")
 
     assert result.returncode == 0, result.output[-3000:]
     assert result.run_id is not None
     assert result.status == "finished:completed", result.output[-3000:]
-    check_completed_run(config_path, rounds=2)
-    # stopped: the 5 processes started here and their children (SuperExecs, app processes)
-    assert len(deployment.registry.processes) == 1 + USERS + 1
+    assert f"fedpub: {USERS} private and {public_nodes} public nodes" in result.output, result.output[-3000:]
+    check_completed_run(config_path, rounds=rounds)
+    check_public_rounds(config_path, rounds=rounds)
+    # stopped: the processes started here and their children (SuperExecs, app processes)
+    assert len(deployment.registry.processes) == 1 + num_nodes + 1
     assert len(deployment.registry.seen_pids) > len(deployment.registry.processes)
     assert_all_stopped(deployment.registry)
     assert _sha256(REPO_ROOT / "pyproject.toml") == pyproject_before, "flwr run rewrote pyproject.toml"
+
+
+def test_dope_with_a_server_held_public_pool_on_a_real_superlink(four_user_dir: Path, tmp_path: Path) -> None:
+    """``flower.public_users: server``: the ServerApp holds and trains the public user; SuperNodes run only for
+    the 3 private users (named by ``client-id``), none for the public one, whose data stays on the server."""
+    config_path = dope_experiment(tmp_path, four_user_dir, "server", rounds=2)
+    users, private, public = users_of(load_config(config_path))
+    assert (len(users), public) == (4, ["f0000_01"]) and len(private) == USERS
+    node_configs = [f'client-id="{cid}"' for cid in private]
+    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=len(private), node_configs=node_configs, cwd=tmp_path)
+    deploy_and_check(deployment, config_path, rounds=2, num_nodes=len(private), public_nodes=0)
+
+
+def test_dope_with_public_users_on_their_own_supernodes(four_user_dir: Path, tmp_path: Path) -> None:
+    """``flower.public_users: nodes``: one SuperNode per user of the training file (``partition-id=i``), the public
+    user's among them; it declares itself public and trains the public cohort when sent TRAIN messages."""
+    config_path = dope_experiment(tmp_path, four_user_dir, "nodes", rounds=2)
+    users, private, public = users_of(load_config(config_path))
+    assert public == ["f0000_01"] and len(private) == USERS
+    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=len(users), cwd=tmp_path)
+    deploy_and_check(deployment, config_path, rounds=2, num_nodes=len(users), public_nodes=1)
+    # the public user's node (partition-id 1) was sent the public cohort's TRAIN message every round
+    public_log = (deployment.logs / f"supernode-{users.index(public[0])}.log").read_text(errors="replace")
+    assert public_log.count("Receiving: train message") == 2, public_log[-3000:]
 
 
 @needs_tls_tools

@@ -70,7 +70,7 @@ def noise_off(four_users, tmp_path_factory):
     return config, *_run(config)
 
 
-def test_secure_sum_is_the_sum_of_the_client_clipped_updates(noise_off):
+def test_secure_sum_is_the_sum_of_the_client_clipped_updates(noise_off, one_torch_thread):
     config, result, rounds = noise_off
     assert [r.round for r in rounds] == [0, 1]
     rt = runtime(config)

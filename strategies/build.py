@@ -1,0 +1,85 @@
+"""A strategy config, the privacy settings and the population give everything a round driver needs.
+
+Shared by the experiment builder (``simulations/experiment.py``) and the drop-in Flower constructor
+(:meth:`strategies.flower.FedpubStrategy.from_config`), so a config means the same mechanism wherever it runs:
+the sampling rule over the N private users, the noise multiplier (given, or calibrated to the target ε over
+the planned rounds), the recipe's :class:`~fedpub.strategy.StrategyCore`, the accountant and the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dp_accounting
+
+from fedpub.config import PrivacyConfig, StrategyConfig
+from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
+from fedpub.privacy.errors import PrivacyError
+from fedpub.privacy.events import neighboring_relation, round_event
+from fedpub.strategy import StrategyCore
+from fedpub.types import Updates
+from strategies import dp_fedavg
+from strategies.common import make_sampling, resolve_noise_multiplier
+from strategies.compose import boosted_rounds, build_strategy
+
+
+@dataclass(frozen=True)
+class PrivateStrategy:
+    """A recipe ready to run: its core, the noise multiplier it resolved to, the event of its first round and
+    the ε budget that stops it (None: none)."""
+
+    core: StrategyCore
+    noise_multiplier: float
+    planned_round_event: dp_accounting.DpEvent
+    budget_epsilon: float | None
+    privacy: PrivacyConfig
+
+    def new_accountant(self) -> UserLevelAccountant:
+        return UserLevelAccountant(self.privacy.accountant, neighboring_relation(self.core.sampling))
+
+
+def privacy_budget(strategy: StrategyConfig, privacy: PrivacyConfig) -> float | None:
+    """privacy.budget_epsilon; for a public schedule (PPSGD, which spends until the budget is gone)
+    the target ε when no budget is given."""
+    if privacy.budget_epsilon is not None or strategy.public_schedule is None:
+        return privacy.budget_epsilon
+    if strategy.target_epsilon is None:
+        raise ValueError(
+            "strategy.public_schedule spends the budget faster as it goes: give strategy.target_epsilon "
+            "or privacy.budget_epsilon"
+        )
+    return strategy.target_epsilon
+
+
+def build_private_strategy(
+    strategy: StrategyConfig,
+    privacy: PrivacyConfig,
+    *,
+    population: int,
+    rounds: int,
+    seed: int,
+    side_information: Updates | None = None,
+) -> PrivateStrategy:
+    """The recipe of ``strategy`` over ``population`` private users for ``rounds`` rounds. Raises (naming the
+    field) when the accountant cannot price the round or one round alone exceeds the budget."""
+    sampling = make_sampling(strategy.sampling, population)
+    schedule = strategy.budget_schedule
+    z = resolve_noise_multiplier(
+        strategy.noise_multiplier, strategy.target_epsilon, sampling, rounds, privacy, boost=schedule
+    )
+    if strategy.target_epsilon is not None:
+        z = dp_fedavg.sum_noise_multiplier(strategy, z)
+    core = build_strategy(
+        strategy, sampling=sampling, population=population, noise_multiplier=z, seed=seed, rounds=rounds,
+        side_information=side_information,
+    )
+    first_z = schedule.boosted_z(z) if 0 in boosted_rounds(strategy, rounds) else z
+    planned = round_event(sampling, dp_fedavg.mechanism_events(strategy, first_z))
+    built = PrivateStrategy(core, z, planned, privacy_budget(strategy, privacy), privacy)
+    try:
+        built.new_accountant().check_supported(planned)
+    except PrivacyError as error:
+        raise PrivacyError(f"privacy.accountant: {error}") from None
+    if built.budget_epsilon is not None:
+        check_first_round(PrivacyBudget(built.budget_epsilon, privacy.delta), built.new_accountant(), planned)
+    return built
