@@ -1,0 +1,1 @@
+"""A Flower App that trains with fedpub's user-level DP strategy."""

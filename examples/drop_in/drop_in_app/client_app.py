@@ -1,0 +1,46 @@
+"""The ClientApp: one user per SuperNode, speaking fedpub's protocol through ``clients.flower_protocol``.
+
+Nodes with ``partition-id`` < population hold private users; the next ones hold public users (people who opted
+out of privacy), whose updates DOPE-SGD uses to recenter the clip. A node replies its update Δ = new − received.
+"""
+
+from __future__ import annotations
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from clients.flower_protocol import query_reply, read_train, update_reply
+from drop_in_app.task import load_data, setting, train
+
+app = ClientApp()
+
+
+def _user(context: Context) -> tuple[str, bool]:
+    """This node's user id and whether the user is public."""
+    partition_id = int(context.node_config["partition-id"])
+    return f"user-{partition_id}", partition_id >= int(setting(context.run_config, "population"))
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    client_id, public = _user(context)
+    return query_reply(msg, client_id=client_id, public=public)
+
+
+@app.train()
+def train_fn(msg: Message, context: Context) -> Message:
+    task = read_train(msg)
+    partition_id = int(context.node_config["partition-id"])
+    new, num_examples, loss = train(
+        task.params,
+        load_data(partition_id),
+        epochs=int(setting(context.run_config, "local-epochs")),
+        lr=float(setting(context.run_config, "local-lr")),
+        batch_size=int(setting(context.run_config, "batch-size")),
+        seed=1_000 * partition_id + task.round,
+        preconditioner=task.preconditioner,
+    )
+    update = {k: new[k] - task.params[k] for k in task.params}
+    return update_reply(
+        msg, update, num_examples, {"train-loss": loss}, preconditioned=task.preconditioner is not None
+    )
