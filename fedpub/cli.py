@@ -86,13 +86,15 @@ def run(
     backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
 ) -> None:
     """Run an experiment and write runs/<name>/ (resumes a checkpointed run)."""
-    from simulations.engine import CohortsKeepFailing, RunDirectoryError, run_in_process
+    from simulations.backends import check_backend, run_experiment
+    from simulations.engine import CohortsKeepFailing, RunDirectoryError
     from simulations.experiment import build_experiment
-    from simulations.flower_simulation import run_flower_simulation
     from simulations.run_dir import RunDirectory
 
-    if backend not in ("inprocess", "flower"):
-        _fail(ValueError(f"--backend must be inprocess or flower, got {backend!r}"))
+    try:
+        backend = check_backend(backend)
+    except ValueError as error:
+        _fail(error)
 
     path = config or quickstart_config_path()
     try:
@@ -115,13 +117,10 @@ def run(
     with progress:
         on_round = _round_reporter(progress, progress.add_task("rounds", total=cfg.rounds, status=""), metric)
         try:
-            if backend == "flower":
-                result = run_flower_simulation(cfg, len(experiment.train.client_ids), fresh=fresh, on_round=on_round)
-            else:
-                result = run_in_process(
-                    experiment, run_dir, fresh=fresh, on_round=on_round,
-                    log=lambda line: progress.console.print(line, highlight=False, markup=False),
-                )
+            result = run_experiment(
+                experiment, backend, fresh=fresh, on_round=on_round,
+                log=lambda line: progress.console.print(line, highlight=False, markup=False),
+            )
         except (RunDirectoryError, CohortsKeepFailing, *USER_ERRORS) as error:
             progress.stop()
             _fail(error)
@@ -198,17 +197,20 @@ def _show_comparison(table: str, out_dir: Path) -> None:
 def compare(
     sweep: Annotated[Path, typer.Argument(help="sweep YAML: base config, epsilons, seeds, strategies (see README)")],
     fresh: Annotated[bool, typer.Option("--fresh", help="discard recorded results and restart every run")] = False,
+    backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
 ) -> None:
-    """Run every (strategy, ε, seed) of a sweep in process (resumable), then write compare.csv,
-    compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/."""
+    """Run every (strategy, ε, seed) of a sweep (resumable) in process or on Flower simulation, then write
+    compare.csv, compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/."""
+    from simulations.backends import check_backend
     from simulations.compare import load_sweep, run_sweep
 
     try:
+        backend = check_backend(backend)
         plan = load_sweep(sweep)
     except USER_ERRORS as error:
         _fail(error)
-    console.print(f"[bold]{plan.name}[/]: {len(plan.runs)} runs into {plan.root}/", highlight=False)
-    result = run_sweep(plan, fresh=fresh, console=console)
+    console.print(f"[bold]{plan.name}[/]: {len(plan.runs)} runs into {plan.root}/ (backend {backend})", highlight=False)
+    result = run_sweep(plan, fresh=fresh, console=console, backend=backend)
     if result.table is not None:
         _show_comparison(result.table, plan.root)
     if result.failures:

@@ -1,4 +1,5 @@
-"""``fedpub compare``: every (strategy, ε, seed) of a sweep file, run in process, then compared.
+"""``fedpub compare``: every (strategy, ε, seed) of a sweep file, run in process (or on Flower simulation with
+``--backend flower``), then compared.
 
 A sweep file names a base experiment config (a path relative to the sweep file, or an inline
 mapping), target ε values, seeds and strategies, each a label with overrides deep-merged over the
@@ -37,7 +38,7 @@ from simulations.compare_report import (
     run_name,
     write_comparison,
 )
-from simulations.engine import run_in_process
+from simulations.backends import Backend, run_experiment
 from simulations.experiment import build_experiment
 from simulations.run_dir import RunDirectory
 
@@ -174,8 +175,10 @@ def load_sweep(path: Path) -> Sweep:
     return Sweep(name, root, tuple(runs), get_task(tasks.pop()).headline)
 
 
-def run_sweep(sweep: Sweep, *, fresh: bool = False, console: Console | None = None) -> SweepResult:
-    """Run every run not yet recorded (all of them with ``fresh``), then write the comparison."""
+def run_sweep(
+    sweep: Sweep, *, fresh: bool = False, console: Console | None = None, backend: Backend = "inprocess"
+) -> SweepResult:
+    """Run every run not yet recorded (all of them with ``fresh``) on ``backend``, then write the comparison."""
     console = console or Console()
     csv_path = sweep.root / CSV_FILE
     if fresh:
@@ -195,7 +198,7 @@ def run_sweep(sweep: Sweep, *, fresh: bool = False, console: Console | None = No
         console.print(f"{step}: started", highlight=False)
         started = time.perf_counter()
         try:
-            result = run_in_process(build_experiment(run.config), run.run_dir, fresh=fresh)
+            result = run_experiment(build_experiment(run.config), backend, fresh=fresh)
         except Exception as error:  # noqa: BLE001 — one failed run must not stop the sweep
             failures.append(RunFailure(run, f"{type(error).__name__}: {error}"))
             console.print(f"{step}: [red]failed[/]: {escape(str(error))}", highlight=False)

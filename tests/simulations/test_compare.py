@@ -128,14 +128,14 @@ def test_report_labels_a_run_not_named_by_a_sweep_with_its_strategy(swept, tmp_p
 
 def test_an_interrupted_sweep_resumes_and_skips_the_finished_runs(tiny_emnist_dir, tmp_path, monkeypatch):
     path = _sweep_file(tmp_path, tiny_emnist_dir, {"dp_fedavg": {}}, epsilons=[8.0], checkpoint_every=1)
-    real = compare.run_in_process
+    real = compare.run_experiment
 
-    def interrupt_seed_one(experiment, run_dir, **kwargs):
+    def interrupt_seed_one(experiment, backend, **kwargs):
         def stop(record):
             raise KeyboardInterrupt
-        return real(experiment, run_dir, **kwargs, **({"on_round": stop} if experiment.config.seed == 1 else {}))
+        return real(experiment, backend, **kwargs, **({"on_round": stop} if experiment.config.seed == 1 else {}))
 
-    monkeypatch.setattr(compare, "run_in_process", interrupt_seed_one)
+    monkeypatch.setattr(compare, "run_experiment", interrupt_seed_one)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(load_sweep(path), console=_quiet())
     monkeypatch.undo()
@@ -186,3 +186,25 @@ def test_a_bad_sweep_file_names_the_field(tmp_path, sweep, expected):
     assert expected in str(error.value)
     result = runner.invoke(app, ["compare", str(tmp_path / "sweep.yaml")])
     assert result.exit_code == 2 and expected in result.output
+
+
+def test_a_sweep_on_flower_simulation_records_the_in_process_results(tiny_emnist_dir, tmp_path, one_torch_thread):
+    """``fedpub compare --backend flower``: DOPE (public users in the ServerApp's pool) runs on Flower simulation
+    and its row holds the in-process run's ε and final metrics."""
+    strategies = {"dope": {"strategy": {"name": "dope", "public_clients_per_round": 2}}}
+    extra = {"data": {"public": {"fraction": 0.25, "seed": 0}},
+             "flower": {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}}
+    rows = {}
+    for backend in ("inprocess", "flower"):
+        path = _sweep_file(tmp_path / backend, tiny_emnist_dir, strategies, epsilons=(4.0,), seeds=(0,), **extra)
+        result = runner.invoke(app, ["compare", str(path), "--backend", backend])
+        assert result.exit_code == 0, result.output
+        assert f"(backend {backend})" in result.output
+        [rows[backend]] = read_csv(tmp_path / backend / "runs" / "cmp" / "compare.csv")
+    for column in ("epsilon", "noise_multiplier", "rounds_done", "eval_accuracy", "eval_loss"):
+        assert rows["flower"][column] == pytest.approx(rows["inprocess"][column], rel=1e-4), column
+
+
+def test_an_unknown_backend_is_refused_naming_the_allowed_ones(tmp_path):
+    result = runner.invoke(app, ["compare", str(tmp_path / "missing.yaml"), "--backend", "ray"])
+    assert result.exit_code != 0 and "inprocess, flower" in result.output

@@ -1,0 +1,41 @@
+"""The backends one experiment can run on, behind one call: ``inprocess`` (the engine, fastest) and ``flower``
+(Flower's Simulation Engine: a virtual SuperNode per user, the same ServerApp and ClientApp as a deployment).
+Both run the same round driver and write the same run directory (DESIGN.md §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, get_args
+
+from simulations.engine import run_in_process
+from simulations.experiment import Experiment
+from simulations.flower_simulation import run_flower_simulation, simulated_nodes
+from simulations.run_dir import RunDirectory
+from simulations.session import RunResult
+
+Backend = Literal["inprocess", "flower"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
+
+
+def check_backend(backend: str) -> Backend:
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return backend  # type: ignore[return-value]
+
+
+def run_experiment(
+    experiment: Experiment,
+    backend: Backend,
+    *,
+    fresh: bool = False,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Run (or resume) ``experiment`` on ``backend`` into ``<output_dir>/<name>/``; ``log`` receives the engine's
+    lines (how cohorts train, failed users) in process."""
+    config = experiment.config
+    if backend == "flower":
+        return run_flower_simulation(config, simulated_nodes(experiment), fresh=fresh, on_round=on_round)
+    return run_in_process(
+        experiment, RunDirectory(config.output_dir / config.name), fresh=fresh, on_round=on_round, log=log
+    )
