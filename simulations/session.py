@@ -1,9 +1,9 @@
 """The bookkeeping of one run, shared by every backend (in-process, Flower simulation, deployment).
 
 A :class:`RunSession` restores a checkpointed run (or starts a new one), holds the global model,
-the strategy state and the accountant, and after each round writes the metrics record, evaluates
-every k rounds and checkpoints atomically; at the end it writes the ledger, plot and summary.
-The backends only decide how the cohort is trained and when the round's event is composed.
+the strategy state, the accountant and the :class:`~fedpub.round_driver.RoundDriver` over them, and after each
+round writes the metrics record, evaluates every k rounds and checkpoints atomically; at the end it writes the
+ledger, plot and summary. The backends only deliver the driver's plans and bring the replies back.
 """
 
 from __future__ import annotations

@@ -90,12 +90,12 @@ def test_every_recipe_on_flower_gives_the_in_process_model_and_ledger(tiny_emnis
         assert records[-1]["mirror/alpha"] < 1
 
 
-@pytest.mark.parametrize("recipe", ["dope+adaptive_clip", "adadps_client"])
-def test_public_users_as_their_own_nodes_give_the_in_process_model(tiny_emnist_dir, tmp_path, recipe, one_torch_thread):
-    """The public nodes train with the generator (and preconditioner) the engine gives public users; their
-    replies recenter the clip (DOPE) or set the preconditioner the private nodes are sent (AdaDPS)."""
+def test_public_users_as_their_own_nodes_give_the_in_process_model(tiny_emnist_dir, tmp_path, one_torch_thread):
+    """AdaDPS on the clients with public users as nodes: the public nodes train with the generator the engine
+    gives public users, and their replies set the preconditioner the private nodes are sent. (DOPE with public
+    nodes runs on a real deployment in test_deployment.py and in the example app's test.)"""
     local, remote, local_dir, flower_dir = _runs(
-        tiny_emnist_dir, tmp_path, recipe, flower={**FLOWER, "public_users": "nodes"}
+        tiny_emnist_dir, tmp_path, "adadps_client", flower={**FLOWER, "public_users": "nodes"}
     )
     records = _assert_same_run(local, remote, local_dir, flower_dir)
     assert all(r["public_cohort_used"] == 2 for r in records)
