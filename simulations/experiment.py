@@ -27,6 +27,7 @@ from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_e
 from fedpub.models import build_model
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import neighboring_relation
+from fedpub.round_driver import RoundDriver
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
@@ -55,6 +56,15 @@ class Experiment:
     def new_accountant(self) -> UserLevelAccountant:
         return UserLevelAccountant(
             self.config.privacy.accountant, neighboring_relation(self.strategy.sampling)
+        )
+
+    def round_driver(self, accountant: UserLevelAccountant) -> RoundDriver:
+        """The driver of this experiment's rounds over its private and public users, composing into
+        ``accountant`` (a new one, or a checkpoint's) under the config's budget and failure limit."""
+        return RoundDriver(
+            self.strategy, accountant, private_ids=self.private_ids, public_ids=self.public_ids,
+            delta=self.config.privacy.delta, budget_epsilon=self.budget_epsilon,
+            stop_after_failed_rounds=self.config.stop_after_failed_rounds,
         )
 
     def new_model(self) -> torch.nn.Module:

@@ -63,7 +63,6 @@ from fedpub.atomic import write_json_atomic
 from fedpub.config import ExperimentConfig, load_config, parse_config
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import FixedSizeSampling, event_to_dict, round_event
-from fedpub.round_driver import RoundDriver
 from fedpub.steps.clip import clip_factors
 from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.types import Params, RoundContext, Updates
@@ -261,10 +260,7 @@ class SecAggDpStrategy(Strategy):
         self.noise = gaussian_noise(experiment.noise_multiplier, config.seed)
         self.server_opt = server_optimizer(config.strategy.server_optimizer)
         self.noise_state, self.opt_state = self.noise.init(self.params), self.server_opt.init(self.params)
-        self.driver = RoundDriver(
-            self.core, experiment.new_accountant(), private_ids=experiment.private_ids, delta=config.privacy.delta,
-            budget_epsilon=experiment.budget_epsilon, stop_after_failed_rounds=config.stop_after_failed_rounds,
-        )
+        self.driver = experiment.round_driver(experiment.new_accountant())
         """Plans the cohorts and holds the one budget rule and the accountant (the SecAgg+ sum is aggregated here)."""
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
         self.records: list[dict[str, Any]] = []

@@ -19,7 +19,6 @@ from clients.local_training import model_params
 from fedpub.config import PublicTrainingConfig, dump_config
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.ledger import write_ledger
-from fedpub.round_driver import RoundDriver
 from fedpub.strategy import RoundOutcome
 from fedpub.types import Params
 from simulations.evaluation import EvaluationSet, evaluate
@@ -86,11 +85,7 @@ class RunSession:
             self._unreleased = checkpoint.get("record")
         elif cfg.strategy.warm_start is not None:
             self.params = self._train_on_public(self.params, cfg.strategy.warm_start, "warm_start")
-        self.driver = RoundDriver(
-            experiment.strategy, self.accountant, private_ids=experiment.private_ids,
-            public_ids=experiment.public_ids, delta=cfg.privacy.delta, budget_epsilon=experiment.budget_epsilon,
-            stop_after_failed_rounds=cfg.stop_after_failed_rounds,
-        )
+        self.driver = experiment.round_driver(self.accountant)
         """Plans each round and finishes it from the replies: the budget rule and the accountant's composition."""
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
         self.last_eval: dict[str, float] = {}
