@@ -53,8 +53,7 @@ class ClientRuntime:
         return list(self.train.client_ids) + extra
 
     def client_data(self, client_id: str) -> ClientData:
-        data = self.public if (client_id in self.public_ids and self.public is not self.train) else self.train
-        return data.client_data(client_id)
+        return (self.public if client_id in self.public_ids else self.train).client_data(client_id)
 
 
 @lru_cache(maxsize=4)

@@ -4,8 +4,8 @@ One resident model trains the whole sampled cohort, vectorised when the model al
 user otherwise (:mod:`clients.cohort_training`; no per-client process, no serialisation). Each round the
 session's :class:`~fedpub.round_driver.RoundDriver` plans the cohorts and payloads, the engine trains them,
 and the driver aggregates, prices the round's actual event against the budget and composes it; the
-:class:`RunSession` records, evaluates and checkpoints. A run directory with a checkpoint and the same resolved config is resumed,
-giving the same final model. With ``data.prefetch`` (on a GPU unless set) the next round's users are read
+:class:`RunSession` records, evaluates and checkpoints. A run directory with a checkpoint and the same
+resolved config is resumed, giving the same final model. With ``data.prefetch`` (on a GPU unless set) the next round's users are read
 into the caches in a background thread while the round trains (:meth:`~fedpub.data.cache.CachedClients.read_ahead`).
 A user whose training raises contributes nothing, as a failed Flower node does: it counts in
 ``cohort_failed``, its error is logged once per round, and the round's noise and DP event stay those
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from clients.cohort_training import CohortTrainer
 from clients.round_training import train_users
 from fedpub.data.cache import CachedClients
 from fedpub.memory import keep_freed_memory
@@ -50,10 +49,7 @@ def run_in_process(
     keep_freed_memory()  # each round's update buffers are reused by the next, not page-faulted in again
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
-    trainer = CohortTrainer(
-        session.model, experiment.local_training, experiment.task, vectorise=cfg.client.vectorise,
-        min_users=cfg.client.vectorise_min_users,
-    )
+    trainer = experiment.cohort_trainer(session.model)
     if log is not None:
         log(trainer.describe())
     prefetch = cfg.data.prefetch == "on" or (cfg.data.prefetch == "auto" and experiment.device.type == "cuda")

@@ -13,6 +13,7 @@ from pathlib import Path
 import dp_accounting
 import torch
 
+from clients.cohort_training import CohortTrainer
 from clients.local_training import LocalTrainingConfig, default_device, model_params
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
@@ -26,14 +27,13 @@ from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
 from fedpub.models import build_model
 from fedpub.privacy.accountant import UserLevelAccountant
-from fedpub.privacy.events import neighboring_relation
 from fedpub.round_driver import RoundDriver
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
 from fedpub.types import Updates
 from strategies import adadps
-from strategies.build import build_private_strategy
+from strategies.build import build_private_strategy, new_accountant
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,13 @@ class Experiment:
     device: torch.device
 
     def new_accountant(self) -> UserLevelAccountant:
-        return UserLevelAccountant(
-            self.config.privacy.accountant, neighboring_relation(self.strategy.sampling)
+        return new_accountant(self.config.privacy, self.strategy)
+
+    def cohort_trainer(self, model: torch.nn.Module) -> CohortTrainer:
+        """Trains a round's cohort on ``model`` (the run's resident model) as the config's client section says."""
+        client = self.config.client
+        return CohortTrainer(
+            model, self.local_training, self.task, vectorise=client.vectorise, min_users=client.vectorise_min_users
         )
 
     def round_driver(self, accountant: UserLevelAccountant) -> RoundDriver:

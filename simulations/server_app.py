@@ -15,7 +15,6 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from clients.cohort_training import CohortTrainer
 from clients.round_training import ServerPublicPool
 from fedpub.config import ExperimentConfig
 from simulations.experiment import Experiment, build_experiment
@@ -30,10 +29,7 @@ def server_public_pool(experiment: Experiment, session: RunSession) -> ServerPub
     cfg = experiment.config
     if not experiment.strategy.public_cohort or cfg.flower.public_users != "server":
         return None
-    trainer = CohortTrainer(
-        session.model, experiment.local_training, experiment.task, vectorise=cfg.client.vectorise,
-        min_users=cfg.client.vectorise_min_users,
-    )
+    trainer = experiment.cohort_trainer(session.model)
     return ServerPublicPool(trainer, experiment.public_data, experiment.public_ids, cfg.seed)
 
 

@@ -35,7 +35,12 @@ class PrivateStrategy:
     privacy: PrivacyConfig
 
     def new_accountant(self) -> UserLevelAccountant:
-        return UserLevelAccountant(self.privacy.accountant, neighboring_relation(self.core.sampling))
+        return new_accountant(self.privacy, self.core)
+
+
+def new_accountant(privacy: PrivacyConfig, core: StrategyCore) -> UserLevelAccountant:
+    """An empty accountant of ``privacy``'s kind under the neighbouring relation ``core``'s sampling is priced in."""
+    return UserLevelAccountant(privacy.accountant, neighboring_relation(core.sampling))
 
 
 def privacy_budget(strategy: StrategyConfig, privacy: PrivacyConfig) -> float | None:

@@ -315,8 +315,8 @@ class FedpubStrategy(Strategy):
             public_population=self.public_population, node_wait_timeout=self.node_wait_timeout,
         )
         if driver.private_ids is None:
-            public = sorted(self.nodes.public) if self.public_nodes else list(getattr(self.public_pool, "client_ids", ()))
-            driver.bind_users(sorted(self.nodes.private), public)
+            pool = list(self.public_pool.client_ids) if self.public_pool is not None else []
+            driver.bind_users(sorted(self.nodes.private), sorted(self.nodes.public) if self.public_nodes else pool)
         if not self.public_nodes:
             self.nodes.public = {}
         self._user_of = self.nodes.user_of()
