@@ -5,7 +5,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpub.config import ConfigError, dump_config, load_config, parse_config
+from fedpub.config import MODEL_NAMES, ConfigError, dump_config, load_config, parse_config
 
 
 def test_defaults_and_round_trip_through_yaml():
@@ -62,6 +62,12 @@ def test_random_configs_either_load_or_raise_a_config_error(raw):
         parse_config(raw)
     except ConfigError as error:
         assert "invalid configuration" in str(error)
+
+
+def test_the_schema_knows_the_models_the_registry_builds():
+    from fedpub.models import MODELS
+
+    assert MODEL_NAMES == tuple(MODELS)
 
 
 def test_the_bundled_quickstart_config_is_valid():
