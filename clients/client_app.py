@@ -22,6 +22,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from clients import flower_protocol
+from clients.device import resolve_device
 from clients.local_training import ClientResult, LocalTrainingConfig, train_client
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.data.base import ClientData, FederatedDataset
@@ -30,7 +31,7 @@ from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
 from fedpub.types import Params, Updates
 from simulations.configs import quickstart_config_path
-from simulations.experiment import load_data, resolve_device
+from simulations.experiment import load_data
 
 
 @dataclass(frozen=True)

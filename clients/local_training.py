@@ -76,11 +76,6 @@ def stop_if_late(config: LocalTrainingConfig, started: float, steps_done: int, s
         )
 
 
-def default_device() -> torch.device:
-    """CUDA when present, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def load_params_(model: torch.nn.Module, params: Params) -> None:
     """Overwrite the model's parameters in place with ``params`` (same names)."""
     with torch.no_grad():

@@ -14,7 +14,8 @@ import dp_accounting
 import torch
 
 from clients.cohort_training import CohortTrainer
-from clients.local_training import LocalTrainingConfig, default_device, model_params
+from clients.device import resolve_device
+from clients.local_training import LocalTrainingConfig, model_params
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
 from fedpub.data.cache import CachedClients
@@ -154,12 +155,6 @@ def load_emnist(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDa
     if data.uniform_users is not None:
         train = UniformUsers(train, data.uniform_users, seed=config.seed)
     return train, test
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device: cuda was asked for, but no CUDA device is available (use auto or cpu)")
-    return default_device() if name == "auto" else torch.device(name)
 
 
 def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updates | None:

@@ -1,6 +1,6 @@
 import torch
 
-from clients.local_training import LocalTrainingConfig, default_device, model_params, plan_local_training, train_client
+from clients.local_training import LocalTrainingConfig, model_params, plan_local_training, train_client
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 
@@ -50,10 +50,6 @@ def test_max_examples_caps_the_local_data():
         model, model_params(model), _data(n=30), LocalTrainingConfig(max_examples=8), torch.Generator().manual_seed(0)
     )
     assert result.num_examples == 8
-
-
-def test_the_device_is_cuda_when_present_else_cpu():
-    assert default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def test_local_sgd_takes_torch_optim_sgds_steps_with_momentum_prox_term_and_preconditioner():
