@@ -83,11 +83,6 @@ def load_params_(model: torch.nn.Module, params: Params) -> None:
             tensor.copy_(params[name])
 
 
-def model_params(model: torch.nn.Module) -> Params:
-    """A detached CPU copy of the model's parameters."""
-    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
-
-
 @dataclass(frozen=True)
 class LocalPlan:
     """What one user's local training will do, drawn from its generator: the (capped) examples, the

@@ -46,9 +46,9 @@ import torch
 from scipy.optimize import brentq  # scipy comes with dp-accounting
 from scipy.special import log_ndtr, ndtri
 
-from clients.local_training import model_params
 from fedpub.atomic import atomic_path, write_json_atomic
 from fedpub.config import ExperimentConfig, parse_config
+from fedpub.models.seeded import model_params
 from fedpub.seeding import numpy_generator, torch_generator
 from fedpub.types import Params, Updates
 from simulations.compare import deep_merge

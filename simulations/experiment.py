@@ -15,7 +15,7 @@ import torch
 
 from clients.cohort_training import CohortTrainer
 from clients.device import resolve_device
-from clients.local_training import LocalTrainingConfig, model_params
+from clients.local_training import LocalTrainingConfig
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
 from fedpub.data.cache import CachedClients
@@ -26,10 +26,9 @@ from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, load_word
 from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, load_vocabularies
 from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure_synthetic_stackoverflow
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
-from fedpub.models import build_model
+from fedpub.models.seeded import model_params, new_model
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.round_driver import RoundDriver
-from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
 from fedpub.types import Updates
@@ -76,12 +75,6 @@ class Experiment:
     def new_model(self) -> torch.nn.Module:
         """The model with its seeded initial parameters, on the experiment's device."""
         return new_model(self.config, self.train.num_classes, self.device)
-
-
-def new_model(config: ExperimentConfig, num_classes: int, device: torch.device) -> torch.nn.Module:
-    """The config's model with its seeded initial parameters (seed, "model_init"), on ``device``."""
-    generator = torch_generator(config.seed, "model_init")
-    return build_model(config.model.name, num_classes, generator=generator).to(device)
 
 
 @dataclass(frozen=True)

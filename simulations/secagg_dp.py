@@ -57,10 +57,10 @@ from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import Grid, ServerApp
 
 from clients.client_app import ClientRuntime, node_client_id, query_reply, runtime, train_user
-from clients.local_training import model_params
 from fedpub import tree
 from fedpub.atomic import write_json_atomic
 from fedpub.config import ExperimentConfig, load_config, parse_config
+from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import FixedSizeSampling, event_to_dict, round_event
 from fedpub.steps.clip import clip_factors

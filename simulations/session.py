@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from clients.local_training import model_params
 from fedpub.config import PublicTrainingConfig, dump_config
+from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.ledger import write_ledger
 from fedpub.strategy import RoundOutcome

@@ -47,9 +47,10 @@ def test_infinite_clip_and_no_noise_is_plain_fedavg_of_deltas():
 def test_one_example_clients_with_one_local_step_is_dp_sgd():
     """DP-FedAvg with 1-example users, one local SGD step of lr η, clip C = η·C' and server lr 1
     equals one DP-SGD step with per-example clip C', noise z·C' on the summed gradients, ÷ m."""
-    from clients.local_training import LocalTrainingConfig, model_params, train_client
+    from clients.local_training import LocalTrainingConfig, train_client
     from fedpub.data.base import ClientData
     from fedpub.models import build_model
+    from fedpub.models.seeded import model_params
 
     eta, c_grad, z, m, population = 0.1, 0.05, 1.3, 4.0, 40
     model = build_model("emnist_mlp", 10, generator=torch.Generator().manual_seed(0))

@@ -109,9 +109,10 @@ def _dp_round(features: list[Any], population: int, seed: int) -> None:
     import torch
 
     from clients.cohort_training import CohortTrainer
-    from clients.local_training import LocalTrainingConfig, model_params
+    from clients.local_training import LocalTrainingConfig
     from fedpub.config import StrategyConfig
     from fedpub.models import build_model
+    from fedpub.models.seeded import model_params
     from fedpub.privacy.events import PoissonSampling
     from fedpub.seeding import torch_generator
     from fedpub.tasks import get_task

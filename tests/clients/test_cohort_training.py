@@ -5,9 +5,10 @@ import torch
 
 from clients import cohort_training
 from clients.cohort_training import CohortTrainer, train_cohort_vectorised, vectorisation_blocker
-from clients.local_training import LocalTrainingConfig, model_params, train_client
+from clients.local_training import LocalTrainingConfig, train_client
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
+from fedpub.models.seeded import model_params
 from fedpub.tasks import CLASSIFICATION, TAG_PREDICTION, get_task
 
 

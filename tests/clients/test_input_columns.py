@@ -8,10 +8,11 @@ from torch import nn
 
 from clients.cohort_training import CohortTrainer
 from clients.input_columns import input_columns
-from clients.local_training import LocalTrainingConfig, model_params, train_client
+from clients.local_training import LocalTrainingConfig, train_client
 from fedpub.column_update import ColumnUpdate
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
+from fedpub.models.seeded import model_params
 from fedpub.tasks import TAG_PREDICTION
 
 FEATURES, TAGS = 400, 12

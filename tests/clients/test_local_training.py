@@ -1,8 +1,9 @@
 import torch
 
-from clients.local_training import LocalTrainingConfig, model_params, plan_local_training, train_client
+from clients.local_training import LocalTrainingConfig, plan_local_training, train_client
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
+from fedpub.models.seeded import model_params
 
 
 def _data(n=10, seed=0):

@@ -21,10 +21,10 @@ import pytest
 import torch
 import yaml
 
-from clients.local_training import model_params
 from fedpub.config import ExperimentConfig, load_config
 from fedpub.data.public_split import split_public
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
+from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
 from simulations.deploy_local import (

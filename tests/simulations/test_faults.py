@@ -22,10 +22,11 @@ import pytest
 import torch
 
 from clients.cohort_training import CohortTrainer
-from clients.local_training import ClientFailure, LocalTrainingConfig, model_params
+from clients.local_training import ClientFailure, LocalTrainingConfig
 from fedpub.config import dump_config, load_config
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
+from fedpub.models.seeded import model_params
 from fedpub.tasks import CLASSIFICATION
 from simulations.deploy_local import VENV_BIN, LocalDeployment, flwr_cli, marked_pids
 from simulations.engine import CohortsKeepFailing, run_in_process

@@ -14,10 +14,10 @@ from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from clients.client_app import runtime
-from clients.local_training import model_params
 from fedpub import tree
 from fedpub.config import parse_config
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
+from fedpub.models.seeded import model_params
 from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.types import RoundContext
 from simulations.engine import run_in_process
