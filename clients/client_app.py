@@ -26,12 +26,12 @@ from clients.device import resolve_device
 from clients.local_training import ClientResult, LocalTrainingConfig, train_client
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.data.base import ClientData, FederatedDataset
+from fedpub.data.registry import load_data
 from fedpub.models import build_model
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
 from fedpub.types import Params, Updates
 from simulations.configs import quickstart_config_path
-from simulations.experiment import load_data
 
 
 @dataclass(frozen=True)

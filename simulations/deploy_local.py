@@ -694,7 +694,7 @@ def experiment_file(config: Path, rounds: int | None, work_dir: Path) -> Path:
 def count_users(config_path: Path) -> int:
     """How many private users (= SuperNodes the ServerApp waits for) the experiment's data has."""
     from fedpub.config import load_config
-    from simulations.experiment import load_data
+    from fedpub.data.registry import load_data
 
     train = load_data(load_config(config_path)).train
     return len(train.client_ids)

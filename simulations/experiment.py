@@ -1,4 +1,6 @@
-"""Everything an experiment needs, built from its config before any file is written.
+"""Everything an experiment needs, assembled from its config before any file is written: the users
+(:mod:`fedpub.data.registry`), the device (:mod:`clients.device`), the private strategy with its noise and
+planned event (:mod:`strategies.build`) and the local training.
 
 Both backends start here, so the same config gives the same data, model, strategy and noise.
 Failures (missing data, an unreachable ε target, a budget smaller than one round) surface here,
@@ -8,7 +10,6 @@ before a run directory exists.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import dp_accounting
 import torch
@@ -18,22 +19,13 @@ from clients.device import resolve_device
 from clients.local_training import LocalTrainingConfig
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
-from fedpub.data.cache import CachedClients
-from fedpub.data.emnist import load_emnist_split
-from fedpub.data.emnist_sqlite import load_emnist_sqlite
-from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
-from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, load_word_counts, open_stackoverflow
-from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, load_vocabularies
-from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure_synthetic_stackoverflow
-from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
-from fedpub.models.seeded import model_params, new_model
+from fedpub.data.registry import load_data
+from fedpub.models.seeded import new_model
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.round_driver import RoundDriver
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
-from fedpub.types import Updates
-from strategies import adadps
-from strategies.build import build_private_strategy, new_accountant
+from strategies.build import build_experiment_strategy, new_accountant
 
 
 @dataclass(frozen=True)
@@ -77,117 +69,19 @@ class Experiment:
         return new_model(self.config, self.train.num_classes, self.device)
 
 
-@dataclass(frozen=True)
-class FederatedData:
-    """The users of an experiment: ``train`` holds the private users, ``public`` the public ones (the
-    same dataset for a public fraction of the training users, StackOverflow's held-out split otherwise)."""
-
-    train: FederatedDataset
-    test: FederatedDataset
-    public: FederatedDataset
-    private_ids: list[str]
-    public_ids: list[str]
-
-
-def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, ...]:
-    """The task's views over the train, test (or held-out) and held-out splits."""
-    data, so = config.data, config.data.stackoverflow
-    if data.source == "synthetic_stackoverflow":
-        synthetic = data.synthetic_stackoverflow
-        shared = {
-            "min_examples": synthetic.min_examples,
-            "max_examples": synthetic.max_examples,
-            "topic_rank_offset": synthetic.topic_rank_offset,
-        }
-        ensure_synthetic_stackoverflow(
-            data.path,
-            SyntheticStackOverflowSpec(num_clients=synthetic.num_clients, seed=synthetic.seed, **shared),
-            SyntheticStackOverflowSpec(num_clients=synthetic.test_clients, seed=synthetic.seed + 1, **shared),
-            SyntheticStackOverflowSpec(num_clients=synthetic.test_clients, seed=synthetic.seed + 2, **shared),
-        )
-    root = Path(data.path)
-    words, tags = load_vocabularies(root / WORD_COUNT_FILE, root / TAG_COUNT_FILE, tag_vocab_size=so.tag_vocab_size)
-    splits = ["train", so.test_split] + (["heldout"] if data.public.pool == "heldout" else [])
-    readers = [open_stackoverflow(root, split) for split in splits]
-    if config.task == "so_nwp":
-        return tuple(NextWordPrediction(r, words, max_elements=so.max_elements) for r in readers)
-    single = config.task == "so_tag_single"
-    return tuple(
-        TagPrediction(r, words, tags, normalization=so.normalization, single_label=single, max_elements=so.max_elements)
-        for r in readers
-    )
-
-
-def load_data(config: ExperimentConfig) -> FederatedData:
-    """The training and test users, and which users are public (DESIGN.md §5: never in N); the training and
-    public users are read through a :class:`~fedpub.data.cache.CachedClients` of ``data.cache_mb``."""
-    public = config.data.public
-    if config.task.startswith("so_"):
-        train, test, *heldout = load_stackoverflow(config)
-    else:
-        train, test = load_emnist(config)
-    cache_bytes = config.data.cache_mb * 2**20
-    train = CachedClients(train, cache_bytes)
-    if public.pool == "heldout":
-        private_ids, public_ids = heldout_as_public(train.client_ids, heldout[0].client_ids)
-        return FederatedData(train, test, CachedClients(heldout[0], cache_bytes), private_ids, public_ids)
-    private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
-    return FederatedData(train, test, train, private_ids, public_ids)
-
-
-def load_emnist(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
-    """The training users (after DOPE's uniform construction when configured) and the test split."""
-    data = config.data
-    if data.source == "synthetic_emnist":
-        spec = SyntheticEmnistSpec(**data.synthetic.model_dump())
-        ensure_synthetic_emnist(data.path, spec)
-    if data.source == "emnist_sqlite":
-        train, test = load_emnist_sqlite(data.path, only_digits=data.only_digits)
-    else:
-        train, test = load_emnist_split(data.path, only_digits=data.only_digits)
-    if data.uniform_users is not None:
-        train = UniformUsers(train, data.uniform_users, seed=config.seed)
-    return train, test
-
-
-def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updates | None:
-    """AdaDPS's fixed preconditioner from StackOverflow's word counts, when the config asks for it."""
-    precondition = config.strategy.precondition
-    if precondition is None or precondition.source != "token_frequency":
-        return None
-    if config.model.name != "so_tag_logreg":
-        raise ValueError(
-            "strategy.precondition.source `token_frequency` preconditions the bag-of-words weight of "
-            f"model so_tag_logreg, not {config.model.name}"
-        )
-    counts = load_word_counts(Path(config.data.path) / WORD_COUNT_FILE, train.num_features)
-    params = model_params(new_model(config, train.num_classes, torch.device("cpu")))  # names and shapes
-    return adadps.token_frequency_side_information(precondition, params, list(counts.values()))
-
-
 def build_experiment(config: ExperimentConfig) -> Experiment:
+    """The experiment ``config`` describes: its users, its device, its private strategy, its local training."""
     data = load_data(config)
-    train, test, private_ids, public_ids = data.train, data.test, data.private_ids, data.public_ids
-    strategy_cfg = config.strategy
     device = resolve_device(config.device)
-    built = build_private_strategy(
-        strategy_cfg, config.privacy, population=len(private_ids), rounds=config.rounds, seed=config.seed,
-        side_information=side_information(config, train),
-    )
-    if built.core.public_cohort and not public_ids:
-        raise ValueError(
-            f"strategy `{strategy_cfg.name}` trains public users, but the data has none: set data.public"
-        )
-    if (strategy_cfg.warm_start or strategy_cfg.model_reuse) and not public_ids:
-        raise ValueError("strategy.warm_start and strategy.model_reuse train on public users: set data.public")
+    built = build_experiment_strategy(config, data)
     return Experiment(
         config=config,
-        train=train,
-        test=test,
-        private_ids=private_ids,
-        public_ids=public_ids,
+        train=data.train,
+        test=data.test,
+        private_ids=data.private_ids,
+        public_ids=data.public_ids,
         public_data=data.public,
-        eval_ids=list(test.client_ids)[: config.data.eval_clients],
+        eval_ids=list(data.test.client_ids)[: config.data.eval_clients],
         strategy=built.core,
         noise_multiplier=built.noise_multiplier,
         planned_round_event=built.planned_round_event,

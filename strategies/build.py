@@ -1,24 +1,31 @@
 """A strategy config, the privacy settings and the population give everything a round driver needs.
 
-Shared by the experiment builder (``simulations/experiment.py``) and the drop-in Flower constructor
-(:meth:`strategies.flower.FedpubStrategy.from_config`), so a config means the same mechanism wherever it runs:
-the sampling rule over the N private users, the noise multiplier (given, or calibrated to the target ε over
-the planned rounds), the recipe's :class:`~fedpub.strategy.StrategyCore`, the accountant and the budget.
+Shared by every experiment (:func:`build_experiment_strategy`, over the users its config loads) and the drop-in
+Flower constructor (:meth:`strategies.flower.FedpubStrategy.from_config`), so a config means the same mechanism
+wherever it runs: the sampling rule over the N private users, the noise multiplier (given, or calibrated to the
+target ε over the planned rounds), AdaDPS's side information, the recipe's :class:`~fedpub.strategy.StrategyCore`,
+the event planned for its first round, the accountant and the budget.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import dp_accounting
+import torch
 
-from fedpub.config import PrivacyConfig, StrategyConfig
+from fedpub.config import ExperimentConfig, PrivacyConfig, StrategyConfig
+from fedpub.data.base import FederatedDataset
+from fedpub.data.registry import FederatedData
+from fedpub.data.stackoverflow import WORD_COUNT_FILE, load_word_counts
+from fedpub.models.seeded import model_params, new_model
 from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
 from fedpub.privacy.errors import PrivacyError
 from fedpub.privacy.events import neighboring_relation, round_event
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
-from strategies import dp_fedavg
+from strategies import adadps, dp_fedavg
 from strategies.common import make_sampling, resolve_noise_multiplier
 from strategies.compose import boosted_rounds, build_strategy
 
@@ -87,4 +94,35 @@ def build_private_strategy(
         raise PrivacyError(f"privacy.accountant: {error}") from None
     if built.budget_epsilon is not None:
         check_first_round(PrivacyBudget(built.budget_epsilon, privacy.delta), built.new_accountant(), planned)
+    return built
+
+
+def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updates | None:
+    """AdaDPS's fixed preconditioner from StackOverflow's word counts, when the config asks for it."""
+    precondition = config.strategy.precondition
+    if precondition is None or precondition.source != "token_frequency":
+        return None
+    if config.model.name != "so_tag_logreg":
+        raise ValueError(
+            "strategy.precondition.source `token_frequency` preconditions the bag-of-words weight of "
+            f"model so_tag_logreg, not {config.model.name}"
+        )
+    counts = load_word_counts(Path(config.data.path) / WORD_COUNT_FILE, train.num_features)
+    params = model_params(new_model(config, train.num_classes, torch.device("cpu")))  # names and shapes
+    return adadps.token_frequency_side_information(precondition, params, list(counts.values()))
+
+
+def build_experiment_strategy(config: ExperimentConfig, data: FederatedData) -> PrivateStrategy:
+    """The recipe of ``config`` over the private users of ``data`` for ``config.rounds`` rounds, with its side
+    information. Raises (naming the field) as :func:`build_private_strategy` does, and when the recipe trains
+    public users the data does not have."""
+    strategy = config.strategy
+    built = build_private_strategy(
+        strategy, config.privacy, population=len(data.private_ids), rounds=config.rounds, seed=config.seed,
+        side_information=side_information(config, data.train),
+    )
+    if built.core.public_cohort and not data.public_ids:
+        raise ValueError(f"strategy `{strategy.name}` trains public users, but the data has none: set data.public")
+    if (strategy.warm_start or strategy.model_reuse) and not data.public_ids:
+        raise ValueError("strategy.warm_start and strategy.model_reuse train on public users: set data.public")
     return built

@@ -23,6 +23,7 @@ import yaml
 
 from fedpub.config import ExperimentConfig, load_config
 from fedpub.data.public_split import split_public
+from fedpub.data.registry import load_data
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import epsilon_for
@@ -45,7 +46,7 @@ from simulations.deploy_local import (
     start_supernode,
     write_connection,
 )
-from simulations.experiment import build_experiment, load_data
+from simulations.experiment import build_experiment
 
 pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX-only"),
