@@ -7,14 +7,16 @@ experiment's node users (the training file's client ids in TFF's sorted order, t
 public users when they are the public pool), which is what Flower simulation sets. A public user trains with
 the generator and preconditioner the in-process engine gives public users, so both backends agree.
 The experiment config is bound into the app (simulation) or read from the run config key
-``config`` (a YAML path; empty = the bundled quick-start) under ``flwr run``. Each process keeps
-one resident model and its datasets open, keyed by the config.
+``config`` under ``flwr run``: a YAML path, absolute or relative to the app's directory (``pyproject.toml``
+names the bundled quick-start as the default). Each process keeps one resident model and its datasets open,
+keyed by the config.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 import yaml
@@ -24,14 +26,17 @@ from flwr.clientapp import ClientApp
 from clients import flower_protocol
 from clients.device import resolve_device
 from clients.local_training import ClientResult, LocalTrainingConfig, train_client
-from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
+from fedpub.config import ConfigError, ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.data.registry import load_data
 from fedpub.models import build_model
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
 from fedpub.types import Params, Updates
-from simulations.configs import quickstart_config_path
+
+APP_DIR = Path(__file__).resolve().parents[1]
+"""The Flower App's directory (this repository, or the app bundle ``flwr run`` installed): ``clients/`` sits at
+its top, beside ``pyproject.toml`` and the bundled configs."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +74,15 @@ def _runtime_for(resolved_config: str) -> ClientRuntime:
 
 
 def experiment_config(context: Context) -> ExperimentConfig:
-    """The config named by the run config key ``config`` (the bundled quick-start when empty)."""
+    """The config named by the run config key ``config``: a YAML path, absolute or relative to :data:`APP_DIR`
+    (the default in ``pyproject.toml`` is the bundled quick-start)."""
     path = str(context.run_config.get("config", "") or "")
-    return load_config(path or quickstart_config_path())
+    if not path:
+        raise ConfigError(
+            "the run config names no experiment: set its key `config` to a YAML path, absolute or relative to the "
+            f"app's directory {APP_DIR} (e.g. --run-config \"config='simulations/configs/quickstart.yaml'\")"
+        )
+    return load_config(APP_DIR / path)
 
 
 def runtime(config: ExperimentConfig) -> ClientRuntime:

@@ -4,7 +4,8 @@ fedpub's strategy over the connected nodes, writing results exactly as the in-pr
 Every recipe runs here: the round driver is the session's (the same sampling, public schedule, budget rule and
 ledger as in-process); the public users train in a pool the server holds (``flower.public_users: server``, the
 default) or on their own nodes (``nodes``). Under ``flwr run`` the experiment is the YAML named by the run config
-key ``config`` (the bundled quick-start when empty); the simulation runner binds a config directly.
+key ``config`` (as the ClientApp reads it; pyproject.toml's default is the bundled quick-start); the simulation
+runner binds a config directly.
 """
 
 from __future__ import annotations
