@@ -9,7 +9,7 @@ import pytest
 from dp_accounting import pld, rdp
 from typer.testing import CliRunner
 
-from fedpub.cli import app
+from simulations.cli import app
 
 runner = CliRunner()
 

@@ -16,7 +16,6 @@ from scipy.integrate import quad, trapezoid
 from scipy.stats import norm
 from typer.testing import CliRunner
 
-from fedpub.cli import app
 from fedpub.config import dump_config
 from simulations.audit import (
     ROUND_COSINES,
@@ -27,6 +26,7 @@ from simulations.audit import (
     gdp_epsilon,
     run_audit,
 )
+from simulations.cli import app
 from simulations.experiment import build_experiment
 from tests.conftest import tiny_config
 

@@ -14,9 +14,9 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fedpub.cli import app
 from fedpub.config import ConfigError, dump_config
 from simulations import compare
+from simulations.cli import app
 from simulations.compare import load_sweep, run_sweep
 from simulations.compare_report import read_csv
 from tests.conftest import tiny_config

@@ -24,9 +24,9 @@ from rich.table import Table
 
 from fedpub.config import ConfigError, load_config
 from fedpub.data.base import DatasetError
-from fedpub.data_cli import data_app
 from fedpub.privacy.errors import PrivacyError
 from simulations.configs import quickstart_config_path
+from simulations.data_cli import data_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
 app.add_typer(data_app, name="data", help="Inspect, verify and download TFF's federated EMNIST and StackOverflow files.")
