@@ -11,7 +11,6 @@ only), ``stackoverflow.word_count`` and ``stackoverflow.tag_count``; the registr
 
 from __future__ import annotations
 
-import json
 import lzma
 import os
 import sqlite3
@@ -40,15 +39,15 @@ from fedpub.data.download import (
 from fedpub.data.emnist import EmnistH5
 from fedpub.data.emnist_sqlite import SPLITS as EMNIST_SPLITS
 from fedpub.data.emnist_sqlite import EmnistSqlite, connect_tff_sqlite
-from fedpub.data.tf_example import ExampleDecodeError, decode_example
+from fedpub.data.stackoverflow import FIELDS as SO_FIELDS
+from fedpub.data.stackoverflow import SPLITS as SO_SPLITS
+from fedpub.data.stackoverflow import StackOverflowH5, decode_stackoverflow_example, load_tag_counts, read_word_counts
 
 data_app = typer.Typer(
     name="data", add_completion=False, no_args_is_help=True, help="Dataset files: inspect, verify, download."
 )
 console = Console()
 
-SO_FIELDS = ("creation_date", "score", "tags", "title", "tokens", "type")
-SO_SPLITS = ("train", "heldout", "test")
 XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
@@ -102,16 +101,11 @@ def _describe_emnist_h5(path: Path, report: FileReport, deep: bool) -> None:
         report.problems.append(f"labels in [{distinct[0]}, {distinct[-1]}], outside [0, {num_classes - 1}]")
 
 
-def _describe_so_h5(examples: h5py.Group, report: FileReport, deep: bool) -> None:
+def _describe_so_h5(path: Path, report: FileReport, deep: bool) -> None:
     report.layout = "federated StackOverflow, TFF HDF5"
-    counts = []
-    for client_id, group in examples.items():
-        lengths = {
-            name: group[name].shape[0] if isinstance(group.get(name), h5py.Dataset) else None for name in SO_FIELDS
-        }
-        counts.append(lengths["tokens"] or 0)
-        if deep and (None in lengths.values() or len(set(lengths.values())) != 1):
-            report.problems.append(f"client {client_id!r}: fields of different lengths or missing: {lengths}")
+    with StackOverflowH5(path) as ds:  # deep: every client's six datasets checked, from metadata only
+        count = ds.check_client if deep else ds.num_examples
+        counts = [count(client_id) for client_id in ds.client_ids]
     report.add("clients", len(counts))
     report.add("examples", _spread(counts))
 
@@ -124,28 +118,16 @@ def _describe_hdf5(path: Path, report: FileReport, deep: bool) -> None:
             if not isinstance(examples, h5py.Group) or not len(examples):
                 report.problems.append("no 'examples' group with clients: not a TFF federated HDF5 file")
                 return
-            first = examples[next(iter(examples))]
-            fields = set(first.keys())
-            if set(SO_FIELDS) <= fields:
-                _describe_so_h5(examples, report, deep)
-                return
+            fields = set(examples[next(iter(examples))].keys())
     except OSError as exc:
         report.problems.append(f"not a readable HDF5 file: {exc}")
         return
-    if {"label", "pixels"} <= fields:
+    if set(SO_FIELDS) <= fields:
+        _describe_so_h5(path, report, deep)
+    elif {"label", "pixels"} <= fields:
         _describe_emnist_h5(path, report, deep)
     else:
         report.problems.append(f"clients hold {sorted(fields)}: neither EMNIST (label, pixels) nor StackOverflow")
-
-
-def _check_so_example(blob: bytes, where: str) -> None:
-    try:
-        features = decode_example(blob)
-    except ExampleDecodeError as exc:
-        raise DatasetError(f"{where} is not a valid tf.train.Example: {exc}") from None
-    missing = [name for name in SO_FIELDS if len(features.get(name, [])) != 1]
-    if missing:
-        raise DatasetError(f"{where} lacks the single-valued StackOverflow feature(s) {', '.join(missing)}")
 
 
 def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
@@ -193,7 +175,7 @@ def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
                     "SELECT serialized_example_proto FROM examples WHERE split_name = ? LIMIT 1", (split,)
                 ).fetchone()
                 if row is not None:
-                    _check_so_example(row[0], f"split {split!r}, first example")
+                    decode_stackoverflow_example(row[0], f"split {split!r}, first example")
         if deep:
             report.add("checked", "tables, per-client example counts, first client of each split decoded")
     finally:
@@ -253,38 +235,22 @@ def _describe_archive(path: Path, report: FileReport, deep: bool) -> None:
 def _describe_word_count(path: Path, report: FileReport, deep: bool) -> None:
     report.layout = "StackOverflow word_count"
     words, previous, top = 0, None, []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 2 or not parts[1].isdigit():
-                report.problems.append(f"line {number} is {line.rstrip()!r}, expected 'word count'")
-                return
-            count = int(parts[1])
-            if previous is not None and count > previous:
-                report.problems.append(f"line {number}: counts are not in descending order ({previous} then {count})")
-                return
-            previous, words = count, words + 1
-            if len(top) < 3:
-                top.append(f"{parts[0]!r} {count}")
+    for number, word, count in read_word_counts(path):
+        if previous is not None and count > previous:
+            report.problems.append(f"line {number}: counts are not in descending order ({previous} then {count})")
+            return
+        previous, words = count, words + 1
+        if len(top) < 3:
+            top.append(f"{word!r} {count}")
     report.add("words", words)
     report.add("most frequent", ", ".join(top) or "none")
 
 
 def _describe_tag_count(path: Path, report: FileReport, deep: bool) -> None:
     report.layout = "StackOverflow tag_count"
-    try:
-        tags = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        report.problems.append(f"not JSON: {exc}")
-        return
-    if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in tags.items()):
-        report.problems.append("not a JSON object of {tag: integer count}")
-        return
+    tags = load_tag_counts(path)  # sorted by count, descending
     report.add("tags", len(tags))
-    top = sorted(tags.items(), key=lambda kv: kv[1], reverse=True)[:3]
-    report.add("most frequent", ", ".join(f"{t!r} {c}" for t, c in top) or "none")
+    report.add("most frequent", ", ".join(f"{t!r} {c}" for t, c in list(tags.items())[:3]))
 
 
 def _describer(path: Path) -> Callable[[Path, FileReport, bool], None] | None:

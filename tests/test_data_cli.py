@@ -177,6 +177,26 @@ def test_verify_structural_problems(emnist_dir: Path, tmp_path: Path) -> None:
     assert "0 of 3 file(s) ok" in out
 
 
+def test_verify_checks_stackoverflow_files_with_the_readers_rules(tmp_path: Path) -> None:
+    """A client lacking a field, an example lacking a feature, a malformed count line: each a problem, in the
+    readers' own words."""
+    write_so_h5(tmp_path / "stackoverflow_train.h5", {"00000001": 2, "00000002": 3})
+    with h5py.File(tmp_path / "stackoverflow_train.h5", "a") as f:
+        del f["examples/00000002/title"]
+    write_so_sqlite(tmp_path / "stackoverflow.sqlite")
+    with sqlite3.connect(tmp_path / "stackoverflow.sqlite") as connection:
+        untitled = encode_example({k: v for k, v in SO_EXAMPLE.items() if k != "title"})
+        connection.execute("UPDATE examples SET serialized_example_proto = ? WHERE split_name = 'test'", (untitled,))
+    connection.close()
+    (tmp_path / "stackoverflow.word_count").write_text("the 12\nword\n")
+    code, out = invoke("verify", str(tmp_path))
+    assert code == 1, out
+    assert "client '00000002' has no 'title' dataset" in out
+    assert "split 'test', first example has no 'title' feature" in out
+    assert "line 2: expected 'word count', got 'word'" in out
+    assert "0 of 3 file(s) ok" in out
+
+
 def test_verify_errors(tmp_path: Path) -> None:
     code, out = invoke("verify", str(tmp_path / "nowhere"))
     assert code == 2 and "error:" in out

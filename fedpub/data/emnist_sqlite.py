@@ -27,7 +27,7 @@ import numpy as np
 from fedpub.data.base import ClientData, DatasetError
 from fedpub.data.download import SQLITE_HEADER, ensure_decompressed
 from fedpub.data.emnist import IMAGE_SHAPE, checked_client_data
-from fedpub.data.tf_example import ExampleDecodeError, decode_example
+from fedpub.data.tf_example import ExampleDecodeError, FeatureValue, decode_example
 
 SPLITS: dict[str, int] = {"all_train": 62, "all_test": 62, "digits_only_train": 10, "digits_only_test": 10}
 """EMNIST split name -> number of classes."""
@@ -89,6 +89,17 @@ def resolve_sqlite_path(
     if not given.is_file():
         raise DatasetError(missing)
     return given
+
+
+def decode_row(blob: object, where: str) -> dict[str, FeatureValue]:
+    """The features of one ``serialized_example_proto`` cell; raises :class:`DatasetError` naming ``where`` when the
+    cell is not a serialised ``tf.train.Example``."""
+    if not isinstance(blob, bytes):
+        raise DatasetError(f"{where} is a {type(blob).__name__}, not a serialised tf.train.Example")
+    try:
+        return decode_example(blob)
+    except ExampleDecodeError as exc:
+        raise DatasetError(f"{where} is not a valid tf.train.Example: {exc}") from None
 
 
 class SqliteSplitConnection:
@@ -184,12 +195,7 @@ class EmnistSqlite:
             raise KeyError(f"client {client_id!r} is not in split {self.split!r} of {self.path}") from None
 
     def _parse(self, blob: object, where: str) -> tuple[np.ndarray, int]:
-        if not isinstance(blob, bytes):
-            raise DatasetError(f"{where} is a {type(blob).__name__}, not a serialised tf.train.Example")
-        try:
-            features = decode_example(blob)
-        except ExampleDecodeError as exc:
-            raise DatasetError(f"{where} is not a valid tf.train.Example: {exc}") from None
+        features = decode_row(blob, where)
         pixels, label = features.get("pixels"), features.get("label")
         if pixels is None or label is None:
             raise DatasetError(

@@ -27,7 +27,7 @@ import os
 import sqlite3
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypedDict, TypeVar, cast
@@ -37,8 +37,7 @@ import numpy as np
 
 from fedpub.data.base import DatasetError, h5_errors, open_h5, require_listed
 from fedpub.data.download import TFF_BASE
-from fedpub.data.emnist_sqlite import SqliteSplitConnection, connect_tff_sqlite, resolve_sqlite_path
-from fedpub.data.tf_example import ExampleDecodeError, decode_example
+from fedpub.data.emnist_sqlite import SqliteSplitConnection, connect_tff_sqlite, decode_row, resolve_sqlite_path
 
 FIELDS: tuple[str, ...] = ("creation_date", "score", "tags", "title", "tokens", "type")
 """The six fields of every example, in TFF's (sorted) order; ``score`` is an integer, the others strings."""
@@ -103,6 +102,29 @@ def columns_to_examples(columns: Columns) -> list[StackOverflowExample]:
     """Turn ``{field: values}`` (all six fields) into one :class:`StackOverflowExample` per example."""
     rows = zip(*(columns[f] for f in FIELDS))
     return [cast(StackOverflowExample, dict(zip(FIELDS, row))) for row in rows]
+
+
+def decode_stackoverflow_example(blob: object, where: str, fields: Sequence[str] = FIELDS) -> list[Any]:
+    """The ``fields`` of one serialised ``tf.train.Example`` (a row of the SQLite database), in order: ``score`` as
+    an int, the others as str. Raises :class:`DatasetError` naming ``where`` when it is not such an example."""
+    features = decode_row(blob, where)
+    out = []
+    for name in fields:
+        values = features.get(name)
+        if values is None:
+            raise DatasetError(
+                f"{where} has no '{name}' feature (it has {', '.join(sorted(features)) or 'none'}; "
+                f"a StackOverflow example has {', '.join(FIELDS)})"
+            )
+        kind = int if name == "score" else bytes
+        if len(values) != 1 or not isinstance(values[0], kind):
+            expected = "int64" if kind is int else "bytes"
+            raise DatasetError(f"{where}: feature '{name}' is {values[:3]!r}, expected one {expected} value")
+        try:
+            out.append(values[0] if kind is int else _text(values[0]))
+        except UnicodeDecodeError as exc:
+            raise DatasetError(f"{where}: feature '{name}' is not text: {exc}") from None
+    return out
 
 
 _R = TypeVar("_R", bound="_Reader")
@@ -206,6 +228,11 @@ class StackOverflowH5(_Reader):
         """Number of examples of ``client_id``, from the shape of its ``tokens`` dataset (no example is read; the
         other datasets are checked when they are read)."""
         return int(self._datasets(client_id, ("tokens",))["tokens"].shape[0])
+
+    def check_client(self, client_id: str) -> int:
+        """Check all six datasets of ``client_id`` from metadata only (1-D, parallel, integer ``score``, string
+        others: no example is read) and return its number of examples; raises :class:`DatasetError` if one is off."""
+        return int(self._datasets(client_id, FIELDS)["tokens"].shape[0])
 
     def columns(self, client_id: str, fields: Sequence[str] = FIELDS) -> Columns:
         """The requested fields of one client, one value per example in stored order."""
@@ -344,31 +371,6 @@ class StackOverflowSqlite(_Reader):
             raise KeyError(f"client {client_id!r} is not in split {self.split!r} of {self.path}")
         return int(self._counts[i])
 
-    def _decode(self, blob: object, where: str, fields: Sequence[str]) -> list[Any]:
-        if not isinstance(blob, bytes):
-            raise DatasetError(f"{where} is a {type(blob).__name__}, not a serialised tf.train.Example")
-        try:
-            features = decode_example(blob)
-        except ExampleDecodeError as exc:
-            raise DatasetError(f"{where} is not a valid tf.train.Example: {exc}") from None
-        out = []
-        for name in fields:
-            values = features.get(name)
-            if values is None:
-                raise DatasetError(
-                    f"{where} has no '{name}' feature (it has {', '.join(sorted(features)) or 'none'}; "
-                    f"a StackOverflow example has {', '.join(FIELDS)})"
-                )
-            kind = int if name == "score" else bytes
-            if len(values) != 1 or not isinstance(values[0], kind):
-                expected = "int64" if kind is int else "bytes"
-                raise DatasetError(f"{where}: feature '{name}' is {values[:3]!r}, expected one {expected} value")
-            try:
-                out.append(values[0] if kind is int else _text(values[0]))
-            except UnicodeDecodeError as exc:
-                raise DatasetError(f"{where}: feature '{name}' is not text: {exc}") from None
-        return out
-
     def columns(self, client_id: str, fields: Sequence[str] = FIELDS) -> Columns:
         """The requested fields of one client, one value per example in insertion order."""
         _check_fields(fields)
@@ -380,7 +382,9 @@ class StackOverflowSqlite(_Reader):
         where = f"{self.path}: split {self.split!r}, client {client_id!r}"
         if len(rows) != expected:
             raise DatasetError(f"{where} has {len(rows)} examples but client_metadata says {expected}")
-        decoded = [self._decode(blob, f"{where}, example {i}", fields) for i, (blob,) in enumerate(rows)]
+        decoded = [
+            decode_stackoverflow_example(blob, f"{where}, example {i}", fields) for i, (blob,) in enumerate(rows)
+        ]
         return {name: [row[j] for row in decoded] for j, name in enumerate(fields)}
 
     def close(self) -> None:
@@ -416,32 +420,41 @@ def _check_vocab_size(vocab_size: int | None) -> None:
         raise ValueError(f"vocab_size must be >= 1 or None, got {vocab_size}")
 
 
-def load_word_counts(path: str | os.PathLike[str], vocab_size: int | None = None) -> dict[str, int]:
-    """``stackoverflow.word_count`` as ``{word: count}`` in file order (descending count), first ``vocab_size``.
-
-    Each line is ``word count`` split with ``line.split()`` (TFF ``load_word_counts``); the word vocabulary of the
-    standard tasks is ``list(load_word_counts(path, 10_000))``. A file shorter than ``vocab_size`` gives all of it.
-    """
-    _check_vocab_size(vocab_size)
+def read_word_counts(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, int]]:
+    """``stackoverflow.word_count`` as (line number, word, count), one line at a time in file order (a 6-million-line
+    file is never held whole). Each line is ``word count`` split with ``line.split()`` (TFF ``load_word_counts``);
+    raises :class:`DatasetError` on a missing file or a line that is not ``word count``."""
     path = Path(path)
     if not path.is_file():
         raise DatasetError(
             f"word count file {path} does not exist: {_hint('stackoverflow.word_count.tar.bz2')} and extract it"
         )
-    counts: dict[str, int] = {}
     try:
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, start=1):
-                if vocab_size is not None and len(counts) == vocab_size:
-                    break
                 parts = line.split()
                 if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
                     raise DatasetError(f"{path}, line {number}: expected 'word count', got {line.rstrip()!r}")
-                if parts[0] in counts:
-                    raise DatasetError(f"{path}, line {number}: word {parts[0]!r} is listed twice")
-                counts[parts[0]] = int(parts[1])
+                yield number, parts[0], int(parts[1])
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{path} is not a text file (corrupt?): {exc}") from None
+
+
+def load_word_counts(path: str | os.PathLike[str], vocab_size: int | None = None) -> dict[str, int]:
+    """``stackoverflow.word_count`` as ``{word: count}`` in file order (descending count), first ``vocab_size``
+    (:func:`read_word_counts` reads the lines; a word listed twice is an error).
+
+    The word vocabulary of the standard tasks is ``list(load_word_counts(path, 10_000))``. A file shorter than
+    ``vocab_size`` gives all of it.
+    """
+    _check_vocab_size(vocab_size)
+    counts: dict[str, int] = {}
+    for number, word, count in read_word_counts(path):
+        if word in counts:
+            raise DatasetError(f"{path}, line {number}: word {word!r} is listed twice")
+        counts[word] = count
+        if len(counts) == vocab_size:
+            break
     if not counts:
         raise DatasetError(f"{path} is empty: expected 'word count' lines")
     return counts
@@ -485,7 +498,9 @@ __all__ = [
     "StackOverflowSqlite",
     "add_client_index",
     "columns_to_examples",
+    "decode_stackoverflow_example",
     "load_tag_counts",
     "load_word_counts",
     "open_stackoverflow",
+    "read_word_counts",
 ]
