@@ -1,0 +1,160 @@
+"""The packages import one way: fedpub < {strategies, clients} < simulations (DESIGN.md §1).
+
+Every module of the four packages is read as a syntax tree, so an import inside a function or under
+``TYPE_CHECKING`` counts as much as one at the top. A failure lists each offending module, line and import: an
+import of a higher layer, an import between strategies and clients (side by side, neither above the other), or a
+cycle between packages. A fresh interpreter then checks that validating a config loads neither torch nor the data
+readers' libraries.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = {"fedpub": 0, "strategies": 1, "clients": 1, "simulations": 2}
+"""Each package's layer: a package may import only packages of a lower layer (and its own modules)."""
+
+
+@dataclass(frozen=True)
+class Import:
+    """``module`` imports ``target`` (an absolute module name) at ``line``."""
+
+    module: str
+    line: int
+    target: str
+
+    @property
+    def source_package(self) -> str:
+        return self.module.partition(".")[0]
+
+    @property
+    def target_package(self) -> str:
+        return self.target.partition(".")[0]
+
+    def __str__(self) -> str:
+        return f"{self.module} (line {self.line}) imports {self.target}"
+
+
+def module_imports(root: Path, path: Path) -> list[Import]:
+    """Every import statement of the module at ``path`` (below ``root``), relative ones made absolute."""
+    parts = path.relative_to(root).with_suffix("").parts
+    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [Import(name, node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            anchor = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join(anchor + ([node.module] if node.module else []))
+            found.append(Import(name, node.lineno, target))
+    return found
+
+
+def cross_package_imports(root: Path) -> list[Import]:
+    """The imports by which a module of one of the four packages under ``root`` imports another of them."""
+    found = []
+    for package in LAYERS:
+        for path in sorted((root / package).rglob("*.py")):
+            found += [
+                i for i in module_imports(root, path) if i.target_package in LAYERS and i.target_package != package
+            ]
+    return found
+
+
+def upward(imports: list[Import]) -> list[Import]:
+    return [i for i in imports if LAYERS[i.target_package] > LAYERS[i.source_package]]
+
+
+def sideways(imports: list[Import]) -> list[Import]:
+    return [i for i in imports if LAYERS[i.target_package] == LAYERS[i.source_package]]
+
+
+def package_cycles(imports: list[Import]) -> list[list[Import]]:
+    """Every cycle of the package graph, each once (from its first package in sorted order), as the imports that
+    make its edges."""
+    edges: dict[tuple[str, str], Import] = {}
+    for i in imports:
+        edges.setdefault((i.source_package, i.target_package), i)
+    graph: dict[str, set[str]] = defaultdict(set)
+    for source, target in edges:
+        graph[source].add(target)
+    cycles: list[list[str]] = []
+
+    def walk(path: list[str]) -> None:
+        for following in sorted(graph[path[-1]]):
+            if following == path[0]:
+                cycles.append(path)
+            elif following > path[0] and following not in path:
+                walk(path + [following])
+
+    for start in sorted(graph):
+        walk([start])
+    return [[edges[cycle[k], cycle[(k + 1) % len(cycle)]] for k in range(len(cycle))] for cycle in cycles]
+
+
+def listing(imports: list[Import]) -> str:
+    return "\n".join(f"  {i}" for i in imports)
+
+
+IMPORTS = cross_package_imports(ROOT)
+
+
+def test_every_package_is_read():
+    for package in LAYERS:
+        assert (ROOT / package / "__init__.py").is_file(), package
+    assert {i.source_package for i in IMPORTS} == {"strategies", "clients", "simulations"}  # fedpub imports none
+
+
+def test_no_package_imports_a_higher_layer():
+    found = upward(IMPORTS)
+    assert not found, f"imports of a higher layer (fedpub < strategies, clients < simulations):\n{listing(found)}"
+
+
+def test_strategies_and_clients_do_not_import_each_other():
+    found = sideways(IMPORTS)
+    assert not found, f"imports between strategies and clients (side by side, over fedpub):\n{listing(found)}"
+
+
+def test_the_packages_import_each_other_without_a_cycle():
+    cycles = package_cycles(IMPORTS)
+    assert not cycles, "package cycles:\n" + "\n".join(
+        " -> ".join([*(i.source_package for i in cycle), cycle[0].source_package]) + f":\n{listing(cycle)}"
+        for cycle in cycles
+    )
+
+
+def test_the_checks_catch_upward_sideways_and_circular_imports_wherever_they_are(tmp_path: Path):
+    files = {
+        "fedpub/__init__.py": "",
+        "fedpub/core.py": "def run():\n    from simulations.app import main\n",
+        "strategies/__init__.py": "import clients.local\n",
+        "clients/__init__.py": "",
+        "clients/local.py": "from strategies import recipe\n",
+        "simulations/__init__.py": "",
+        "simulations/app.py": "from . import helpers\nfrom fedpub import core\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = cross_package_imports(tmp_path)
+    assert [str(i) for i in upward(found)] == ["fedpub.core (line 2) imports simulations.app"]
+    assert [str(i) for i in sideways(found)] == [
+        "strategies (line 1) imports clients.local",
+        "clients.local (line 1) imports strategies",
+    ]
+    cycles = [[i.source_package for i in cycle] for cycle in package_cycles(found)]
+    assert cycles == [["clients", "strategies"], ["fedpub", "simulations"]]
+
+
+def test_importing_the_config_schema_loads_neither_torch_nor_the_data_libraries():
+    heavy = ("torch", "h5py", "sqlite3")
+    code = f"import sys, fedpub.config; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", f"import fedpub.config loaded {result.stdout.strip()}"
