@@ -38,18 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from simulations.flower_env import FLOWER_OFFLINE_ENV
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The Flower App directory (``pyproject.toml`` with ``[tool.flwr.app]``)."""
 
 VENV_BIN = Path(sys.executable).parent
 """Where ``flower-superlink``, ``flower-supernode`` and ``flwr`` of this interpreter live."""
 
-OFFLINE_ENV = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "PYTHONUNBUFFERED": "1",
-}
 MARKER_VAR = "FEDPUB_DEPLOYMENT_ID"
 """Set in the environment of every process started here; children inherit it, so leftovers
 (e.g. the detached ``flower-superexec`` of the SuperLink) can be found and stopped."""
@@ -70,7 +66,8 @@ def deployment_env(
     """The environment for a Flower process: offline switches, this venv first on PATH, its own
     ``FLWR_HOME`` and the deployment marker."""
     env = dict(os.environ if base is None else base)
-    env.update(OFFLINE_ENV)
+    env.update(FLOWER_OFFLINE_ENV)
+    env["PYTHONUNBUFFERED"] = "1"  # their logs are read as they are written
     env["PATH"] = os.pathsep.join([str(VENV_BIN), env.get("PATH", "")])
     env["FLWR_HOME"] = str(flwr_home)
     env[MARKER_VAR] = marker

@@ -68,7 +68,8 @@ from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.types import Params, RoundContext, Updates
 from simulations.evaluation import EvaluationSet, evaluate
 from simulations.experiment import Experiment, build_experiment
-from simulations.flower_simulation import backend_config, offline_flower_environment
+from simulations.flower_env import offline_flower_environment
+from simulations.flower_simulation import backend_config
 from strategies.dp_fedavg import server_optimizer
 from strategies.flower import discover_nodes
 
