@@ -20,10 +20,10 @@ from typing import Any
 
 from clients.round_training import train_users
 from fedpub.data.cache import CachedClients
-from fedpub.memory import keep_freed_memory
 from fedpub.round_driver import CohortsKeepFailing
 from fedpub.types import Params, Updates
 from simulations.experiment import Experiment
+from simulations.memory import keep_freed_memory
 from simulations.run_dir import RunDirectory
 from simulations.session import RunDirectoryError, RunResult, RunSession
 
@@ -39,14 +39,19 @@ def run_in_process(
     log: Callable[[str], None] | None = None,
     extra_updates: Callable[[int], list[Updates]] | None = None,
     on_model: Callable[[int, Params, Params], None] | None = None,
+    tune_allocator: bool = False,
 ) -> RunResult:
     """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
     saying how cohorts are trained (vectorised, or the per-client loop and why), and one line for each
     round in which users failed (else those go to the ``clients.round_training`` logger). ``extra_updates(t)``
     (an audit's canary users) join round t's private updates: counted in the sampled cohort, clipped
     and noised like them. ``on_model(t, before, after)`` receives round t's global model before and after
-    the round, once the round is recorded (an audit's per-round canary statistics)."""
-    keep_freed_memory()  # each round's update buffers are reused by the next, not page-faulted in again
+    the round, once the round is recorded (an audit's per-round canary statistics). ``tune_allocator`` makes
+    glibc keep freed memory, so that each round's update buffers are reused by the next instead of being
+    page-faulted in again (:func:`simulations.memory.keep_freed_memory`): faster for large cohorts, but
+    process-wide and for good (the process keeps its peak memory), hence off unless asked for."""
+    if tune_allocator:
+        keep_freed_memory()
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
     trainer = experiment.cohort_trainer(session.model)

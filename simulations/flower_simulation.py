@@ -13,20 +13,8 @@ from typing import Any
 
 from fedpub.config import ExperimentConfig, FlowerConfig
 from simulations.experiment import Experiment
+from simulations.flower_env import offline_flower_environment
 from simulations.session import RunResult
-
-FLOWER_OFFLINE_ENV = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "RAY_DEDUP_LOGS": "0",
-}
-
-
-def offline_flower_environment() -> None:
-    """Turn off Flower's telemetry, update check and runtime dependency installation (unless set)."""
-    for key, value in FLOWER_OFFLINE_ENV.items():
-        os.environ.setdefault(key, value)
 
 
 def backend_config(flower: FlowerConfig) -> dict[str, Any]:

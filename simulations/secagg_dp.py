@@ -57,6 +57,7 @@ from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import Grid, ServerApp
 
 from clients.client_app import ClientRuntime, node_client_id, query_reply, runtime, train_user
+from fedpub import protocol as key
 from fedpub import tree
 from fedpub.atomic import write_json_atomic
 from fedpub.config import ExperimentConfig, load_config, parse_config
@@ -68,7 +69,8 @@ from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.types import Params, RoundContext, Updates
 from simulations.evaluation import EvaluationSet, evaluate
 from simulations.experiment import Experiment, build_experiment
-from simulations.flower_simulation import backend_config, offline_flower_environment
+from simulations.flower_env import offline_flower_environment
+from simulations.flower_simulation import backend_config
 from strategies.dp_fedavg import server_optimizer
 from strategies.flower import discover_nodes
 
@@ -180,12 +182,12 @@ def masked_train_reply(msg: Message, context: Context, config: ExperimentConfig)
     rt = runtime(config)
     client_id = node_client_id(context, rt)
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
-    asked = str(fitins.config["client-id"])
+    asked = str(fitins.config[key.CLIENT_ID])
     if asked != client_id:
         raise ValueError(f"the server asked for user {asked}, but this node holds {client_id}")
     reference = {name: p.detach() for name, p in rt.model.named_parameters()}
     params = {k: v.to(reference[k].dtype) for k, v in tensors_from_parameters(fitins.parameters, reference).items()}
-    update = client_contribution(rt, client_id, params, int(fitins.config["round"]))
+    update = client_contribution(rt, client_id, params, int(fitins.config[key.ROUND]))
     arrays = [update[name].double().numpy() for name in reference]
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), num_examples=1, metrics={})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
@@ -290,7 +292,7 @@ class SecAggDpStrategy(Strategy):
             raise RuntimeError(f"round {t}: the nodes of users {missing} are no longer connected")
         model = to_parameters(self.params)
         return [
-            (proxies[self.node_of[cid]], FitIns(model, {"round": t, "client-id": cid})) for cid in self._cohort
+            (proxies[self.node_of[cid]], FitIns(model, {key.ROUND: t, key.CLIENT_ID: cid})) for cid in self._cohort
         ]
 
     def aggregate_fit(

@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fedpub.config import PreconditionConfig
+from fedpub.models.stackoverflow import BAG_OF_WORDS_WEIGHT
 from fedpub.step import Step
 from fedpub.steps.precondition import current_preconditioner, precondition, token_frequency_preconditioner
 from fedpub.types import Params, StepState, Updates
-
-BAG_OF_WORDS_WEIGHT = "0.weight"
-"""The (tags × vocabulary) weight of ``so_tag_logreg``, the parameter token frequencies precondition."""
 
 
 def preconditioning_steps(config: PreconditionConfig, side_information: Updates | None) -> list[tuple[str, Step]]:
@@ -33,7 +31,8 @@ def client_preconditioner(state: StepState) -> Updates | None:
 def token_frequency_side_information(
     config: PreconditionConfig, params: Params, word_counts: Sequence[float]
 ) -> Updates:
-    """A from the counts of the model's vocabulary words (``stackoverflow.word_count``, in order)."""
+    """A from the counts of the model's vocabulary words (``stackoverflow.word_count``, in order), on the
+    bag-of-words weight of ``so_tag_logreg``."""
     return token_frequency_preconditioner(
         params, word_counts, weight_name=BAG_OF_WORDS_WEIGHT, power=config.power, floor=config.floor
     )

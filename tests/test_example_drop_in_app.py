@@ -13,7 +13,7 @@ import torch
 
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
-from simulations.flower_simulation import offline_flower_environment
+from simulations.flower_env import offline_flower_environment
 from strategies.flower import FedpubStrategy
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "drop_in"

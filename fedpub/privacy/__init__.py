@@ -2,7 +2,8 @@
 
 events: the DpEvent of a round (McMahan et al. 2018 user-level DP-FedAvg); accountant: PLD by default,
 RDP as cross-check, and the budget; calibration: the noise multiplier for a target epsilon (cached);
-ledger: the composed event as JSON, so anyone can recompute epsilon.
+ledger: the composed event as JSON, so anyone can recompute epsilon; empirical: the epsilon that canary
+statistics imply (the one-shot audit's estimators).
 """
 
 from fedpub.privacy.accountant import (

@@ -19,10 +19,10 @@ local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
 Users hold 20-80 examples (EMNIST) or 5-30 (StackOverflow); ``--examples 5,30`` gives every task small users,
 the setting where per-client costs (Flower's per-client messages, a Python loop per user) dominate.
 
-The floor and fedpub run in this process after :func:`~fedpub.memory.keep_freed_memory` (which fedpub's engine
-calls anyway): the floor gets the same allocator. Steady figures leave out the first round (start-up, Ray actors)
-and the last (it evaluates). Writes
-``throughput.md`` and ``throughput.csv`` under ``--out``.
+The benchmark turns on the allocator tuning of :mod:`simulations.memory` (glibc keeps freed memory; process-wide,
+so the floor and fedpub get the same allocator; fedpub's engine applies it only when asked) before the first
+measurement, and its report says whether it took effect. Steady figures leave out the first round (start-up,
+Ray actors) and the last (it evaluates). Writes ``throughput.md`` and ``throughput.csv`` under ``--out``.
 
     python -m simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
         [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--examples 5,30]
@@ -53,13 +53,13 @@ from clients.input_columns import input_layer
 from clients.local_training import LocalTrainingConfig, plan_local_training
 from fedpub.config import parse_config
 from fedpub.data.base import ClientData
-from fedpub.memory import keep_freed_memory
 from fedpub.seeding import torch_generator
 from simulations.benchmarks.flop_floor import matmul_flops_per_second, synchronize
 from simulations.benchmarks.pfl_research import run_pfl
 from simulations.engine import run_in_process
 from simulations.experiment import Experiment, build_experiment
 from simulations.flower_simulation import run_flower_simulation
+from simulations.memory import keep_freed_memory
 from simulations.run_dir import RunDirectory
 
 TASKS: dict[str, dict[str, Any]] = {
@@ -326,7 +326,7 @@ def main() -> None:
         parser.error(f"--tasks: unknown {unknown}; allowed: {', '.join(TASKS)}")
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (the first and last rounds are not steady)")
-    keep_freed_memory()  # before the first measurement: the floor and fedpub share one allocator setting
+    tuned = keep_freed_memory()  # before the first measurement: the floor and fedpub share one allocator setting
     device = torch.device(args.device)
     flops_per_second = matmul_flops_per_second(device)
     rows = []
@@ -334,7 +334,8 @@ def main() -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, torch threads {torch.get_num_threads()}"
     header = (
         f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, {sizes} examples per user; "
-        f"{where}, float32 matmul {flops_per_second / 1e9:.0f} GFLOP/s; torch {torch.__version__}"
+        f"{where}, float32 matmul {flops_per_second / 1e9:.0f} GFLOP/s; torch {torch.__version__}; "
+        f"allocator: {'glibc keeps freed memory (simulations.memory)' if tuned else 'default'}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for task in tasks:

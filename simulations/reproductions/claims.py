@@ -22,7 +22,9 @@ from simulations.compare_report import CSV_FILE, group_epsilon, read_csv
 
 @dataclass(frozen=True)
 class Claim:
-    """``better`` beats ``worse`` on the headline test metric (the paper's words in ``text``)."""
+    """``better`` beats ``worse`` on the reproduction's test metric (the paper's words in ``text``): the headline
+    metric of a sweep (:func:`verdicts`), or every (loss, ε) of the PPSGD synthetic study
+    (:func:`simulations.reproductions.ppsgd_synthetic.verdict`)."""
 
     text: str
     better: str

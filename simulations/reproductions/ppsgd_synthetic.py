@@ -71,6 +71,7 @@ from fedpub.steps.clip import clip  # noqa: E402
 from fedpub.steps.gaussian_noise import gaussian_noise  # noqa: E402
 from fedpub.steps.public_schedule import public_schedule  # noqa: E402
 from fedpub.types import RoundContext  # noqa: E402
+from simulations.reproductions.claims import Claim  # noqa: E402
 
 Loss = Literal["hinge", "square"]
 LOSSES: tuple[Loss, ...] = ("hinge", "square")
@@ -424,15 +425,6 @@ def summarize(results: Sequence[Result]) -> list[Cell]:
 def selected(cells: Sequence[Cell]) -> dict[tuple[Loss, float, str], Cell]:
     """The kept cell of each (loss, ε, method)."""
     return {(c.loss, c.epsilon, c.method): c for c in cells if c.selected}
-
-
-@dataclass(frozen=True)
-class Claim:
-    """``better`` beats ``worse`` on the test metric at every (loss, ε) (the paper's words in ``text``)."""
-
-    text: str
-    better: str
-    worse: str
 
 
 CLAIMS = (

@@ -11,21 +11,13 @@ import re
 import numpy as np
 import pytest
 import torch
-from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
-from scipy.integrate import quad, trapezoid
+from scipy.integrate import quad
 from scipy.stats import norm
 from typer.testing import CliRunner
 
 from fedpub.config import dump_config
-from simulations.audit import (
-    ROUND_COSINES,
-    VIOLATION,
-    Canaries,
-    RoundCosines,
-    gaussians_epsilon,
-    gdp_epsilon,
-    run_audit,
-)
+from fedpub.privacy.empirical import gaussians_epsilon
+from simulations.audit import ROUND_COSINES, VIOLATION, Canaries, RoundCosines, run_audit
 from simulations.cli import app
 from simulations.experiment import build_experiment
 from tests.conftest import tiny_config
@@ -37,19 +29,6 @@ def _config(data_dir, out_dir, z, rounds=ROUNDS):
     """q = 4/16 = 0.25, ``rounds`` rounds, evaluated and checkpointed once, noise multiplier ``z``."""
     return tiny_config(data_dir, out_dir, rounds=rounds, eval_every=rounds, checkpoint_every=rounds,
                        strategy={"noise_multiplier": z})
-
-
-def test_gdp_epsilon_solves_dong_roth_su_and_matches_the_exact_gaussian_mechanism():
-    delta = 1e-5
-    eps = gdp_epsilon(1.0, delta)
-    assert norm.cdf(-eps + 0.5) - math.exp(eps) * norm.cdf(-eps - 0.5) == pytest.approx(delta, rel=1e-6)
-    for mu in (0.3, 1.0, 4.0):  # μ-GDP is the Gaussian mechanism with sensitivity 1 and σ = 1/μ
-        gaussian = GaussianPrivacyLoss(standard_deviation=1 / mu)
-        assert gaussian.get_delta_for_epsilon(gdp_epsilon(mu, delta)) == pytest.approx(delta, rel=1e-6)
-    grid = [gdp_epsilon(mu, delta) for mu in np.linspace(0.1, 60, 60)]
-    assert all(a < b for a, b in zip(grid, grid[1:]))
-    assert gdp_epsilon(-0.5, delta) == gdp_epsilon(0.0, delta) == gdp_epsilon(1e-7, delta) == 0.0
-    assert math.isfinite(gdp_epsilon(1000.0, delta)) and gdp_epsilon(math.inf, delta) == math.inf
 
 
 def test_inserted_canaries_join_at_the_sampling_rate_and_held_out_ones_never():
@@ -119,30 +98,6 @@ def test_the_audit_command_prints_one_row_per_noise_scale(tiny_emnist_dir, tmp_p
     assert bad.exit_code == 2 and "at least 4" in bad.output
     bad = runner.invoke(app, ["audit", str(config), "--noise-scale", "-1"])
     assert bad.exit_code == 2 and "> 0" in bad.output
-
-
-def _hockey_stick(eps, p, q):
-    """sup_S P(S) − e^ε Q(S) = ∫ (p − e^ε q)_+, integrated numerically on a fine grid."""
-    y = np.linspace(min(p.mean(), q.mean()) - 20 * max(p.std(), q.std()),
-                    max(p.mean(), q.mean()) + 20 * max(p.std(), q.std()), 2_000_001)
-    return trapezoid(np.clip(p.pdf(y) - math.exp(eps) * q.pdf(y), 0, None), y)
-
-
-def test_gaussians_epsilon_is_the_exact_epsilon_of_two_fitted_gaussians():
-    delta = 1e-5
-    for mu in (0.3, 1.0, 4.0):  # equal stds: μ-GDP, either side
-        assert gaussians_epsilon(0.0, 2.0, 2.0 * mu, 2.0, delta) == pytest.approx(gdp_epsilon(mu, delta), rel=1e-9)
-        assert gaussians_epsilon(5.0, 2.0, 5.0 - 2.0 * mu, 2.0, delta) == pytest.approx(gdp_epsilon(mu, delta), rel=1e-9)
-    for out_mean, out_std, in_mean, in_std in [(1.7, 0.5, 2.2, 0.6), (0.0, 1.0, 0.0, 1.2), (0.0, 1.0, 0.5, 0.8)]:
-        eps = gaussians_epsilon(out_mean, out_std, in_mean, in_std, delta)
-        p, q = norm(in_mean, in_std), norm(out_mean, out_std)
-        assert eps > 0
-        assert max(_hockey_stick(eps, p, q), _hockey_stick(eps, q, p)) == pytest.approx(delta, rel=1e-4)
-        assert max(_hockey_stick(0.99 * eps, p, q), _hockey_stick(0.99 * eps, q, p)) > delta
-    wider = [gaussians_epsilon(0.0, 1.0, 0.5, s, delta) for s in (1.0, 1.1, 1.3, 1.6)]
-    assert all(a < b for a, b in zip(wider, wider[1:]))  # a wider inserted distribution is seen
-    assert gaussians_epsilon(0.0, 1.0, 0.0, 1.0, delta) == 0.0 and gaussians_epsilon(0.0, 1.0, 1e-9, 1.0, delta) == 0.0
-    assert gaussians_epsilon(0.0, 0.0, 1.0, 1.0, delta) == math.inf
 
 
 def test_the_all_iterates_statistic_is_each_canarys_largest_cosine_with_a_round_delta(tmp_path):

@@ -28,24 +28,25 @@ from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_em
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
-from simulations.deploy_local import (
-    MARKER_VAR,
+from simulations.deploy.flwr_cli import (
     REPO_ROOT,
-    VENV_BIN,
-    LocalDeployment,
-    ProcessRegistry,
-    deployment_env,
-    free_ports,
     list_supernodes,
-    make_node_key,
-    make_tls_certificates,
-    marked_pids,
-    pid_alive,
     register_supernode,
     start_superlink,
     start_supernode,
     write_connection,
 )
+from simulations.deploy.local import LocalDeployment
+from simulations.deploy.processes import (
+    MARKER_VAR,
+    VENV_BIN,
+    ProcessRegistry,
+    deployment_env,
+    free_ports,
+    marked_pids,
+    pid_alive,
+)
+from simulations.deploy.tls import make_node_key, make_tls_certificates
 from simulations.experiment import build_experiment
 
 pytestmark = [

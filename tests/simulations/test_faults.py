@@ -28,7 +28,9 @@ from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params
 from fedpub.tasks import CLASSIFICATION
-from simulations.deploy_local import VENV_BIN, LocalDeployment, flwr_cli, marked_pids
+from simulations.deploy.flwr_cli import REPO_ROOT, flwr_cli
+from simulations.deploy.local import LocalDeployment
+from simulations.deploy.processes import VENV_BIN, marked_pids
 from simulations.engine import CohortsKeepFailing, run_in_process
 from simulations.experiment import build_experiment
 from simulations.run_dir import RunDirectory
@@ -36,7 +38,6 @@ from tests.conftest import tiny_config
 from tests.simulations.faults import CORRUPTIONS, FaultPlan, InProcessFaults, faulty_client_app
 from tests.simulations.test_deployment import assert_all_stopped, three_user_dir, write_experiment  # noqa: F401
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CLIP, NOISE, COHORT, USERS, DELTA = 0.5, 0.8, 8, 16, 1e-5
 NOISE_STD = NOISE * CLIP / COHORT  # z·C/m, m the expected cohort of the population, whoever replies
 TIMEOUT = 1.0  # client.timeout_s: a tiny user trains in milliseconds, a `hang` user for many seconds

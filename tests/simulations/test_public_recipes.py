@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from clients.local_training import LocalTrainingConfig, train_client
+from fedpub.models.stackoverflow import BAG_OF_WORDS_WEIGHT
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
 from fedpub.seeding import torch_generator
@@ -170,8 +171,9 @@ def test_token_frequency_adadps_on_stackoverflow_tags(tiny_emnist_dir, tmp_path)
     experiment = build_experiment(cfg)
     params = {k: v.detach() for k, v in experiment.new_model().named_parameters()}
     a = experiment.strategy.local_preconditioner(experiment.strategy.init(params))
-    assert a["0.weight"].shape[1] == experiment.train.num_features and torch.equal(a["0.bias"], torch.ones_like(a["0.bias"]))
-    assert float(a["0.weight"].min()) >= 1e-2 and float(a["0.weight"].max()) > 1.0
+    words = a[BAG_OF_WORDS_WEIGHT]
+    assert words.shape[1] == experiment.train.num_features and torch.equal(a["0.bias"], torch.ones_like(a["0.bias"]))
+    assert float(words.min()) >= 1e-2 and float(words.max()) > 1.0
     result = run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name))
     assert 0.0 <= result.final_metrics["eval_recall_at_5"] <= 1.0
     with pytest.raises(ValueError, match="so_tag_logreg"):

@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from fedpub.config import load_config
-from simulations.deploy_local import VENV_BIN, LocalDeployment, list_supernodes, marked_pids, pid_alive, run_status
+from simulations.deploy.flwr_cli import list_supernodes, run_status
+from simulations.deploy.local import LocalDeployment
+from simulations.deploy.processes import VENV_BIN, marked_pids, pid_alive
 from simulations.run_dir import RunDirectory
 from tests.simulations.test_deployment import assert_all_stopped, three_user_dir, write_experiment  # noqa: F401
 from tests.simulations.test_faults import (

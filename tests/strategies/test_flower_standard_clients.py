@@ -18,7 +18,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedpub.round_driver import CohortsKeepFailing, RoundPlan
-from simulations.flower_simulation import offline_flower_environment
+from simulations.flower_env import offline_flower_environment
 from strategies.flower import FedpubStrategy
 
 BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}

@@ -1,5 +1,10 @@
-"""Keeping freed memory in the process, so that a simulation's per-round buffers are not page-faulted in again
-every round.
+"""Allocator tuning, opt-in: keeping freed memory in the process, so that a simulation's per-round buffers are not
+page-faulted in again every round.
+
+It is **process-wide** and cannot be undone: glibc's ``mallopt`` changes how every thread of the process
+allocates from then on, and the process keeps its peak resident memory until it exits. So fedpub never turns it
+on by itself: the in-process engine applies it only when asked (``run_in_process(..., tune_allocator=True)``),
+and the throughput benchmark turns it on for its whole process and says so in its report.
 
 A round of the in-process engine allocates, and frees, buffers the size of the cohort's updates: the vectorised
 groups' parameters and gradients, and the users' updates (50 users × 5M parameters: 1 GB each). (The figures
@@ -28,8 +33,9 @@ _NEVER = -1
 
 
 def keep_freed_memory() -> bool:
-    """Make glibc's malloc keep and reuse freed memory (``mallopt``: no mmap-served blocks, no trimming).
-    True when it took effect; False where there is no glibc (macOS, Windows, musl): nothing changes there."""
+    """Make glibc's malloc keep and reuse freed memory (``mallopt``: no mmap-served blocks, no trimming), for the
+    whole process until it exits. True when it took effect; False where there is no glibc (macOS, Windows,
+    musl): nothing changes there."""
     if not sys.platform.startswith("linux"):
         return False
     name = ctypes.util.find_library("c")
