@@ -17,9 +17,15 @@ Backend = Literal["inprocess", "flower"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 
 
-def check_backend(backend: str) -> Backend:
+def check_backend(backend: str, *, tune_allocator: bool = False) -> Backend:
+    """``backend`` if it is one of :data:`BACKENDS` and can honour the options, else a ValueError saying why."""
     if backend not in BACKENDS:
         raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if tune_allocator and backend != "inprocess":
+        raise ValueError(
+            f"--tune-allocator tunes the in-process engine's allocator; backend {backend!r} trains in other "
+            "processes: drop the option or use --backend inprocess"
+        )
     return backend  # type: ignore[return-value]
 
 
@@ -30,12 +36,16 @@ def run_experiment(
     fresh: bool = False,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     log: Callable[[str], None] | None = None,
+    tune_allocator: bool = False,
 ) -> RunResult:
     """Run (or resume) ``experiment`` on ``backend`` into ``<output_dir>/<name>/``; ``log`` receives the engine's
-    lines (how cohorts train, failed users) in process."""
+    lines (how cohorts train, failed users) in process. ``tune_allocator`` (in process only: Flower's clients
+    run in Ray's worker processes) is :func:`simulations.engine.run_in_process`'s."""
     config = experiment.config
+    check_backend(backend, tune_allocator=tune_allocator)
     if backend == "flower":
         return run_flower_simulation(config, simulated_nodes(experiment), fresh=fresh, on_round=on_round)
     return run_in_process(
-        experiment, RunDirectory(config.output_dir / config.name), fresh=fresh, on_round=on_round, log=log
+        experiment, RunDirectory(config.output_dir / config.name), fresh=fresh, on_round=on_round, log=log,
+        tune_allocator=tune_allocator,
     )

@@ -84,6 +84,11 @@ def run(
     config: Annotated[Optional[Path], typer.Argument(help="experiment YAML; omit for the bundled quick-start")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="discard an existing run of the same name")] = False,
     backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
+    tune_allocator: Annotated[bool, typer.Option(
+        "--tune-allocator",
+        help="in process: make glibc keep freed memory (mallopt: no mmap, no trim) so large cohorts' round "
+        "buffers are reused; process-wide for the rest of the run, which keeps its peak memory",
+    )] = False,
 ) -> None:
     """Run an experiment and write runs/<name>/ (resumes a checkpointed run)."""
     from simulations.backends import check_backend, run_experiment
@@ -92,7 +97,7 @@ def run(
     from simulations.run_dir import RunDirectory
 
     try:
-        backend = check_backend(backend)
+        backend = check_backend(backend, tune_allocator=tune_allocator)
     except ValueError as error:
         _fail(error)
 
@@ -118,7 +123,7 @@ def run(
         on_round = _round_reporter(progress, progress.add_task("rounds", total=cfg.rounds, status=""), metric)
         try:
             result = run_experiment(
-                experiment, backend, fresh=fresh, on_round=on_round,
+                experiment, backend, fresh=fresh, on_round=on_round, tune_allocator=tune_allocator,
                 log=lambda line: progress.console.print(line, highlight=False, markup=False),
             )
         except (RunDirectoryError, CohortsKeepFailing, *USER_ERRORS) as error:

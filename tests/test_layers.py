@@ -153,6 +153,15 @@ def test_the_checks_catch_upward_sideways_and_circular_imports_wherever_they_are
     assert cycles == [["clients", "strategies"], ["fedpub", "simulations"]]
 
 
+def test_the_core_is_framework_free():
+    """DESIGN.md §1: fedpub/ imports torch, numpy and dp_accounting, never Flower."""
+    flower = [
+        str(i) for path in sorted((ROOT / "fedpub").rglob("*.py"))
+        for i in module_imports(ROOT, path) if i.target_package == "flwr"
+    ]
+    assert not flower, "the core imports Flower:\n" + "\n".join(flower)
+
+
 def test_importing_the_config_schema_loads_neither_torch_nor_the_data_libraries():
     heavy = ("torch", "h5py", "sqlite3")
     code = f"import sys, fedpub.config; print(sorted(m for m in {heavy!r} if m in sys.modules))"

@@ -60,6 +60,15 @@ def test_run_with_a_bad_config_names_the_field_and_writes_nothing(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_run_refuses_allocator_tuning_outside_the_in_process_backend(tmp_path):
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"output_dir: {tmp_path / 'runs'}\nstrategy: {{noise_multiplier: 1}}\n")
+    result = runner.invoke(app, ["run", str(config), "--backend", "flower", "--tune-allocator"])
+    assert result.exit_code == 2
+    assert "--tune-allocator" in result.output and "--backend inprocess" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
 def _run_on_emnist_files(tmp_path, data_dir):
     config = tmp_path / "exp.yaml"
     config.write_text(
