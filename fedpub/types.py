@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dp_accounting
 import torch
+
+if TYPE_CHECKING:
+    from fedpub.cohort_updates import Cohort
 
 Params = dict[str, torch.Tensor]
 """Model parameters by name (a flat tensor dict)."""
 
 Updates = dict[str, torch.Tensor]
 """One update (same keys and shapes as the parameters)."""
-
-ClientUpdates = Mapping[str, torch.Tensor]
-"""The cohort's updates, one row per client: stacked tensors (a leading dimension of rows), or the
-:class:`~fedpub.rows.UpdateRows` that StrategyCore hands the steps (read through the ``fedpub.tree`` row
-functions, or stacked key by key)."""
 
 StepState = Any
 """A step's state: a (possibly nested) dict of tensors and Python scalars, picklable by ``torch.save``."""
@@ -44,14 +42,15 @@ class RoundContext:
 
 @dataclass(frozen=True)
 class StepResult:
-    """What a step's ``update`` returns.
+    """What a step's ``update`` returns: the steps before the average hand on a
+    :class:`~fedpub.cohort_updates.Cohort`, the average and the steps after it one update.
 
     ``outputs`` are named values later steps of a chain receive as keyword inputs (for example the
     clip step's ``clip_norm`` read by the noise step); ``events`` are the DP events this step's
     release costs, composed by the round loop.
     """
 
-    updates: Any
+    updates: Cohort | Updates
     state: StepState
     metrics: Mapping[str, float] = field(default_factory=dict)
     events: tuple[dp_accounting.DpEvent, ...] = ()

@@ -15,11 +15,11 @@ from typing import Any
 import dp_accounting
 import torch
 
-from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.seeding import torch_generator
 from fedpub.step import Step
 from fedpub.steps.clip import clip_factors
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult
+from fedpub.types import Params, RoundContext, StepResult
 
 
 def adaptive_clip(
@@ -41,9 +41,9 @@ def adaptive_clip(
     def init(params: Params) -> dict[str, Any]:
         return {"clip_norm": float(initial_clip_norm), "rng": torch_generator(seed, "adaptive_clip").get_state()}
 
-    def update(updates: ClientUpdates, state: dict[str, Any], *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Cohort, state: dict[str, Any], *, ctx: RoundContext, **_: Any) -> StepResult:
         c = state["clip_norm"]
-        norms = tree.row_norms(updates)
+        norms = updates.norms()
         gen = torch.Generator()
         gen.set_state(state["rng"])
         noise = float(torch.normal(0.0, 1.0, size=(), generator=gen)) * count_noise_std
@@ -56,7 +56,7 @@ def adaptive_clip(
             "clipped_fraction": float((norms > c).double().mean()) if norms.numel() else 0.0,
         }
         return StepResult(
-            tree.scale_rows(updates, clip_factors(norms, c)),
+            updates.scale(clip_factors(norms, c)),
             {"clip_norm": next_c, "rng": gen.get_state()},
             metrics,
             (dp_accounting.GaussianDpEvent(count_noise_std),),

@@ -1,6 +1,6 @@
 """Per-user L2 clipping with a fixed norm: the sensitivity bound of user-level DP-FedAvg.
 
-Each row of the stacked cohort updates is scaled by min(1, C / ||Δ_k||) (McMahan et al. 2018,
+Each row of the cohort's updates is scaled by min(1, C / ||Δ_k||) (McMahan et al. 2018,
 "Learning differentially private recurrent language models"). C lives in the state, so an
 adaptive-clipping step can replace it; the step hands C to later steps as the output ``clip_norm``.
 """
@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.step import Step
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult
+from fedpub.types import Params, RoundContext, StepResult
 
 
 def clip_factors(norms: torch.Tensor, clip_norm: float) -> torch.Tensor:
@@ -33,11 +33,11 @@ def clip(clip_norm: float) -> Step:
         return {"clip_norm": float(clip_norm)}
 
     def update(
-        updates: ClientUpdates, state: dict[str, float], *, ctx: RoundContext, **_: Any
+        updates: Cohort, state: dict[str, float], *, ctx: RoundContext, **_: Any
     ) -> StepResult:
         c = state["clip_norm"]
-        norms = tree.row_norms(updates)
-        clipped = tree.scale_rows(updates, clip_factors(norms, c))
+        norms = updates.norms()
+        clipped = updates.scale(clip_factors(norms, c))
         if norms.numel():
             metrics = {
                 "clip_norm": c,

@@ -21,8 +21,9 @@ from typing import Any, Literal
 import torch
 
 from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.step import Step
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
 def precondition(
@@ -50,17 +51,17 @@ def precondition(
         return {"static": tree.clone(static)}
 
     def update(
-        updates: ClientUpdates,
+        updates: Cohort,
         state: dict[str, Any],
         *,
         ctx: RoundContext,
-        public_updates: ClientUpdates | None = None,
+        public_updates: Cohort | None = None,
         public_mean: Updates | None = None,
         **_: Any,
     ) -> StepResult:
-        used = 0 if public_updates is None else tree.num_rows(public_updates)
+        used = 0 if public_updates is None else len(public_updates)
         if "static" not in state and used:
-            second_moment = {k: v.pow(2).mean(dim=0) for k, v in public_updates.items()}
+            second_moment = {k: v.pow(2).mean(dim=0) for k, v in public_updates.stacked().items()}
             v = {k: beta * state["v"][k] + (1 - beta) * second_moment[k] for k in second_moment}
             state = {**state, "v": v, "count": state["count"] + 1}
         a = current_preconditioner(state)
@@ -68,7 +69,7 @@ def precondition(
             a = tree.map_tree(torch.ones_like, state["v"])
         outputs: dict[str, Updates] = {"preconditioner": a}
         if placement == "server":
-            updates = tree.map_rows(lambda row: {k: v / a[k] for k, v in row.items()}, updates)
+            updates = updates.map(lambda row: {k: v / a[k] for k, v in row.items()})
             if public_mean is not None:
                 outputs["public_mean"] = {k: v / a[k] for k, v in public_mean.items()}
         values = torch.cat([x.detach().flatten().double() for x in a.values()])

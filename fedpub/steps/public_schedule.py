@@ -19,9 +19,10 @@ import math
 from typing import Any
 
 from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.step import Step
 from fedpub.steps.clip import clip_factors
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
 def public_schedule(
@@ -54,7 +55,7 @@ def public_schedule(
         return {"clip_norm": float(initial_clip_norm), "noise_multiplier": float(initial_noise_multiplier)}
 
     def update(
-        updates: ClientUpdates,
+        updates: Cohort,
         state: dict[str, float],
         *,
         ctx: RoundContext,
@@ -62,8 +63,8 @@ def public_schedule(
         **_: Any,
     ) -> StepResult:
         c, z = state["clip_norm"], state["noise_multiplier"]
-        norms = tree.row_norms(updates)
-        clipped = tree.scale_rows(updates, clip_factors(norms, c))
+        norms = updates.norms()
+        clipped = updates.scale(clip_factors(norms, c))
         next_c, next_z, public_norm = c, z, math.nan
         if public_mean is not None:
             public_norm = float(tree.global_norm(public_mean))

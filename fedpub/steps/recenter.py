@@ -14,9 +14,10 @@ import math
 from typing import Any
 
 from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.step import Step
 from fedpub.steps.clip import clip_factors
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
 def recenter(center_clip: float = math.inf) -> Step:
@@ -28,7 +29,7 @@ def recenter(center_clip: float = math.inf) -> Step:
         return {}
 
     def update(
-        updates: ClientUpdates,
+        updates: Cohort,
         state: dict,
         *,
         ctx: RoundContext,
@@ -36,11 +37,11 @@ def recenter(center_clip: float = math.inf) -> Step:
         **_: Any,
     ) -> StepResult:
         if public_mean is None:
-            center = tree.row_zeros(updates)
+            center = updates.zeros()
         else:
             factor = clip_factors(tree.global_norm(public_mean).reshape(1), center_clip)
             center = tree.scale(public_mean, float(factor))
-        shifted = tree.map_rows(lambda row: tree.sub(row, center), updates)
+        shifted = updates.map(lambda row: tree.sub(row, center))
         metrics = {"center_norm": float(tree.global_norm(center))}
         return StepResult(shifted, state, metrics, outputs={"center": center})
 

@@ -7,11 +7,15 @@ from typing import Any
 
 import torch
 
+from fedpub.cohort_updates import Cohort
 from fedpub.step import Step
 from fedpub.types import Params, RoundContext
 
 
 def _clone(value: Any) -> Any:
+    """A copy to compare against (a cohort's: its rows stacked, scaled)."""
+    if isinstance(value, Cohort):
+        return value.stacked()
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, dict):
@@ -20,7 +24,9 @@ def _clone(value: Any) -> Any:
 
 
 def _assert_equal(a: Any, b: Any, what: str) -> None:
-    if isinstance(a, torch.Tensor):
+    if isinstance(a, Cohort) or isinstance(b, Cohort):
+        _assert_equal(_clone(a), _clone(b), what)
+    elif isinstance(a, torch.Tensor):
         assert torch.equal(a, b), f"{what} differs"
     elif isinstance(a, dict):
         assert a.keys() == b.keys(), f"{what}: keys differ"
@@ -40,7 +46,7 @@ def _save_load(state: Any) -> Any:
 def assert_step_contract(
     make_step: Any,
     params: Params,
-    updates: dict[str, torch.Tensor],
+    updates: Cohort | dict[str, torch.Tensor],
     ctx: RoundContext,
     expected_shapes: dict[str, torch.Size],
     **inputs: Any,
@@ -57,9 +63,10 @@ def assert_step_contract(
     state_before = _clone(state)
     first = step.update(updates, state, ctx=ctx, **inputs)
 
-    assert set(first.updates) == set(expected_shapes)
+    out = _clone(first.updates)
+    assert set(out) == set(expected_shapes)
     for k, shape in expected_shapes.items():
-        assert first.updates[k].shape == shape, f"{k}: {first.updates[k].shape} != {shape}"
+        assert out[k].shape == shape, f"{k}: {out[k].shape} != {shape}"
     _assert_equal(updates, before_updates, "input updates")
     _assert_equal(params, before_params, "params")
     _assert_equal(state, state_before, "input state")
