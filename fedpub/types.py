@@ -18,8 +18,10 @@ Params = dict[str, torch.Tensor]
 Updates = dict[str, torch.Tensor]
 """One update (same keys and shapes as the parameters)."""
 
-StepState = Any
-"""A step's state: a (possibly nested) dict of tensors and Python scalars, picklable by ``torch.save``."""
+StepState = Mapping[str, Any]
+"""A step's state: a dict of tensors, Python scalars and nested dicts, saved by ``torch.save`` in checkpoints.
+Each step types its own (a ``TypedDict``, e.g. :class:`~fedpub.steps.clip.ClipState`); a chain's is a dict of
+its steps' states by name."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ the norm geometrically: C_{t+1} = C_t · exp(−η (b̃_t − γ)), with b̃_t t
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import dp_accounting
 import torch
@@ -20,6 +20,13 @@ from fedpub.seeding import torch_generator
 from fedpub.step import Step
 from fedpub.steps.clip import clip_factors
 from fedpub.types import Params, RoundContext, StepResult
+
+
+class AdaptiveClipState(TypedDict):
+    """C_t, and the state of the count noise's generator."""
+
+    clip_norm: float
+    rng: torch.Tensor
 
 
 def adaptive_clip(
@@ -38,10 +45,11 @@ def adaptive_clip(
             f"{target_quantile}, {learning_rate}, {count_noise_std}"
         )
 
-    def init(params: Params) -> dict[str, Any]:
-        return {"clip_norm": float(initial_clip_norm), "rng": torch_generator(seed, "adaptive_clip").get_state()}
+    def init(params: Params) -> AdaptiveClipState:
+        rng = torch_generator(seed, "adaptive_clip").get_state()
+        return AdaptiveClipState(clip_norm=float(initial_clip_norm), rng=rng)
 
-    def update(updates: Cohort, state: dict[str, Any], *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Cohort, state: AdaptiveClipState, *, ctx: RoundContext, **_: Any) -> StepResult:
         c = state["clip_norm"]
         norms = updates.norms()
         gen = torch.Generator()
@@ -57,7 +65,7 @@ def adaptive_clip(
         }
         return StepResult(
             updates.scale(clip_factors(norms, c)),
-            {"clip_norm": next_c, "rng": gen.get_state()},
+            AdaptiveClipState(clip_norm=next_c, rng=gen.get_state()),
             metrics,
             (dp_accounting.GaussianDpEvent(count_noise_std),),
             outputs={"clip_norm": c},

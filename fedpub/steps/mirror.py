@@ -14,8 +14,8 @@ import math
 from typing import Any
 
 from fedpub import tree
-from fedpub.step import Step
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.step import EmptyState, Step, stateless
+from fedpub.types import RoundContext, StepResult, Updates
 
 
 def mirror_alpha(round_index: int, decay_rounds: int, alpha_floor: float) -> float:
@@ -30,11 +30,8 @@ def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
             f"mirror needs decay_rounds >= 1 and 0 <= alpha_floor <= 1, got {decay_rounds}, {alpha_floor}"
         )
 
-    def init(params: Params) -> dict:
-        return {}
-
     def update(
-        updates: Updates, state: dict, *, ctx: RoundContext, public_mean: Updates | None = None, **_: Any
+        updates: Updates, state: EmptyState, *, ctx: RoundContext, public_mean: Updates | None = None, **_: Any
     ) -> StepResult:
         alpha = 1.0 if public_mean is None else mirror_alpha(ctx.round, decay_rounds, alpha_floor)
         if alpha == 1.0:
@@ -42,4 +39,4 @@ def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
         mixed = tree.add(tree.scale(updates, alpha), tree.scale(public_mean, 1 - alpha))
         return StepResult(mixed, state, {"alpha": alpha})
 
-    return Step(init, update)
+    return stateless(update)

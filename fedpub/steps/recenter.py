@@ -15,9 +15,9 @@ from typing import Any
 
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
-from fedpub.step import Step
+from fedpub.step import EmptyState, Step, stateless
 from fedpub.steps.clip import clip_factors
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.types import RoundContext, StepResult, Updates
 
 
 def recenter(center_clip: float = math.inf) -> Step:
@@ -25,12 +25,9 @@ def recenter(center_clip: float = math.inf) -> Step:
     if not center_clip > 0:
         raise ValueError(f"center_clip must be > 0 (or inf), got {center_clip}")
 
-    def init(params: Params) -> dict:
-        return {}
-
     def update(
         updates: Cohort,
-        state: dict,
+        state: EmptyState,
         *,
         ctx: RoundContext,
         public_mean: Updates | None = None,
@@ -45,19 +42,16 @@ def recenter(center_clip: float = math.inf) -> Step:
         metrics = {"center_norm": float(tree.global_norm(center))}
         return StepResult(shifted, state, metrics, outputs={"center": center})
 
-    return Step(init, update)
+    return stateless(update)
 
 
 def add_center(extended: bool = False) -> Step:
     """Add the center back to the (noisy) mean, outside the noisy sum. ``extended`` (DOPE's extended
     mode) then averages in the k public users' mean update: (m·Δ̄ + k·Δ̄_pub) / (m + k)."""
 
-    def init(params: Params) -> dict:
-        return {}
-
     def update(
         updates: Updates,
-        state: dict,
+        state: EmptyState,
         *,
         ctx: RoundContext,
         center: Updates,
@@ -70,4 +64,4 @@ def add_center(extended: bool = False) -> Step:
             mean = tree.add(tree.scale(mean, m / (m + k)), tree.scale(public_mean, k / (m + k)))
         return StepResult(mean, state)
 
-    return Step(init, update)
+    return stateless(update)
