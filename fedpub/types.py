@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import dp_accounting
@@ -22,6 +23,17 @@ StepState = Mapping[str, Any]
 """A step's state: a dict of tensors, Python scalars and nested dicts, saved by ``torch.save`` in checkpoints.
 Each step types its own (a ``TypedDict``, e.g. :class:`~fedpub.steps.clip.ClipState`); a chain's is a dict of
 its steps' states by name."""
+
+
+ROUND_INPUTS: Mapping[str, str] = MappingProxyType(
+    {
+        "public_mean": "the mean of the round's usable public updates (None when there is none)",
+        "public_updates": "the round's usable public updates, a Cohort (maybe of no rows)",
+    }
+)
+"""The keyword inputs every round gives the server steps, with what they hold (besides the private updates and
+the :class:`RoundContext`): :meth:`~fedpub.strategy.StrategyCore.aggregate` provides them, and a chain's steps
+may read them (:func:`~fedpub.step.named_chain`)."""
 
 
 @dataclass(frozen=True)

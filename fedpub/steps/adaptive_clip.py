@@ -10,7 +10,7 @@ the norm geometrically: C_{t+1} = C_t · exp(−η (b̃_t − γ)), with b̃_t t
 from __future__ import annotations
 
 import math
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import dp_accounting
 import torch
@@ -49,7 +49,7 @@ def adaptive_clip(
         rng = torch_generator(seed, "adaptive_clip").get_state()
         return AdaptiveClipState(clip_norm=float(initial_clip_norm), rng=rng)
 
-    def update(updates: Cohort, state: AdaptiveClipState, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Cohort, state: AdaptiveClipState, *, ctx: RoundContext) -> StepResult:
         c = state["clip_norm"]
         norms = updates.norms()
         gen = torch.Generator()
@@ -71,4 +71,4 @@ def adaptive_clip(
             outputs={"clip_norm": c},
         )
 
-    return Step(init, update)
+    return Step(init, update, outputs=("clip_norm",))

@@ -7,8 +7,6 @@ estimator f_f; DESIGN.md §3).
 
 from __future__ import annotations
 
-from typing import Any
-
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
 from fedpub.step import EmptyState, Step, stateless
@@ -18,7 +16,7 @@ from fedpub.types import RoundContext, StepResult, Updates
 def aggregate() -> Step:
     """The cohort's updates -> Σ_k u_k / m, with m = ``ctx.expected_cohort``."""
 
-    def update(updates: Cohort, state: EmptyState, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Cohort, state: EmptyState, *, ctx: RoundContext) -> StepResult:
         if not ctx.expected_cohort > 0:
             raise ValueError(f"expected_cohort must be > 0, got {ctx.expected_cohort}")
         mean: Updates = tree.scale(updates.sum(), 1.0 / ctx.expected_cohort)

@@ -8,7 +8,7 @@ adaptive-clipping step can replace it; the step hands C to later steps as the ou
 from __future__ import annotations
 
 import math
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import torch
 
@@ -38,7 +38,7 @@ def clip(clip_norm: float) -> Step:
     def init(params: Params) -> ClipState:
         return ClipState(clip_norm=float(clip_norm))
 
-    def update(updates: Cohort, state: ClipState, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Cohort, state: ClipState, *, ctx: RoundContext) -> StepResult:
         c = state["clip_norm"]
         norms = updates.norms()
         clipped = updates.scale(clip_factors(norms, c))
@@ -54,4 +54,4 @@ def clip(clip_norm: float) -> Step:
             metrics = {"clip_norm": c, "clipped_fraction": 0.0}
         return StepResult(clipped, ClipState(clip_norm=c), metrics, outputs={"clip_norm": c})
 
-    return Step(init, update)
+    return Step(init, update, outputs=("clip_norm",))

@@ -12,7 +12,7 @@ that device seeded by the step's generator (:func:`standard_normal`), not on the
 from __future__ import annotations
 
 import math
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import dp_accounting
 import torch
@@ -64,7 +64,6 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         ctx: RoundContext,
         clip_norm: float,
         noise_multiplier: float | None = None,
-        **_: Any,
     ) -> StepResult:
         z = default_noise_multiplier if noise_multiplier is None else noise_multiplier
         _check_noise_multiplier(z)
@@ -81,4 +80,4 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         event = dp_accounting.GaussianDpEvent(z)
         return StepResult(noisy, NoiseState(rng=gen.get_state()), metrics, (event,))
 
-    return Step(init, update)
+    return Step(init, update, inputs=("clip_norm",), optional_inputs=("noise_multiplier",))

@@ -11,7 +11,6 @@ updates is post-processing of the private release: no privacy cost. α_t = 1 is 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from fedpub import tree
 from fedpub.step import EmptyState, Step, stateless
@@ -31,7 +30,7 @@ def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
         )
 
     def update(
-        updates: Updates, state: EmptyState, *, ctx: RoundContext, public_mean: Updates | None = None, **_: Any
+        updates: Updates, state: EmptyState, *, ctx: RoundContext, public_mean: Updates | None = None
     ) -> StepResult:
         alpha = 1.0 if public_mean is None else mirror_alpha(ctx.round, decay_rounds, alpha_floor)
         if alpha == 1.0:
@@ -39,4 +38,4 @@ def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
         mixed = tree.add(tree.scale(updates, alpha), tree.scale(public_mean, 1 - alpha))
         return StepResult(mixed, state, {"alpha": alpha})
 
-    return stateless(update)
+    return stateless(update, optional_inputs=("public_mean",))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
 import torch
 
@@ -76,7 +76,6 @@ def precondition(
         ctx: RoundContext,
         public_updates: Cohort | None = None,
         public_mean: Updates | None = None,
-        **_: Any,
     ) -> StepResult:
         used = 0 if public_updates is None else len(public_updates)
         if "static" not in state and used:
@@ -100,7 +99,8 @@ def precondition(
         }
         return StepResult(updates, state, metrics, outputs=outputs)
 
-    return Step(init, update)
+    outputs = ("preconditioner", "public_mean") if placement == "server" else ("preconditioner",)
+    return Step(init, update, optional_inputs=("public_updates", "public_mean"), outputs=outputs)
 
 
 def current_preconditioner(state: PreconditionState) -> Updates | None:

@@ -16,7 +16,7 @@ sets the next round's values (d parameters, expected cohort m):
 from __future__ import annotations
 
 import math
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
@@ -67,7 +67,6 @@ def public_schedule(
         *,
         ctx: RoundContext,
         public_mean: Updates | None = None,
-        **_: Any,
     ) -> StepResult:
         c, z = state["clip_norm"], state["noise_multiplier"]
         norms = updates.norms()
@@ -96,4 +95,4 @@ def public_schedule(
             outputs={"clip_norm": c, "noise_multiplier": z},
         )
 
-    return Step(init, update)
+    return Step(init, update, optional_inputs=("public_mean",), outputs=("clip_norm", "noise_multiplier"))

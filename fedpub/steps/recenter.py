@@ -11,7 +11,6 @@ With no public update this round, c_t = 0 and the round is DP-FedAvg.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
@@ -31,7 +30,6 @@ def recenter(center_clip: float = math.inf) -> Step:
         *,
         ctx: RoundContext,
         public_mean: Updates | None = None,
-        **_: Any,
     ) -> StepResult:
         if public_mean is None:
             center = updates.zeros()
@@ -42,7 +40,7 @@ def recenter(center_clip: float = math.inf) -> Step:
         metrics = {"center_norm": float(tree.global_norm(center))}
         return StepResult(shifted, state, metrics, outputs={"center": center})
 
-    return stateless(update)
+    return stateless(update, optional_inputs=("public_mean",), outputs=("center",))
 
 
 def add_center(extended: bool = False) -> Step:
@@ -56,7 +54,6 @@ def add_center(extended: bool = False) -> Step:
         ctx: RoundContext,
         center: Updates,
         public_mean: Updates | None = None,
-        **_: Any,
     ) -> StepResult:
         mean = tree.add(updates, center)
         if extended and public_mean is not None and ctx.num_public:
@@ -64,4 +61,4 @@ def add_center(extended: bool = False) -> Step:
             mean = tree.add(tree.scale(mean, m / (m + k)), tree.scale(public_mean, k / (m + k)))
         return StepResult(mean, state)
 
-    return stateless(update)
+    return stateless(update, inputs=("center",), optional_inputs=("public_mean",))

@@ -7,7 +7,7 @@ The step's output is the increment to add to the global parameters.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import torch
 
@@ -35,14 +35,14 @@ def server_sgd(lr: float, momentum: float = 0.0) -> Step:
     if not lr > 0 or not 0 <= momentum < 1:
         raise ValueError(f"server SGD needs lr > 0 and 0 <= momentum < 1, got {lr}, {momentum}")
 
-    def plain(updates: Updates, state: EmptyState, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def plain(updates: Updates, state: EmptyState, *, ctx: RoundContext) -> StepResult:
         # lr = 1 (FedAvg) hands the average on as it is: ×1.0 would copy the whole model to change nothing
         return StepResult(dict(updates) if lr == 1.0 else tree.scale(updates, lr), state)
 
     def init(params: Params) -> MomentumState:
         return MomentumState(velocity=tree.zeros_like(params))
 
-    def update(updates: Updates, state: MomentumState, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Updates, state: MomentumState, *, ctx: RoundContext) -> StepResult:
         velocity = tree.add(tree.scale(state["velocity"], momentum), updates)
         return StepResult(tree.scale(velocity, lr), MomentumState(velocity=velocity))
 
@@ -57,7 +57,7 @@ def server_adam(lr: float, beta1: float = 0.9, beta2: float = 0.99, eps: float =
     def init(params: Params) -> AdamState:
         return AdamState(m=tree.zeros_like(params), v=tree.zeros_like(params), count=0)
 
-    def update(updates: Updates, state: AdamState, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Updates, state: AdamState, *, ctx: RoundContext) -> StepResult:
         count = state["count"] + 1
         grad = tree.scale(updates, -1.0)
         m = {k: beta1 * state["m"][k] + (1 - beta1) * g for k, g in grad.items()}
