@@ -4,11 +4,6 @@ from fedpub import tree
 from fedpub.steps.aggregate import aggregate
 from fedpub.types import RoundContext
 from tests.steps.cohorts import cohort
-from tests.steps.step_contract import assert_step_contract
-
-
-def test_contract(params, stacked, ctx):
-    assert_step_contract(aggregate, params, cohort(stacked), ctx, {k: v.shape for k, v in params.items()})
 
 
 def test_divides_the_sum_by_the_expected_cohort_not_the_number_of_replies(params, stacked):

@@ -7,26 +7,11 @@ from fedpub import tree
 from fedpub.models.stackoverflow import TagLogisticRegression
 from fedpub.steps.precondition import current_preconditioner, precondition, token_frequency_preconditioner
 from tests.steps.cohorts import cohort
-from tests.steps.step_contract import assert_step_contract
 
 
 def _public(params, seed: int, rows: int = 3) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return {k: torch.randn(rows, *v.shape, generator=g) for k, v in params.items()}
-
-
-def test_contract(params, stacked, ctx):
-    shapes = {k: v.shape for k, v in stacked.items()}
-    public_mean = {k: torch.ones_like(v) for k, v in params.items()}
-    static = {k: torch.full_like(v, 2.0) for k, v in params.items()}
-    for make in (
-        lambda: precondition("server"),
-        lambda: precondition("client"),
-        lambda: precondition("server", static=static),
-    ):
-        assert_step_contract(
-            make, params, cohort(stacked), ctx, shapes, public_updates=cohort(_public(params, 5)), public_mean=public_mean
-        )
 
 
 def test_static_ones_leave_the_updates_exactly_unchanged(params, stacked, ctx):

@@ -9,7 +9,6 @@ from fedpub import tree
 from fedpub.steps.public_schedule import public_schedule
 from fedpub.types import RoundContext
 from tests.steps.cohorts import cohort
-from tests.steps.step_contract import assert_step_contract
 
 CTX = RoundContext(round=0, seed=0, population=50, sampling_rate=0.1, expected_cohort=5.0, cohort_size=5)
 SHAPES = {"w": (4, 3), "b": (3,)}  # d = 15: the noise test's threshold is sqrt(15)·z·C / 5
@@ -28,12 +27,6 @@ def _next(norm: float | None, clip_norm: float = 1.0, z: float = 1.0, **kwargs) 
     stacked = cohort({k: torch.ones(2, *s) for k, s in SHAPES.items()})
     public_mean = None if norm is None else _public_mean(norm)
     return step.update(stacked, step.init({}), ctx=CTX, public_mean=public_mean).state
-
-
-def test_contract(params, stacked, ctx):
-    shapes = {k: v.shape for k, v in stacked.items()}
-    public_mean = {k: torch.full_like(v, 0.01) for k, v in params.items()}
-    assert_step_contract(lambda: public_schedule(1.0, 1.2, **ARGS), params, cohort(stacked), ctx, shapes, public_mean=public_mean)
 
 
 def test_a_weak_public_signal_buys_budget_and_shrinks_the_clip():

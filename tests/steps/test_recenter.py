@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import torch
@@ -5,14 +6,6 @@ import torch
 from fedpub import tree
 from fedpub.steps.recenter import add_center, recenter
 from tests.steps.cohorts import cohort
-from tests.steps.step_contract import assert_step_contract
-
-
-def test_contract(params, stacked, ctx):
-    public_mean = {k: torch.ones_like(v) for k, v in params.items()}
-    shapes = {k: v.shape for k, v in stacked.items()}
-    assert_step_contract(lambda: recenter(0.5), params, cohort(stacked), ctx, shapes, public_mean=public_mean)
-    assert_step_contract(add_center, params, params, ctx, {k: v.shape for k, v in params.items()}, center=public_mean)
 
 
 def test_the_center_is_the_public_mean_clipped_to_lambda(params, stacked, ctx):
@@ -30,3 +23,15 @@ def test_without_public_updates_the_center_is_zero(params, stacked, ctx):
     result = step.update(cohort(stacked), step.init(params), ctx=ctx)
     assert all(torch.equal(v, stacked[k]) for k, v in result.updates.stacked().items())
     assert float(tree.global_norm(result.outputs["center"])) == 0.0
+
+
+def test_add_center_adds_the_center_back_and_extended_averages_the_public_mean_in(params, ctx):
+    mean, center, public_mean = ({k: torch.full_like(v, x) for k, v in params.items()} for x in (0.5, 2.0, 4.0))
+    plain = add_center().update(mean, {}, ctx=ctx, center=center, public_mean=public_mean)
+    assert all(torch.equal(v, torch.full_like(v, 2.5)) for v in plain.updates.values())
+    extended = add_center(extended=True)
+    with_public = dataclasses.replace(ctx, num_public=5)  # m = 5 private expected, k = 5 public
+    result = extended.update(mean, {}, ctx=with_public, center=center, public_mean=public_mean)
+    assert all(torch.equal(v, torch.full_like(v, (2.5 * 5 + 4.0 * 5) / 10)) for v in result.updates.values())
+    unused = extended.update(mean, {}, ctx=ctx, center=center, public_mean=public_mean)  # no public user this round
+    assert all(torch.equal(v, torch.full_like(v, 2.5)) for v in unused.updates.values())
