@@ -2,57 +2,154 @@
 
 A :class:`Step` is ``init(params) -> state`` and
 ``update(updates, state, *, ctx, **inputs) -> StepResult``. Nothing is kept on the step object;
-the state goes in and the new state comes out. :func:`chain` runs steps in order, feeding each
-step's ``outputs`` to the later steps as keyword inputs; :func:`named_chain` does the same with
-named states and metrics prefixed by the step's name. (After optax's ``GradientTransformation``.)
+the state goes in and the new state comes out. A step that keeps nothing is :func:`stateless`: its state
+is the empty :class:`EmptyState`. (After optax's ``GradientTransformation``.)
+
+A step declares the keyword inputs it reads, required (``inputs``) or not (``optional_inputs``), and the
+``outputs`` it hands to the later steps. :func:`named_chain` runs steps in order and checks, when it is built,
+that every required input is provided by the round (:data:`~fedpub.types.ROUND_INPUTS`) or an earlier step,
+and that no step writes a name the round or an earlier step already provides, unless the step reads that name
+too (then it replaces it on purpose, as preconditioning the public mean does). When it runs, each step gets
+only the names it declares. :func:`chain` names the steps by position.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
-from fedpub.types import Params, RoundContext, StepResult, StepState
+from fedpub.types import ROUND_INPUTS, Params, RoundContext, StepResult, StepState
 
 InitFn = Callable[[Params], StepState]
 UpdateFn = Callable[..., StepResult]
+ChainState = dict[str, StepState]
+"""A chain's state: each step's state by the step's name."""
+
+
+class EmptyState(TypedDict):
+    """The state of a step that keeps nothing between rounds (``{}``)."""
 
 
 @dataclass(frozen=True)
 class Step:
-    """A server step: ``init(params) -> state``; ``update(updates, state, *, ctx, **inputs)``."""
+    """A server step: ``init(params) -> state``; ``update(updates, state, *, ctx, **inputs)``.
+
+    ``update`` takes the names of ``inputs`` as keyword arguments and those of ``optional_inputs`` as keyword
+    arguments defaulting to None; its result's ``outputs`` hold names of ``outputs`` only (not necessarily all of
+    them every round)."""
 
     init: InitFn
     update: UpdateFn
+    inputs: tuple[str, ...] = ()
+    optional_inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        both = sorted(set(self.inputs) & set(self.optional_inputs))
+        if both:
+            raise ValueError(f"{both} declared both as required and as optional inputs")
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every name the step reads, required or optional."""
+        return self.inputs + self.optional_inputs
+
+
+def _no_state(params: Params) -> EmptyState:
+    return EmptyState()
+
+
+def stateless(
+    update: UpdateFn,
+    *,
+    inputs: tuple[str, ...] = (),
+    optional_inputs: tuple[str, ...] = (),
+    outputs: tuple[str, ...] = (),
+) -> Step:
+    """The step of ``update``, which keeps nothing between rounds: its state is the empty :class:`EmptyState`,
+    which ``update`` hands back as it got it."""
+    return Step(_no_state, update, inputs, optional_inputs, outputs)
+
+
+_ROUND = "the round"
+
+
+def _check_names(named_steps: Sequence[tuple[str, Step]]) -> tuple[list[str], list[str]]:
+    """Refuse a required input nobody provides before its step, and an output that shadows a name already
+    provided; give the round inputs the chain reads, (required, optional)."""
+    source = dict.fromkeys(ROUND_INPUTS, _ROUND)
+    required: list[str] = []
+    optional: list[str] = []
+    for position, (name, step) in enumerate(named_steps):
+        for needed in step.inputs:
+            if needed in source:
+                continue
+            later = [other for other, s in named_steps[position + 1 :] if needed in s.outputs]
+            hint = f"; step {later[0]!r} writes it later: put {name!r} after it" if later else ""
+            raise ValueError(
+                f"step {name!r} requires the input {needed!r}, which neither the round "
+                f"({', '.join(ROUND_INPUTS)}) nor an earlier step provides{hint}"
+            )
+        for read in step.reads:
+            if source.get(read) == _ROUND and read not in required + optional:
+                (required if read in step.inputs else optional).append(read)
+        for written in step.outputs:
+            if written in source and written not in step.reads:
+                raise ValueError(
+                    f"step {name!r} writes {written!r}, which {source[written]} already provides: later steps "
+                    f"would silently read {name!r}'s instead; rename the output, or declare {written!r} as an "
+                    f"input of {name!r} if it is meant to replace it"
+                )
+            source[written] = f"step {name!r}"
+    return required, [n for n in optional if n not in required]
+
+
+def _run(name: str, step: Step, updates: Any, state: StepState, ctx: RoundContext,
+         available: Mapping[str, Any]) -> StepResult:
+    """``step.update`` with only the names the step declares, its outputs checked against its declaration."""
+    missing = [n for n in step.inputs if n not in available]
+    if missing:
+        raise ValueError(f"step {name!r} requires {missing}, which no earlier step gave this round")
+    result = step.update(updates, state, ctx=ctx, **{n: available[n] for n in step.reads if n in available})
+    undeclared = sorted(set(result.outputs) - set(step.outputs))
+    if undeclared:
+        raise ValueError(f"step {name!r} gave the outputs {undeclared}, which it does not declare ({step.outputs})")
+    return result
 
 
 def named_chain(*named_steps: tuple[str, Step]) -> Step:
-    """Compose steps in order; the state is a dict by step name, metrics are ``name/metric``."""
+    """Compose steps in order; the state is a dict by step name, metrics are ``name/metric``. The chain reads
+    the round's inputs its steps read and declares every output of its steps."""
     names = [name for name, _ in named_steps]
     if len(set(names)) != len(names):
         raise ValueError(f"step names must be unique, got {names}")
+    required, optional = _check_names(named_steps)
+    outputs = tuple(dict.fromkeys(n for _, step in named_steps for n in step.outputs))
 
-    def init(params: Params) -> dict[str, StepState]:
+    def init(params: Params) -> ChainState:
         return {name: step.init(params) for name, step in named_steps}
 
-    def update(
-        updates: Any, state: dict[str, StepState], *, ctx: RoundContext, **inputs: Any
-    ) -> StepResult:
-        new_state: dict[str, StepState] = {}
+    def update(updates: Any, state: ChainState, *, ctx: RoundContext, **inputs: Any) -> StepResult:
+        unknown = sorted(set(inputs) - set(ROUND_INPUTS))
+        if unknown:
+            raise ValueError(f"a chain's inputs are the round's ({', '.join(ROUND_INPUTS)}), got {unknown}")
+        new_state: ChainState = {}
         metrics: dict[str, float] = {}
         events: list = []
-        outputs: dict[str, Any] = {}
+        available = dict(inputs)
+        chain_outputs: dict[str, Any] = {}
         for name, step in named_steps:
-            result = step.update(updates, state[name], ctx=ctx, **{**inputs, **outputs})
+            result = _run(name, step, updates, state[name], ctx, available)
             updates = result.updates
             new_state[name] = result.state
             metrics.update({f"{name}/{k}": v for k, v in result.metrics.items()})
             events.extend(result.events)
-            outputs.update(result.outputs)
-        return StepResult(updates, new_state, metrics, tuple(events), outputs)
+            available.update(result.outputs)
+            chain_outputs.update(result.outputs)
+        return StepResult(updates, new_state, metrics, tuple(events), chain_outputs)
 
-    return Step(init, update)
+    return Step(init, update, tuple(required), tuple(optional), outputs)
 
 
 def chain(*steps: Step) -> Step:

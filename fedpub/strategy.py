@@ -15,9 +15,9 @@ import torch
 
 from fedpub import tree
 from fedpub.cohort import expected_cohort, sample_cohort
+from fedpub.cohort_updates import Cohort, global_norms, tensor_norms
 from fedpub.column_update import UpdateValue
 from fedpub.privacy.events import Sampling, round_event
-from fedpub.rows import UpdateRows, global_norms, tensor_norms
 from fedpub.seeding import numpy_generator
 from fedpub.step import Step
 from fedpub.types import Params, RoundContext, StepState, Updates
@@ -42,7 +42,7 @@ def fits(update: Mapping[str, UpdateValue], params: Params) -> bool:
     )
 
 
-def usable_rows(updates: Sequence[Mapping[str, UpdateValue]], params: Params) -> UpdateRows:
+def usable_rows(updates: Sequence[Mapping[str, UpdateValue]], params: Params) -> Cohort:
     """The updates that :func:`fits` the parameters and hold only finite values, as rows whose norms are already
     known. Finiteness is read from each tensor's L2 norm, which the clip needs anyway (one batched reduction, no
     mask the size of the model): any NaN or Inf makes it non-finite; a finite tensor whose norm overflows (an
@@ -51,7 +51,7 @@ def usable_rows(updates: Sequence[Mapping[str, UpdateValue]], params: Params) ->
     norms = tensor_norms(fitting, params)
     finite = torch.isfinite(norms).all(dim=1)
     usable = [u for u, ok in zip(fitting, finite.tolist(), strict=True) if ok]
-    return UpdateRows(usable, params, norms=global_norms(norms[finite]))
+    return Cohort(usable, params, norms=global_norms(norms[finite]))
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class StrategyCore:
         """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes) and
         missing ones (``sampled`` users were asked, default ``len(updates)``) contribute nothing:
         the mechanism and its accounting stay those of the sampled cohort. The steps get the usable
-        updates as :class:`~fedpub.rows.UpdateRows` (never stacked unless a step reads a key); the usable
+        updates as a :class:`~fedpub.cohort_updates.Cohort` (never stacked unless a step asks); the usable
         public updates are the steps' ``public_updates`` input (the same, maybe no rows) and their mean
         the ``public_mean`` input (None when there is none)."""
         sampled = len(updates) if sampled is None else sampled
@@ -124,18 +124,18 @@ class StrategyCore:
             sampling_rate=self.expected_cohort / self.population,
             expected_cohort=self.expected_cohort,
             cohort_size=sampled,
-            num_public=public_rows.num_rows,
+            num_public=len(public_rows),
         )
-        public_mean = tree.mean(public_rows.rows) if public_rows.num_rows else None
+        public_mean = public_rows.mean() if len(public_rows) else None
         result = self.aggregator.update(
             rows, state, ctx=ctx, public_mean=public_mean, public_updates=public_rows
         )
         metrics = {
             **result.metrics,
             "cohort_sampled": float(sampled),
-            "cohort_failed": float(sampled - rows.num_rows),
+            "cohort_failed": float(sampled - len(rows)),
         }
         if self.public_cohort:
-            metrics["public_cohort_used"] = float(public_rows.num_rows)
+            metrics["public_cohort_used"] = float(len(public_rows))
         new_params = tree.add(params, result.updates)
         return RoundOutcome(new_params, result.state, metrics, round_event(self.sampling, result.events))

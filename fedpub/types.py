@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 import dp_accounting
 import torch
+
+if TYPE_CHECKING:
+    from fedpub.cohort_updates import Cohort
 
 Params = dict[str, torch.Tensor]
 """Model parameters by name (a flat tensor dict)."""
@@ -15,13 +19,21 @@ Params = dict[str, torch.Tensor]
 Updates = dict[str, torch.Tensor]
 """One update (same keys and shapes as the parameters)."""
 
-ClientUpdates = Mapping[str, torch.Tensor]
-"""The cohort's updates, one row per client: stacked tensors (a leading dimension of rows), or the
-:class:`~fedpub.rows.UpdateRows` that StrategyCore hands the steps (read through the ``fedpub.tree`` row
-functions, or stacked key by key)."""
+StepState = Mapping[str, Any]
+"""A step's state: a dict of tensors, Python scalars and nested dicts, saved by ``torch.save`` in checkpoints.
+Each step types its own (a ``TypedDict``, e.g. :class:`~fedpub.steps.clip.ClipState`); a chain's is a dict of
+its steps' states by name."""
 
-StepState = Any
-"""A step's state: a (possibly nested) dict of tensors and Python scalars, picklable by ``torch.save``."""
+
+ROUND_INPUTS: Mapping[str, str] = MappingProxyType(
+    {
+        "public_mean": "the mean of the round's usable public updates (None when there is none)",
+        "public_updates": "the round's usable public updates, a Cohort (maybe of no rows)",
+    }
+)
+"""The keyword inputs every round gives the server steps, with what they hold (besides the private updates and
+the :class:`RoundContext`): :meth:`~fedpub.strategy.StrategyCore.aggregate` provides them, and a chain's steps
+may read them (:func:`~fedpub.step.named_chain`)."""
 
 
 @dataclass(frozen=True)
@@ -44,14 +56,15 @@ class RoundContext:
 
 @dataclass(frozen=True)
 class StepResult:
-    """What a step's ``update`` returns.
+    """What a step's ``update`` returns: the steps before the average hand on a
+    :class:`~fedpub.cohort_updates.Cohort`, the average and the steps after it one update.
 
     ``outputs`` are named values later steps of a chain receive as keyword inputs (for example the
     clip step's ``clip_norm`` read by the noise step); ``events`` are the DP events this step's
     release costs, composed by the round loop.
     """
 
-    updates: Any
+    updates: Cohort | Updates
     state: StepState
     metrics: Mapping[str, float] = field(default_factory=dict)
     events: tuple[dp_accounting.DpEvent, ...] = ()

@@ -60,6 +60,7 @@ from clients.client_app import ClientRuntime, node_client_id, query_reply, runti
 from fedpub import protocol as key
 from fedpub import tree
 from fedpub.atomic import write_json_atomic
+from fedpub.cohort_updates import Cohort
 from fedpub.config import ExperimentConfig, load_config, parse_config
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
@@ -150,9 +151,11 @@ def check_supported(config: ExperimentConfig) -> None:
 
 # -- the client ---------------------------------------------------------------------------------
 def clip_update(update: Updates, clip_norm: float) -> Updates:
-    """Δ · min(1, C/‖Δ‖): the server-side clip step's arithmetic (row norms, ``clip_factors``) on one user."""
-    stacked = tree.stack([update])
-    return tree.unstack(tree.scale_rows(stacked, clip_factors(tree.row_norms(stacked), clip_norm)))[0]
+    """Δ · min(1, C/‖Δ‖): the server-side clip step's arithmetic (the cohort's norms, ``clip_factors``) on one
+    user."""
+    one = Cohort([update], update)
+    clipped = one.scale(clip_factors(one.norms(), clip_norm)).stacked()
+    return {k: v[0] for k, v in clipped.items()}
 
 
 def client_contribution(rt: ClientRuntime, client_id: str, params: Params, round_index: int) -> Updates:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from fedpub import tree
 from fedpub.config import StrategyConfig
 from fedpub.privacy.events import PoissonSampling
-from fedpub.rows import UpdateRows
+from fedpub.cohort_updates import Cohort
 from fedpub.step import named_chain
 from fedpub.types import RoundContext
 from strategies.compose import build_strategy, strategy_steps
@@ -62,21 +62,15 @@ def _zeros() -> dict[str, torch.Tensor]:
     return {k: torch.zeros(s) for k, s in SHAPES.items()}
 
 
-def _stacked(updates: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    return tree.stack(updates)
+def _cohort(updates: list[dict[str, torch.Tensor]]) -> Cohort:
+    return Cohort(updates, _zeros())
 
 
-def _rows(updates: list[dict[str, torch.Tensor]]) -> UpdateRows:
-    return UpdateRows(updates, _zeros())
-
-
-@pytest.mark.parametrize("form", [_stacked, _rows], ids=["stacked", "rows"])
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 @settings(max_examples=15, deadline=None)
 @given(scale=st.floats(min_value=1e-3, max_value=1e8), public_scale=st.floats(min_value=1e-4, max_value=1e3),
        seed=st.integers(0, 10_000))
-def test_adding_one_user_moves_the_pre_noise_sum_by_at_most_c_t(recipe, form, scale, public_scale, seed):
-    """On the steps' two input forms: stacked tensors, and the rows StrategyCore hands them."""
+def test_adding_one_user_moves_the_pre_noise_sum_by_at_most_c_t(recipe, scale, public_scale, seed):
     params = _zeros()
     public = [_random_tree(seed + 50 + i, public_scale) for i in range(3)]
     cohort = [_random_tree(seed + i, 3.0) for i in range(4)]
@@ -88,10 +82,10 @@ def test_adding_one_user_moves_the_pre_noise_sum_by_at_most_c_t(recipe, form, sc
     pre_noise = named_chain(*steps[: names.index("noise")])
     ctx = RoundContext(round=1, seed=0, population=POPULATION, sampling_rate=COHORT / POPULATION,
                        expected_cohort=COHORT, cohort_size=5, num_public=3)
-    inputs = {"public_mean": tree.mean(public), "public_updates": form(public)}
+    inputs = {"public_mean": tree.mean(public), "public_updates": _cohort(public)}
     prefix_state = {name: state[name] for name in names[: names.index("noise")]}
-    without = pre_noise.update(form(cohort), prefix_state, ctx=ctx, **inputs)
-    with_user = pre_noise.update(form(cohort + [newcomer]), prefix_state, ctx=ctx, **inputs)
+    without = pre_noise.update(_cohort(cohort), prefix_state, ctx=ctx, **inputs)
+    with_user = pre_noise.update(_cohort(cohort + [newcomer]), prefix_state, ctx=ctx, **inputs)
     clip_t = without.outputs["clip_norm"]
     assert with_user.outputs["clip_norm"] == clip_t
     moved_sum = float(tree.global_norm(tree.sub(with_user.updates, without.updates))) * COHORT  # mean × m

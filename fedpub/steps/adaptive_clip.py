@@ -10,16 +10,23 @@ the norm geometrically: C_{t+1} = C_t · exp(−η (b̃_t − γ)), with b̃_t t
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TypedDict
 
 import dp_accounting
 import torch
 
-from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.seeding import torch_generator
 from fedpub.step import Step
 from fedpub.steps.clip import clip_factors
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult
+from fedpub.types import Params, RoundContext, StepResult
+
+
+class AdaptiveClipState(TypedDict):
+    """C_t, and the state of the count noise's generator."""
+
+    clip_norm: float
+    rng: torch.Tensor
 
 
 def adaptive_clip(
@@ -38,12 +45,13 @@ def adaptive_clip(
             f"{target_quantile}, {learning_rate}, {count_noise_std}"
         )
 
-    def init(params: Params) -> dict[str, Any]:
-        return {"clip_norm": float(initial_clip_norm), "rng": torch_generator(seed, "adaptive_clip").get_state()}
+    def init(params: Params) -> AdaptiveClipState:
+        rng = torch_generator(seed, "adaptive_clip").get_state()
+        return AdaptiveClipState(clip_norm=float(initial_clip_norm), rng=rng)
 
-    def update(updates: ClientUpdates, state: dict[str, Any], *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Cohort, state: AdaptiveClipState, *, ctx: RoundContext) -> StepResult:
         c = state["clip_norm"]
-        norms = tree.row_norms(updates)
+        norms = updates.norms()
         gen = torch.Generator()
         gen.set_state(state["rng"])
         noise = float(torch.normal(0.0, 1.0, size=(), generator=gen)) * count_noise_std
@@ -56,11 +64,11 @@ def adaptive_clip(
             "clipped_fraction": float((norms > c).double().mean()) if norms.numel() else 0.0,
         }
         return StepResult(
-            tree.scale_rows(updates, clip_factors(norms, c)),
-            {"clip_norm": next_c, "rng": gen.get_state()},
+            updates.scale(clip_factors(norms, c)),
+            AdaptiveClipState(clip_norm=next_c, rng=gen.get_state()),
             metrics,
             (dp_accounting.GaussianDpEvent(count_noise_std),),
             outputs={"clip_norm": c},
         )
 
-    return Step(init, update)
+    return Step(init, update, outputs=("clip_norm",))

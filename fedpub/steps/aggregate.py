@@ -7,24 +7,20 @@ estimator f_f; DESIGN.md §3).
 
 from __future__ import annotations
 
-from typing import Any
-
 from fedpub import tree
-from fedpub.step import Step
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+from fedpub.cohort_updates import Cohort
+from fedpub.step import EmptyState, Step, stateless
+from fedpub.types import RoundContext, StepResult, Updates
 
 
 def aggregate() -> Step:
-    """Stacked client updates -> Σ_k u_k / m, with m = ``ctx.expected_cohort``."""
+    """The cohort's updates -> Σ_k u_k / m, with m = ``ctx.expected_cohort``."""
 
-    def init(params: Params) -> dict:
-        return {}
-
-    def update(updates: ClientUpdates, state: dict, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Cohort, state: EmptyState, *, ctx: RoundContext) -> StepResult:
         if not ctx.expected_cohort > 0:
             raise ValueError(f"expected_cohort must be > 0, got {ctx.expected_cohort}")
-        mean: Updates = tree.scale(tree.sum_rows(updates), 1.0 / ctx.expected_cohort)
-        metrics = {"cohort_size": float(tree.num_rows(updates)), "expected_cohort": ctx.expected_cohort}
+        mean: Updates = tree.scale(updates.sum(), 1.0 / ctx.expected_cohort)
+        metrics = {"cohort_size": float(len(updates)), "expected_cohort": ctx.expected_cohort}
         return StepResult(mean, state, metrics)
 
-    return Step(init, update)
+    return stateless(update)

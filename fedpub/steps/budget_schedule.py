@@ -6,10 +6,9 @@ output); the other rounds keep the calibrated z, chosen so the composition reach
 
 from __future__ import annotations
 
-from typing import Any
-
-from fedpub.step import Step
-from fedpub.types import Params, RoundContext, StepResult
+from fedpub.cohort_updates import Cohort
+from fedpub.step import EmptyState, Step, stateless
+from fedpub.types import RoundContext, StepResult
 
 
 def budget_schedule(boosted_rounds: range, boosted_noise_multiplier: float) -> Step:
@@ -17,12 +16,9 @@ def budget_schedule(boosted_rounds: range, boosted_noise_multiplier: float) -> S
     if not boosted_noise_multiplier > 0:
         raise ValueError(f"boosted_noise_multiplier must be > 0, got {boosted_noise_multiplier}")
 
-    def init(params: Params) -> dict:
-        return {}
-
-    def update(updates: Any, state: dict, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Cohort, state: EmptyState, *, ctx: RoundContext) -> StepResult:
         boosted = ctx.round in boosted_rounds
         outputs = {"noise_multiplier": boosted_noise_multiplier} if boosted else {}
         return StepResult(updates, state, {"boosted": float(boosted)}, outputs=outputs)
 
-    return Step(init, update)
+    return stateless(update, outputs=("noise_multiplier",))

@@ -1,6 +1,6 @@
 """Per-user L2 clipping with a fixed norm: the sensitivity bound of user-level DP-FedAvg.
 
-Each row of the stacked cohort updates is scaled by min(1, C / ||Δ_k||) (McMahan et al. 2018,
+Each row of the cohort's updates is scaled by min(1, C / ||Δ_k||) (McMahan et al. 2018,
 "Learning differentially private recurrent language models"). C lives in the state, so an
 adaptive-clipping step can replace it; the step hands C to later steps as the output ``clip_norm``.
 """
@@ -8,13 +8,19 @@ adaptive-clipping step can replace it; the step hands C to later steps as the ou
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TypedDict
 
 import torch
 
-from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.step import Step
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult
+from fedpub.types import Params, RoundContext, StepResult
+
+
+class ClipState(TypedDict):
+    """C, the clip norm."""
+
+    clip_norm: float
 
 
 def clip_factors(norms: torch.Tensor, clip_norm: float) -> torch.Tensor:
@@ -29,15 +35,13 @@ def clip(clip_norm: float) -> Step:
     if not clip_norm > 0:
         raise ValueError(f"clip_norm must be > 0 (or inf), got {clip_norm}")
 
-    def init(params: Params) -> dict[str, float]:
-        return {"clip_norm": float(clip_norm)}
+    def init(params: Params) -> ClipState:
+        return ClipState(clip_norm=float(clip_norm))
 
-    def update(
-        updates: ClientUpdates, state: dict[str, float], *, ctx: RoundContext, **_: Any
-    ) -> StepResult:
+    def update(updates: Cohort, state: ClipState, *, ctx: RoundContext) -> StepResult:
         c = state["clip_norm"]
-        norms = tree.row_norms(updates)
-        clipped = tree.scale_rows(updates, clip_factors(norms, c))
+        norms = updates.norms()
+        clipped = updates.scale(clip_factors(norms, c))
         if norms.numel():
             metrics = {
                 "clip_norm": c,
@@ -48,6 +52,6 @@ def clip(clip_norm: float) -> Step:
             }
         else:
             metrics = {"clip_norm": c, "clipped_fraction": 0.0}
-        return StepResult(clipped, dict(state), metrics, outputs={"clip_norm": c})
+        return StepResult(clipped, ClipState(clip_norm=c), metrics, outputs={"clip_norm": c})
 
-    return Step(init, update)
+    return Step(init, update, outputs=("clip_norm",))

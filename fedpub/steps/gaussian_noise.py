@@ -12,7 +12,7 @@ that device seeded by the step's generator (:func:`standard_normal`), not on the
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TypedDict
 
 import dp_accounting
 import torch
@@ -20,6 +20,12 @@ import torch
 from fedpub.seeding import torch_generator
 from fedpub.step import Step
 from fedpub.types import Params, RoundContext, StepResult, Updates
+
+
+class NoiseState(TypedDict):
+    """The state of the noise's generator."""
+
+    rng: torch.Tensor
 
 
 def _check_noise_multiplier(z: float) -> None:
@@ -48,17 +54,16 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
     _check_noise_multiplier(noise_multiplier)
     default_noise_multiplier = noise_multiplier
 
-    def init(params: Params) -> dict[str, torch.Tensor]:
-        return {"rng": torch_generator(seed, "gaussian_noise").get_state()}
+    def init(params: Params) -> NoiseState:
+        return NoiseState(rng=torch_generator(seed, "gaussian_noise").get_state())
 
     def update(
         updates: Updates,
-        state: dict[str, torch.Tensor],
+        state: NoiseState,
         *,
         ctx: RoundContext,
         clip_norm: float,
         noise_multiplier: float | None = None,
-        **_: Any,
     ) -> StepResult:
         z = default_noise_multiplier if noise_multiplier is None else noise_multiplier
         _check_noise_multiplier(z)
@@ -73,6 +78,6 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
             noisy[name] = standard_normal(value.shape, value.dtype, value.device, gen).mul_(std_on_mean).add_(value)
         metrics = {"noise_multiplier": z, "noise_std": std_on_mean}
         event = dp_accounting.GaussianDpEvent(z)
-        return StepResult(noisy, {"rng": gen.get_state()}, metrics, (event,))
+        return StepResult(noisy, NoiseState(rng=gen.get_state()), metrics, (event,))
 
-    return Step(init, update)
+    return Step(init, update, inputs=("clip_norm",), optional_inputs=("noise_multiplier",))

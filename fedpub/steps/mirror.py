@@ -11,11 +11,10 @@ updates is post-processing of the private release: no privacy cost. α_t = 1 is 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from fedpub import tree
-from fedpub.step import Step
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.step import EmptyState, Step, stateless
+from fedpub.types import RoundContext, StepResult, Updates
 
 
 def mirror_alpha(round_index: int, decay_rounds: int, alpha_floor: float) -> float:
@@ -30,11 +29,8 @@ def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
             f"mirror needs decay_rounds >= 1 and 0 <= alpha_floor <= 1, got {decay_rounds}, {alpha_floor}"
         )
 
-    def init(params: Params) -> dict:
-        return {}
-
     def update(
-        updates: Updates, state: dict, *, ctx: RoundContext, public_mean: Updates | None = None, **_: Any
+        updates: Updates, state: EmptyState, *, ctx: RoundContext, public_mean: Updates | None = None
     ) -> StepResult:
         alpha = 1.0 if public_mean is None else mirror_alpha(ctx.round, decay_rounds, alpha_floor)
         if alpha == 1.0:
@@ -42,4 +38,4 @@ def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
         mixed = tree.add(tree.scale(updates, alpha), tree.scale(public_mean, 1 - alpha))
         return StepResult(mixed, state, {"alpha": alpha})
 
-    return Step(init, update)
+    return stateless(update, optional_inputs=("public_mean",))

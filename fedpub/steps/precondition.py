@@ -16,13 +16,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import torch
 
 from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.step import Step
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+from fedpub.types import Params, RoundContext, StepResult, Updates
+
+
+class PublicStatistics(TypedDict):
+    """A from the public users' updates: their RMSProp second moments v after ``count`` refreshes, with the β and
+    ε that turn them into A."""
+
+    v: Updates
+    count: int
+    beta: float
+    eps: float
+
+
+class SideInformation(TypedDict):
+    """A fixed A from side information."""
+
+    static: Updates
+
+
+PreconditionState = PublicStatistics | SideInformation
 
 
 def precondition(
@@ -42,33 +62,32 @@ def precondition(
             if not bool((torch.isfinite(value) & (value > 0)).all()):
                 raise ValueError(f"static preconditioner {name!r} must be finite and > 0 everywhere")
 
-    def init(params: Params) -> dict[str, Any]:
+    def init(params: Params) -> PreconditionState:
         if static is None:
-            return {"v": tree.zeros_like(params), "count": 0, "beta": beta, "eps": eps}
+            return PublicStatistics(v=tree.zeros_like(params), count=0, beta=beta, eps=eps)
         if {k: v.shape for k, v in static.items()} != {k: v.shape for k, v in params.items()}:
             raise ValueError("the static preconditioner must have the parameters' names and shapes")
-        return {"static": tree.clone(static)}
+        return SideInformation(static=tree.clone(static))
 
     def update(
-        updates: ClientUpdates,
-        state: dict[str, Any],
+        updates: Cohort,
+        state: PreconditionState,
         *,
         ctx: RoundContext,
-        public_updates: ClientUpdates | None = None,
+        public_updates: Cohort | None = None,
         public_mean: Updates | None = None,
-        **_: Any,
     ) -> StepResult:
-        used = 0 if public_updates is None else tree.num_rows(public_updates)
+        used = 0 if public_updates is None else len(public_updates)
         if "static" not in state and used:
-            second_moment = {k: v.pow(2).mean(dim=0) for k, v in public_updates.items()}
+            second_moment = {k: v.pow(2).mean(dim=0) for k, v in public_updates.stacked().items()}
             v = {k: beta * state["v"][k] + (1 - beta) * second_moment[k] for k in second_moment}
-            state = {**state, "v": v, "count": state["count"] + 1}
+            state = PublicStatistics(v=v, count=state["count"] + 1, beta=state["beta"], eps=state["eps"])
         a = current_preconditioner(state)
         if a is None:
             a = tree.map_tree(torch.ones_like, state["v"])
         outputs: dict[str, Updates] = {"preconditioner": a}
         if placement == "server":
-            updates = tree.map_rows(lambda row: {k: v / a[k] for k, v in row.items()}, updates)
+            updates = updates.map(lambda row: {k: v / a[k] for k, v in row.items()})
             if public_mean is not None:
                 outputs["public_mean"] = {k: v / a[k] for k, v in public_mean.items()}
         values = torch.cat([x.detach().flatten().double() for x in a.values()])
@@ -80,10 +99,11 @@ def precondition(
         }
         return StepResult(updates, state, metrics, outputs=outputs)
 
-    return Step(init, update)
+    outputs = ("preconditioner", "public_mean") if placement == "server" else ("preconditioner",)
+    return Step(init, update, optional_inputs=("public_updates", "public_mean"), outputs=outputs)
 
 
-def current_preconditioner(state: dict[str, Any]) -> Updates | None:
+def current_preconditioner(state: PreconditionState) -> Updates | None:
     """The A a round uses from ``state`` on (for the clients: the next round); None means A = 1.
     The public source's state carries β and ε, so A follows from the state alone."""
     if "static" in state:

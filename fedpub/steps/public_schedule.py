@@ -16,12 +16,20 @@ sets the next round's values (d parameters, expected cohort m):
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TypedDict
 
 from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.step import Step
 from fedpub.steps.clip import clip_factors
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+from fedpub.types import Params, RoundContext, StepResult, Updates
+
+
+class ScheduleState(TypedDict):
+    """C_t and z_t."""
+
+    clip_norm: float
+    noise_multiplier: float
 
 
 def public_schedule(
@@ -50,20 +58,19 @@ def public_schedule(
     if not (min_noise_multiplier >= 0 and math.isfinite(min_noise_multiplier)):
         raise ValueError(f"min_noise_multiplier must be a finite number >= 0, got {min_noise_multiplier}")
 
-    def init(params: Params) -> dict[str, float]:
-        return {"clip_norm": float(initial_clip_norm), "noise_multiplier": float(initial_noise_multiplier)}
+    def init(params: Params) -> ScheduleState:
+        return ScheduleState(clip_norm=float(initial_clip_norm), noise_multiplier=float(initial_noise_multiplier))
 
     def update(
-        updates: ClientUpdates,
-        state: dict[str, float],
+        updates: Cohort,
+        state: ScheduleState,
         *,
         ctx: RoundContext,
         public_mean: Updates | None = None,
-        **_: Any,
     ) -> StepResult:
         c, z = state["clip_norm"], state["noise_multiplier"]
-        norms = tree.row_norms(updates)
-        clipped = tree.scale_rows(updates, clip_factors(norms, c))
+        norms = updates.norms()
+        clipped = updates.scale(clip_factors(norms, c))
         next_c, next_z, public_norm = c, z, math.nan
         if public_mean is not None:
             public_norm = float(tree.global_norm(public_mean))
@@ -83,9 +90,9 @@ def public_schedule(
         }
         return StepResult(
             clipped,
-            {"clip_norm": next_c, "noise_multiplier": next_z},
+            ScheduleState(clip_norm=next_c, noise_multiplier=next_z),
             metrics,
             outputs={"clip_norm": c, "noise_multiplier": z},
         )
 
-    return Step(init, update)
+    return Step(init, update, optional_inputs=("public_mean",), outputs=("clip_norm", "noise_multiplier"))

@@ -11,12 +11,12 @@ With no public update this round, c_t = 0 and the round is DP-FedAvg.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from fedpub import tree
-from fedpub.step import Step
+from fedpub.cohort_updates import Cohort
+from fedpub.step import EmptyState, Step, stateless
 from fedpub.steps.clip import clip_factors
-from fedpub.types import ClientUpdates, Params, RoundContext, StepResult, Updates
+from fedpub.types import RoundContext, StepResult, Updates
 
 
 def recenter(center_clip: float = math.inf) -> Step:
@@ -24,44 +24,36 @@ def recenter(center_clip: float = math.inf) -> Step:
     if not center_clip > 0:
         raise ValueError(f"center_clip must be > 0 (or inf), got {center_clip}")
 
-    def init(params: Params) -> dict:
-        return {}
-
     def update(
-        updates: ClientUpdates,
-        state: dict,
+        updates: Cohort,
+        state: EmptyState,
         *,
         ctx: RoundContext,
         public_mean: Updates | None = None,
-        **_: Any,
     ) -> StepResult:
         if public_mean is None:
-            center = tree.row_zeros(updates)
+            center = updates.zeros()
         else:
             factor = clip_factors(tree.global_norm(public_mean).reshape(1), center_clip)
             center = tree.scale(public_mean, float(factor))
-        shifted = tree.map_rows(lambda row: tree.sub(row, center), updates)
+        shifted = updates.map(lambda row: tree.sub(row, center))
         metrics = {"center_norm": float(tree.global_norm(center))}
         return StepResult(shifted, state, metrics, outputs={"center": center})
 
-    return Step(init, update)
+    return stateless(update, optional_inputs=("public_mean",), outputs=("center",))
 
 
 def add_center(extended: bool = False) -> Step:
     """Add the center back to the (noisy) mean, outside the noisy sum. ``extended`` (DOPE's extended
     mode) then averages in the k public users' mean update: (m·Δ̄ + k·Δ̄_pub) / (m + k)."""
 
-    def init(params: Params) -> dict:
-        return {}
-
     def update(
         updates: Updates,
-        state: dict,
+        state: EmptyState,
         *,
         ctx: RoundContext,
         center: Updates,
         public_mean: Updates | None = None,
-        **_: Any,
     ) -> StepResult:
         mean = tree.add(updates, center)
         if extended and public_mean is not None and ctx.num_public:
@@ -69,4 +61,4 @@ def add_center(extended: bool = False) -> Step:
             mean = tree.add(tree.scale(mean, m / (m + k)), tree.scale(public_mean, k / (m + k)))
         return StepResult(mean, state)
 
-    return Step(init, update)
+    return stateless(update, inputs=("center",), optional_inputs=("public_mean",))

@@ -7,31 +7,46 @@ The step's output is the increment to add to the global parameters.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import torch
 
 from fedpub import tree
-from fedpub.step import Step
+from fedpub.step import EmptyState, Step, stateless
 from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
+class MomentumState(TypedDict):
+    """The server SGD's velocity v."""
+
+    velocity: Updates
+
+
+class AdamState(TypedDict):
+    """Adam's first and second moments and its step count."""
+
+    m: Updates
+    v: Updates
+    count: int
+
+
 def server_sgd(lr: float, momentum: float = 0.0) -> Step:
-    """w ← w + lr·v with v ← momentum·v + Δ̄ (plain FedAvg for lr=1, momentum=0)."""
+    """w ← w + lr·v with v ← momentum·v + Δ̄ (plain FedAvg for lr=1, momentum=0; without momentum, stateless)."""
     if not lr > 0 or not 0 <= momentum < 1:
         raise ValueError(f"server SGD needs lr > 0 and 0 <= momentum < 1, got {lr}, {momentum}")
 
-    def init(params: Params) -> dict[str, Any]:
-        return {"velocity": tree.zeros_like(params)} if momentum else {}
+    def plain(updates: Updates, state: EmptyState, *, ctx: RoundContext) -> StepResult:
+        # lr = 1 (FedAvg) hands the average on as it is: ×1.0 would copy the whole model to change nothing
+        return StepResult(dict(updates) if lr == 1.0 else tree.scale(updates, lr), state)
 
-    def update(updates: Updates, state: dict, *, ctx: RoundContext, **_: Any) -> StepResult:
-        if not momentum:
-            # lr = 1 (FedAvg) hands the average on as it is: ×1.0 would copy the whole model to change nothing
-            return StepResult(dict(updates) if lr == 1.0 else tree.scale(updates, lr), state)
+    def init(params: Params) -> MomentumState:
+        return MomentumState(velocity=tree.zeros_like(params))
+
+    def update(updates: Updates, state: MomentumState, *, ctx: RoundContext) -> StepResult:
         velocity = tree.add(tree.scale(state["velocity"], momentum), updates)
-        return StepResult(tree.scale(velocity, lr), {"velocity": velocity})
+        return StepResult(tree.scale(velocity, lr), MomentumState(velocity=velocity))
 
-    return Step(init, update)
+    return Step(init, update) if momentum else stateless(plain)
 
 
 def server_adam(lr: float, beta1: float = 0.9, beta2: float = 0.99, eps: float = 1e-3) -> Step:
@@ -39,10 +54,10 @@ def server_adam(lr: float, beta1: float = 0.9, beta2: float = 0.99, eps: float =
     if not lr > 0 or not 0 <= beta1 < 1 or not 0 <= beta2 < 1 or not eps > 0:
         raise ValueError(f"server Adam needs lr>0, 0<=beta<1, eps>0; got {lr}, {beta1}, {beta2}, {eps}")
 
-    def init(params: Params) -> dict[str, Any]:
-        return {"m": tree.zeros_like(params), "v": tree.zeros_like(params), "count": 0}
+    def init(params: Params) -> AdamState:
+        return AdamState(m=tree.zeros_like(params), v=tree.zeros_like(params), count=0)
 
-    def update(updates: Updates, state: dict, *, ctx: RoundContext, **_: Any) -> StepResult:
+    def update(updates: Updates, state: AdamState, *, ctx: RoundContext) -> StepResult:
         count = state["count"] + 1
         grad = tree.scale(updates, -1.0)
         m = {k: beta1 * state["m"][k] + (1 - beta1) * g for k, g in grad.items()}
@@ -51,6 +66,6 @@ def server_adam(lr: float, beta1: float = 0.9, beta2: float = 0.99, eps: float =
         increment = {
             k: -lr * (m[k] / bias1) / (torch.sqrt(v[k] / bias2) + eps) for k in grad
         }
-        return StepResult(increment, {"m": m, "v": v, "count": count})
+        return StepResult(increment, AdamState(m=m, v=v, count=count))
 
     return Step(init, update)

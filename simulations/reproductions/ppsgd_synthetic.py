@@ -60,6 +60,7 @@ import torch  # noqa: E402
 from dp_accounting import dp_event  # noqa: E402
 
 from fedpub.atomic import write_text_atomic  # noqa: E402
+from fedpub.cohort_updates import Cohort  # noqa: E402
 from fedpub.config import PublicScheduleConfig  # noqa: E402
 from fedpub.privacy.accountant import UserLevelAccountant  # noqa: E402
 from fedpub.privacy.calibration import calibrate_noise_multiplier  # noqa: E402
@@ -281,9 +282,10 @@ def private_sgd(
         rows = (torch.rand(n, generator=sampler, dtype=torch.float64) < sampling.sampling_rate).nonzero()[:, 0]
         ctx = RoundContext(round=t, seed=seed, population=n, sampling_rate=sampling.sampling_rate,
                            expected_cohort=float(setup.batch_size), cohort_size=int(rows.numel()))
-        private_grads = {"w": gradients(loss, w, x.index_select(0, rows), y.index_select(0, rows))}
+        grads = gradients(loss, w, x.index_select(0, rows), y.index_select(0, rows))
+        private = Cohort([{"w": g} for g in grads], {"w": w})
         public_mean = None if public is None else {"w": gradients(loss, w, *public).mean(dim=0)}
-        result = step.update(private_grads, state, ctx=ctx, public_mean=public_mean)
+        result = step.update(private, state, ctx=ctx, public_mean=public_mean)
         event = round_event(sampling, result.events)
         if event != level:
             level, left = event, affordable_steps(accountant, event, target_epsilon, setup.delta, guess=left)

@@ -15,6 +15,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from clients.client_app import runtime
 from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.config import parse_config
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models.seeded import model_params
@@ -80,10 +81,10 @@ def test_secure_sum_is_the_sum_of_the_client_clipped_updates(noise_off, one_torc
     for outcome in rounds:
         assert len(outcome.cohort) == COHORT and outcome.survivors == COHORT
         contributions = [client_contribution(rt, cid, params, outcome.round) for cid in outcome.cohort]
-        norms = tree.row_norms(tree.stack(contributions))
+        norms = Cohort(contributions, params).norms()
         assert (norms <= CLIP * (1 + 1e-6)).all(), norms
         assert (norms > CLIP * 0.999).any()  # C binds on the device
-        plain_sum = tree.sum_rows(tree.stack([tree.map_tree(torch.Tensor.double, c) for c in contributions]))
+        plain_sum = {k: torch.stack([c[k].double() for c in contributions]).sum(dim=0) for k in params}
         difference = torch.cat([(outcome.secure_sum[k] - plain_sum[k]).flatten() for k in plain_sum])
         error = float(difference.abs().max())
         errors.append((error, float(difference.pow(2).mean().sqrt())))

@@ -4,25 +4,19 @@ import dp_accounting
 import pytest
 import torch
 
-from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.steps.adaptive_clip import adaptive_clip
 from fedpub.types import RoundContext
-from tests.steps.step_contract import assert_step_contract
+from tests.steps.cohorts import cohort
 
 CTX = RoundContext(round=0, seed=0, population=50, sampling_rate=0.1, expected_cohort=5.0, cohort_size=5)
 
 
-def _rows(norm: float, rows: int = 5) -> dict[str, torch.Tensor]:
+def _rows(norm: float, rows: int = 5) -> Cohort:
     """``rows`` updates of exactly L2 norm ``norm``."""
     w = torch.zeros(rows, 4)
     w[:, 0] = norm
-    return {"w": w}
-
-
-def test_contract(params, stacked, ctx):
-    assert_step_contract(
-        lambda: adaptive_clip(1.0, 0.5, 0.2, 1.0, seed=3), params, stacked, ctx, {k: v.shape for k, v in stacked.items()}
-    )
+    return cohort({"w": w})
 
 
 def test_when_every_update_is_clipped_the_norm_grows_in_closed_form():
@@ -44,7 +38,7 @@ def test_the_round_clips_and_noises_with_c_t_not_c_t_plus_1():
     step = adaptive_clip(2.0, 0.5, 0.5, 0.0, seed=0)
     result = step.update(_rows(10.0), step.init({}), ctx=CTX)
     assert result.outputs["clip_norm"] == 2.0 and result.state["clip_norm"] > 2.0
-    assert torch.allclose(tree.row_norms(result.updates), torch.full((5,), 2.0, dtype=torch.float64))
+    assert torch.allclose(result.updates.norms(), torch.full((5,), 2.0, dtype=torch.float64))
 
 
 def test_the_noisy_count_is_a_gaussian_release_with_sensitivity_one():

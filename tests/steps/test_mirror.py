@@ -5,20 +5,11 @@ import pytest
 import torch
 
 from fedpub.steps.mirror import mirror, mirror_alpha
-from tests.steps.step_contract import assert_step_contract
 
 
 def _tree(params, seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return {k: torch.randn(v.shape, generator=g) for k, v in params.items()}
-
-
-def test_contract(params, ctx):
-    private = {k: torch.full_like(v, 0.5) for k, v in params.items()}
-    public_mean = {k: torch.ones_like(v) for k, v in params.items()}
-    shapes = {k: v.shape for k, v in params.items()}
-    later = dataclasses.replace(ctx, round=3)
-    assert_step_contract(lambda: mirror(10, 0.2), params, private, later, shapes, public_mean=public_mean)
 
 
 def test_the_alpha_schedule_is_a_cosine_decay_to_the_floor():

@@ -6,7 +6,7 @@ import torch
 from fedpub import tree
 from fedpub.models.stackoverflow import TagLogisticRegression
 from fedpub.steps.precondition import current_preconditioner, precondition, token_frequency_preconditioner
-from tests.steps.step_contract import assert_step_contract
+from tests.steps.cohorts import cohort
 
 
 def _public(params, seed: int, rows: int = 3) -> dict[str, torch.Tensor]:
@@ -14,26 +14,12 @@ def _public(params, seed: int, rows: int = 3) -> dict[str, torch.Tensor]:
     return {k: torch.randn(rows, *v.shape, generator=g) for k, v in params.items()}
 
 
-def test_contract(params, stacked, ctx):
-    shapes = {k: v.shape for k, v in stacked.items()}
-    public_mean = {k: torch.ones_like(v) for k, v in params.items()}
-    static = {k: torch.full_like(v, 2.0) for k, v in params.items()}
-    for make in (
-        lambda: precondition("server"),
-        lambda: precondition("client"),
-        lambda: precondition("server", static=static),
-    ):
-        assert_step_contract(
-            make, params, stacked, ctx, shapes, public_updates=_public(params, 5), public_mean=public_mean
-        )
-
-
 def test_static_ones_leave_the_updates_exactly_unchanged(params, stacked, ctx):
     """AdaDPS with A = 1 is DP-FedAvg exactly."""
     public_mean = {k: v[0] for k, v in _public(params, 4).items()}
     step = precondition("server", static=tree.map_tree(torch.ones_like, params))
-    result = step.update(stacked, step.init(params), ctx=ctx, public_mean=public_mean)
-    assert all(torch.equal(result.updates[k], stacked[k]) for k in stacked)
+    result = step.update(cohort(stacked), step.init(params), ctx=ctx, public_mean=public_mean)
+    assert all(torch.equal(v, stacked[k]) for k, v in result.updates.stacked().items())
     assert all(torch.equal(result.outputs["public_mean"][k], public_mean[k]) for k in params)
 
 
@@ -43,8 +29,8 @@ def test_rmsprop_statistics_with_bias_correction_over_two_rounds(params, stacked
     step = precondition("server", beta=beta, eps=eps)
     state = step.init(params)
     assert current_preconditioner(state) is None
-    r1 = step.update(stacked, state, ctx=ctx, public_updates=first)
-    r2 = step.update(stacked, r1.state, ctx=ctx, public_updates=second)
+    r1 = step.update(cohort(stacked), state, ctx=ctx, public_updates=cohort(first))
+    r2 = step.update(cohort(stacked), r1.state, ctx=ctx, public_updates=cohort(second))
     v1 = {k: (1 - beta) * first[k].pow(2).mean(0) for k in params}
     v2 = {k: beta * v1[k] + (1 - beta) * second[k].pow(2).mean(0) for k in params}
     raw1 = {k: torch.sqrt(v1[k] / (1 - beta)) + eps for k in params}  # the first round's: mean |Δ|² root
@@ -52,8 +38,8 @@ def test_rmsprop_statistics_with_bias_correction_over_two_rounds(params, stacked
     mean1, mean2 = (torch.cat([r.flatten() for r in raw.values()]).mean() for raw in (raw1, raw2))
     for k in params:
         a1, a2 = raw1[k] / mean1, raw2[k] / mean2  # scaled to mean 1
-        torch.testing.assert_close(r1.updates[k], stacked[k] / a1)
-        torch.testing.assert_close(r2.updates[k], stacked[k] / a2)
+        torch.testing.assert_close(r1.updates.stacked()[k], stacked[k] / a1)
+        torch.testing.assert_close(r2.updates.stacked()[k], stacked[k] / a2)
         torch.testing.assert_close(current_preconditioner(r2.state)[k], a2)
     assert r2.metrics["public_updates"] == 2.0
     assert r2.metrics["preconditioner_min"] <= r2.metrics["preconditioner_mean"] <= r2.metrics["preconditioner_max"]
@@ -61,10 +47,10 @@ def test_rmsprop_statistics_with_bias_correction_over_two_rounds(params, stacked
 
 def test_without_public_updates_nothing_is_learned_and_a_is_one(params, stacked, ctx):
     step = precondition("server")
-    empty = {k: torch.zeros(0, *v.shape) for k, v in params.items()}
+    empty = cohort({k: torch.zeros(0, *v.shape) for k, v in params.items()})
     for public in (None, empty):
-        result = step.update(stacked, step.init(params), ctx=ctx, public_updates=public)
-        assert all(torch.equal(result.updates[k], stacked[k]) for k in stacked)
+        result = step.update(cohort(stacked), step.init(params), ctx=ctx, public_updates=public)
+        assert all(torch.equal(v, stacked[k]) for k, v in result.updates.stacked().items())
         assert result.state["count"] == 0 and current_preconditioner(result.state) is None
         assert result.metrics["preconditioner_max"] == 1.0 and result.metrics["public_updates"] == 0.0
 
@@ -73,18 +59,19 @@ def test_server_placement_divides_the_public_mean_too(params, stacked, ctx):
     static = {k: torch.full_like(v, 4.0) for k, v in params.items()}
     public_mean = {k: torch.ones_like(v) for k, v in params.items()}
     step = precondition("server", static=static)
-    result = step.update(stacked, step.init(params), ctx=ctx, public_mean=public_mean)
+    result = step.update(cohort(stacked), step.init(params), ctx=ctx, public_mean=public_mean)
     for k in params:
         torch.testing.assert_close(result.outputs["public_mean"][k], torch.full_like(params[k], 0.25))
-        torch.testing.assert_close(result.updates[k], stacked[k] / 4.0)
+        torch.testing.assert_close(result.updates.stacked()[k], stacked[k] / 4.0)
         assert torch.equal(result.outputs["preconditioner"][k], static[k])
 
 
 def test_client_placement_passes_the_updates_through_and_tracks_a(params, stacked, ctx):
     public, public_mean = _public(params, 3), {k: torch.ones_like(v) for k, v in params.items()}
     step = precondition("client", beta=0.5)
-    result = step.update(stacked, step.init(params), ctx=ctx, public_updates=public, public_mean=public_mean)
-    assert all(torch.equal(result.updates[k], stacked[k]) for k in stacked)
+    result = step.update(cohort(stacked), step.init(params), ctx=ctx, public_updates=cohort(public),
+                         public_mean=public_mean)
+    assert all(torch.equal(v, stacked[k]) for k, v in result.updates.stacked().items())
     assert "public_mean" not in result.outputs
     raw = {k: public[k].pow(2).mean(0).sqrt() + 1e-3 for k in params}
     mean = torch.cat([r.flatten() for r in raw.values()]).mean()

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from fedpub import tree
 from fedpub.steps.public_schedule import public_schedule
 from fedpub.types import RoundContext
-from tests.steps.step_contract import assert_step_contract
+from tests.steps.cohorts import cohort
 
 CTX = RoundContext(round=0, seed=0, population=50, sampling_rate=0.1, expected_cohort=5.0, cohort_size=5)
 SHAPES = {"w": (4, 3), "b": (3,)}  # d = 15: the noise test's threshold is sqrt(15)·z·C / 5
@@ -24,15 +24,9 @@ def _public_mean(norm: float) -> dict[str, torch.Tensor]:
 
 def _next(norm: float | None, clip_norm: float = 1.0, z: float = 1.0, **kwargs) -> dict[str, float]:
     step = public_schedule(clip_norm, z, **{**ARGS, **kwargs})
-    stacked = {k: torch.ones(2, *s) for k, s in SHAPES.items()}
+    stacked = cohort({k: torch.ones(2, *s) for k, s in SHAPES.items()})
     public_mean = None if norm is None else _public_mean(norm)
     return step.update(stacked, step.init({}), ctx=CTX, public_mean=public_mean).state
-
-
-def test_contract(params, stacked, ctx):
-    shapes = {k: v.shape for k, v in stacked.items()}
-    public_mean = {k: torch.full_like(v, 0.01) for k, v in params.items()}
-    assert_step_contract(lambda: public_schedule(1.0, 1.2, **ARGS), params, stacked, ctx, shapes, public_mean=public_mean)
 
 
 def test_a_weak_public_signal_buys_budget_and_shrinks_the_clip():
@@ -68,12 +62,12 @@ def test_without_a_public_mean_nothing_changes():
 
 def test_clips_to_c_t_and_hands_c_t_and_z_t_to_the_noise_step(params, stacked, ctx):
     step = public_schedule(2.0, 1.5, **ARGS)
-    result = step.update(stacked, step.init(params), ctx=ctx, public_mean=_public_mean(0.0))
-    norms = tree.row_norms(result.updates)
+    result = step.update(cohort(stacked), step.init(params), ctx=ctx, public_mean=_public_mean(0.0))
+    norms = result.updates.norms()
     assert bool((norms <= 2.0 * (1 + 1e-6)).all())
     assert result.outputs == {"clip_norm": 2.0, "noise_multiplier": 1.5}
     assert result.metrics["next_clip_norm"] == 1.5 and result.metrics["public_norm"] == 0.0
-    assert result.metrics["clipped_fraction"] == float((tree.row_norms(stacked) > 2.0).double().mean())
+    assert result.metrics["clipped_fraction"] == float((cohort(stacked).norms() > 2.0).double().mean())
 
 
 @pytest.mark.parametrize(
@@ -92,10 +86,10 @@ def test_invalid_arguments_name_the_field(kwargs, field):
        clip_norm=st.floats(min_value=0.01, max_value=10.0))
 def test_adding_one_user_with_any_update_moves_the_clipped_sum_by_at_most_c(scale, seed, clip_norm):
     g = torch.Generator().manual_seed(seed)
-    cohort = {k: 3.0 * torch.randn(4, *s, generator=g) for k, s in SHAPES.items()}
+    users = {k: 3.0 * torch.randn(4, *s, generator=g) for k, s in SHAPES.items()}
     newcomer = {k: scale * torch.randn(1, *s, generator=g) for k, s in SHAPES.items()}
     step = public_schedule(clip_norm, 1.0, **ARGS)
-    with_user = {k: torch.cat([cohort[k], newcomer[k]]) for k in SHAPES}
-    without = tree.sum_rows(step.update(cohort, step.init({}), ctx=CTX).updates)
-    added = tree.sum_rows(step.update(with_user, step.init({}), ctx=CTX).updates)
+    with_user = {k: torch.cat([users[k], newcomer[k]]) for k in SHAPES}
+    without = step.update(cohort(users), step.init({}), ctx=CTX).updates.sum()
+    added = step.update(cohort(with_user), step.init({}), ctx=CTX).updates.sum()
     assert float(tree.global_norm(tree.sub(added, without))) <= clip_norm * (1 + 1e-5)

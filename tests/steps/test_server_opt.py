@@ -1,14 +1,6 @@
 import torch
 
 from fedpub.steps.server_opt import server_adam, server_sgd
-from tests.steps.step_contract import assert_step_contract
-
-
-def test_contract(params, ctx):
-    delta = {k: torch.full_like(v, 0.5) for k, v in params.items()}
-    shapes = {k: v.shape for k, v in params.items()}
-    for make in (lambda: server_sgd(1.0), lambda: server_sgd(0.5, momentum=0.9), lambda: server_adam(0.1)):
-        assert_step_contract(make, params, delta, ctx, shapes)
 
 
 def test_plain_sgd_with_lr_one_applies_the_average(params, ctx):

@@ -1,23 +1,24 @@
-"""The cohort's updates as rows: each user's own update tensors times a per-row factor, stacked only when asked.
+"""The cohort's updates, the one type the server steps before the average receive: a :class:`Cohort`.
 
-:meth:`~fedpub.strategy.StrategyCore.aggregate` hands the server steps an :class:`UpdateRows` instead of one
-stacked copy of the cohort. The clip and sum of user-level DP-FedAvg (McMahan et al. 2018) then read each
-user's update twice, once for its norm and once for its share of the sum, and write a single model-sized sum:
-no stacked copy and no clipped copy. For a 5M-parameter model and 50 users those copies are 2 GB of memory
-traffic a round, more than the rest of the server step.
+A cohort is one row per user: each user's own update tensors times a per-row factor, stacked only when asked.
+:meth:`~fedpub.strategy.StrategyCore.aggregate` hands the steps a :class:`Cohort` instead of one stacked copy of
+the cohort. The clip and sum of user-level DP-FedAvg (McMahan et al. 2018) then read each user's update twice,
+once for its norm and once for its share of the sum, and write a single model-sized sum: no stacked copy and no
+clipped copy. For a 5M-parameter model and 50 users those copies are 2 GB of memory traffic a round, more than
+the rest of the server step.
 
-Clipping stays exact: :func:`fedpub.tree.scale_rows` records the factors, and :func:`fedpub.tree.sum_rows`
-adds each row once, times its factor. A step that reads a key (``rows["w"]``) gets that key's rows stacked and
-scaled, a new tensor, so every step written for stacked tensors works on it unchanged.
+Clipping stays exact: :meth:`Cohort.scale` records the factors, and :meth:`Cohort.sum` adds each row once, times
+its factor. A step that needs the tensors themselves gets them stacked and scaled (:meth:`Cohort.stacked`), new
+tensors, never the rows.
 
 A row's tensor may be a :class:`~fedpub.column_update.ColumnUpdate` (the changed columns of a bag-of-words
-model's input weight): norms and sums read only its columns; a step that reads the key or maps the rows gets
+model's input weight): norms and sums read only its columns; :meth:`Cohort.stacked` and :meth:`Cohort.map` give
 it as a plain tensor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -44,10 +45,11 @@ def global_norms(norms: torch.Tensor) -> torch.Tensor:
     return norms.pow(2).sum(dim=1).sqrt()
 
 
-class UpdateRows(Mapping[str, torch.Tensor]):
+class Cohort:
     """Row k is ``factors[k] * rows[k]``; ``like`` gives the keys, shapes, dtypes and devices (there may be no
     rows). ``norms``, when given, are the rows' own global L2 norms (without the factors), already computed. The
-    rows are never modified."""
+    rows are never modified; every method returns a new cohort or new tensors. ``len(cohort)`` is the number of
+    rows."""
 
     def __init__(
         self,
@@ -65,50 +67,34 @@ class UpdateRows(Mapping[str, torch.Tensor]):
         self._factors = factors
         self._norms = norms
 
-    @property
-    def num_rows(self) -> int:
+    def __len__(self) -> int:
         return len(self._rows)
 
-    @property
-    def rows(self) -> list[Mapping[str, UpdateValue]]:
-        """The rows as given (without the factors)."""
-        return self._rows
+    def __repr__(self) -> str:
+        return f"Cohort({len(self._rows)} rows of {sorted(self._like)})"
 
-    def __getitem__(self, key: str) -> torch.Tensor:
-        like = self._like[key]
-        if not self._rows:
-            return torch.zeros((0, *like.shape), dtype=like.dtype, device=like.device)
-        stacked = torch.stack([dense(row[key]) for row in self._rows])
-        return stacked if self._factors is None else scale_leading(stacked, self._factors)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._like)
-
-    def __len__(self) -> int:
-        return len(self._like)
-
-    def row_norms(self) -> torch.Tensor:
+    def norms(self) -> torch.Tensor:
         """Each row's global L2 norm, shape ``(rows,)``, float64 (each tensor's norm in its own dtype)."""
         norms = self._norms if self._norms is not None else global_norms(tensor_norms(self._rows, self._like))
         return norms if self._factors is None else norms * self._factors.double().abs()
 
-    def scaled(self, factors: torch.Tensor) -> UpdateRows:
+    def scale(self, factors: torch.Tensor) -> Cohort:
         """Row k times ``factors[k]``, with nothing copied."""
         combined = factors if self._factors is None else self._factors * factors
-        return UpdateRows(self._rows, self._like, combined, norms=self._norms)
+        return Cohort(self._rows, self._like, combined, norms=self._norms)
 
-    def map(self, fn: Callable[[Updates], Updates]) -> UpdateRows:
+    def map(self, fn: Callable[[Updates], Updates]) -> Cohort:
         """``fn`` applied to every row, as plain tensors (its factor applied first)."""
         rows = [{k: dense(v) for k, v in row.items()} for row in self._rows]
         if self._factors is not None:
             rows = [{k: v * f for k, v in row.items()} for row, f in zip(rows, self._factors.tolist(), strict=True)]
-        return UpdateRows([fn(row) for row in rows], self._like)
+        return Cohort([fn(row) for row in rows], self._like)
 
     def zeros(self) -> Updates:
         """Zeros shaped like one row."""
         return {key: torch.zeros_like(like) for key, like in self._like.items()}
 
-    def row_sum(self) -> Updates:
+    def sum(self) -> Updates:
         """Σ_k factors[k] · rows[k], each row added once into one model-sized sum."""
         factors = [1.0] * len(self._rows) if self._factors is None else self._factors.tolist()
         sums = {key: RowSum(like) for key, like in self._like.items()}
@@ -116,3 +102,18 @@ class UpdateRows(Mapping[str, torch.Tensor]):
             for key, total in sums.items():
                 total.add(row[key], factor)
         return {key: total.result() for key, total in sums.items()}
+
+    def stacked(self) -> Updates:
+        """Every tensor with its rows stacked and scaled: a leading dimension of rows (new tensors)."""
+        return {key: self._stack(key) for key in self._like}
+
+    def mean(self) -> Updates:
+        """The rows' mean (of the stacked rows, :meth:`stacked`); NaN with no rows."""
+        return {key: value.mean(dim=0) for key, value in self.stacked().items()}
+
+    def _stack(self, key: str) -> torch.Tensor:
+        like = self._like[key]
+        if not self._rows:
+            return torch.zeros((0, *like.shape), dtype=like.dtype, device=like.device)
+        stacked = torch.stack([dense(row[key]) for row in self._rows])
+        return stacked if self._factors is None else scale_leading(stacked, self._factors)

@@ -1,4 +1,4 @@
-"""UpdateRows, the cohort's updates as StrategyCore hands them to the steps, against stacked tensors."""
+"""The Cohort, the cohort's updates as StrategyCore hands them to the steps, against the maths on stacked tensors."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from fedpub import tree
+from fedpub.cohort_updates import Cohort
 from fedpub.column_update import ColumnUpdate
 from fedpub.privacy.events import PoissonSampling
-from fedpub.rows import UpdateRows
 from fedpub.types import RoundContext
 from strategies.compose import build_strategy
 from tests.test_public_strategies import COHORT, POPULATION, RECIPES, ROUNDS, SHAPES, Z, _config, _random_tree
@@ -20,56 +20,64 @@ def _cohort(n: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     return [_random_tree(seed + i, scale=float(i + 1)) for i in range(n)]
 
 
-def test_reading_a_key_stacks_the_rows_scaled_by_their_factors():
+def _stacked(updates: list[dict[str, torch.Tensor]], factors: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The reference: every tensor stacked, row i times ``factors[i]``."""
+    return {k: torch.stack([u[k] for u in updates]) * factors.float().reshape(-1, *[1] * len(s))
+            for k, s in SHAPES.items()}
+
+
+def test_stacked_gives_the_rows_scaled_by_their_factors():
     updates = _cohort(4)
     factors = torch.tensor([0.5, 1.0, 0.0, 2.0], dtype=torch.float64)
-    rows = UpdateRows(updates, LIKE).scaled(factors)
-    dense = tree.scale_rows(tree.stack(updates), factors)
-    assert list(rows) == list(LIKE) and len(rows) == len(LIKE) and tree.num_rows(rows) == 4
-    for k in LIKE:
-        assert torch.equal(rows[k], dense[k])
+    cohort = Cohort(updates, LIKE).scale(factors)
+    assert len(cohort) == 4
+    for k, value in cohort.stacked().items():
+        assert torch.equal(value, _stacked(updates, factors)[k])
 
 
-def test_row_norms_sum_and_map_equal_the_stacked_ones_and_leave_the_rows_alone():
+def test_norms_sum_map_and_mean_equal_the_stacked_maths_and_leave_the_rows_alone():
     updates = _cohort(5)
     before = [tree.clone(u) for u in updates]
     factors = torch.tensor([0.1, 1.0, 3.0, 0.0, 0.7], dtype=torch.float64)
-    rows, dense = tree.scale_rows(UpdateRows(updates, LIKE), factors), tree.scale_rows(tree.stack(updates), factors)
-    torch.testing.assert_close(tree.row_norms(rows), tree.row_norms(dense))
-    for k, value in tree.sum_rows(rows).items():
-        torch.testing.assert_close(value, tree.sum_rows(dense)[k])
+    cohort, dense = Cohort(updates, LIKE).scale(factors), _stacked(updates, factors)
+    squares = sum(v.double().flatten(start_dim=1).pow(2).sum(dim=1) for v in dense.values())
+    torch.testing.assert_close(cohort.norms(), squares.sqrt())
     center = _random_tree(99)
-    mapped = tree.map_rows(lambda row: tree.sub(row, center), rows)
-    for k, value in tree.map_rows(lambda row: tree.sub(row, center), dense).items():
-        torch.testing.assert_close(mapped[k], value)
+    mapped = cohort.map(lambda row: tree.sub(row, center)).stacked()
+    for k, value in dense.items():
+        torch.testing.assert_close(cohort.sum()[k], value.sum(dim=0))
+        torch.testing.assert_close(cohort.mean()[k], value.mean(dim=0))
+        torch.testing.assert_close(mapped[k], value - center[k])
     for u, b in zip(updates, before):
         assert all(torch.equal(u[k], b[k]) for k in u)
 
 
 def test_factors_compose():
     updates = _cohort(3)
-    rows = UpdateRows(updates, LIKE).scaled(torch.tensor([2.0, 1.0, 0.5])).scaled(torch.tensor([0.5, 3.0, 2.0]))
-    for k in LIKE:
-        expected = torch.stack([u[k] for u in updates]) * torch.tensor([1.0, 3.0, 1.0]).reshape(-1, *[1] * len(SHAPES[k]))
-        torch.testing.assert_close(rows[k], expected)
+    cohort = Cohort(updates, LIKE).scale(torch.tensor([2.0, 1.0, 0.5])).scale(torch.tensor([0.5, 3.0, 2.0]))
+    for k, value in cohort.stacked().items():
+        torch.testing.assert_close(value, _stacked(updates, torch.tensor([1.0, 3.0, 1.0]))[k])
 
 
 def test_no_rows_give_zero_rows_and_a_zero_sum():
-    rows = UpdateRows([], LIKE)
-    assert tree.num_rows(rows) == 0 and tree.row_norms(rows).shape == (0,)
-    assert all(rows[k].shape == (0, *SHAPES[k]) for k in LIKE)
-    assert all(torch.equal(v, LIKE[k]) for k, v in tree.sum_rows(rows).items())
-    assert all(torch.equal(v, LIKE[k]) for k, v in tree.row_zeros(rows).items())
+    cohort = Cohort([], LIKE)
+    assert len(cohort) == 0 and cohort.norms().shape == (0,)
+    assert all(value.shape == (0, *SHAPES[k]) for k, value in cohort.stacked().items())
+    assert all(torch.equal(v, LIKE[k]) for k, v in cohort.sum().items())
+    assert all(torch.equal(v, LIKE[k]) for k, v in cohort.zeros().items())
 
 
-def test_factors_must_have_one_entry_per_row():
+def test_factors_and_norms_must_have_one_entry_per_row():
     with pytest.raises(ValueError, match=r"factors must have shape \(2,\)"):
-        UpdateRows(_cohort(2), LIKE, torch.ones(3))
+        Cohort(_cohort(2), LIKE, torch.ones(3))
+    with pytest.raises(ValueError, match=r"norms must have shape \(2,\)"):
+        Cohort(_cohort(2), LIKE, norms=torch.ones(1))
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_every_recipe_aggregates_the_rows_as_it_aggregates_the_stacked_updates(recipe):
-    """StrategyCore's round (rows, never stacked on the plain path) equals its chain run on stacked tensors."""
+def test_every_recipe_aggregates_as_its_chain_does_on_the_cohort(recipe):
+    """StrategyCore's round (usable rows with their norms already read, the public mean and the context) equals
+    its chain run on a cohort of the same updates."""
     config = _config(RECIPES[recipe])
     core = build_strategy(config, sampling=PoissonSampling(COHORT / POPULATION), population=POPULATION,
                           noise_multiplier=Z, seed=3, rounds=ROUNDS)
@@ -79,10 +87,10 @@ def test_every_recipe_aggregates_the_rows_as_it_aggregates_the_stacked_updates(r
         outcome = core.aggregate(params, cohort, state, t, public_updates=public)
         ctx = RoundContext(round=t, seed=3, population=POPULATION, sampling_rate=COHORT / POPULATION,
                            expected_cohort=float(COHORT), cohort_size=len(cohort), num_public=len(public))
-        dense = core.aggregator.update(tree.stack(cohort), state, ctx=ctx, public_mean=tree.mean(public),
-                                       public_updates=tree.stack(public))
+        direct = core.aggregator.update(Cohort(cohort, LIKE), state, ctx=ctx, public_mean=tree.mean(public),
+                                        public_updates=Cohort(public, LIKE))
         for k in params:
-            torch.testing.assert_close(outcome.params[k], params[k] + dense.updates[k])
+            assert torch.equal(outcome.params[k], params[k] + direct.updates[k])
         params, state = outcome.params, outcome.state
 
 
@@ -116,10 +124,11 @@ def test_every_recipe_aggregates_column_updates_as_it_aggregates_the_whole_tenso
 def test_rows_of_column_updates_read_like_their_plain_tensors():
     pairs = [_column_sparse(u, cols) for u, cols in zip(_cohort(3), ([2], [0, 3], []))]
     factors = torch.tensor([0.5, 2.0, 1.0], dtype=torch.float64)
-    dense = UpdateRows([d for d, _ in pairs], LIKE).scaled(factors)
-    sparse = UpdateRows([s for _, s in pairs], LIKE).scaled(factors)
-    torch.testing.assert_close(sparse.row_norms(), dense.row_norms())
-    for k in LIKE:
-        assert torch.equal(sparse[k], dense[k])
-        torch.testing.assert_close(sparse.row_sum()[k], dense.row_sum()[k])
-        torch.testing.assert_close(sparse.map(lambda row: tree.scale(row, 3.0))[k], 3.0 * dense[k])
+    dense = Cohort([d for d, _ in pairs], LIKE).scale(factors)
+    sparse = Cohort([s for _, s in pairs], LIKE).scale(factors)
+    torch.testing.assert_close(sparse.norms(), dense.norms())
+    tripled = sparse.map(lambda row: tree.scale(row, 3.0)).stacked()
+    for k, value in dense.stacked().items():
+        assert torch.equal(sparse.stacked()[k], value)
+        torch.testing.assert_close(sparse.sum()[k], dense.sum()[k])
+        torch.testing.assert_close(tripled[k], 3.0 * value)

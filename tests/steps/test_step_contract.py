@@ -1,0 +1,192 @@
+"""The contract every server step keeps, checked on every step factory of ``fedpub/steps/``.
+
+:data:`CASES` registers a small valid instance of each factory (several where its configurations differ), with
+the updates and inputs to run it on; a test fails when a factory of ``fedpub/steps/`` has no case. Each case is
+checked for: names declared as its ``update`` takes them; outputs within the declared ones and metrics that are
+floats; the update keeps the parameters' shapes; inputs, parameters and state not mutated; two fresh instances
+give the same round (deterministic from the seed); the state after a round survives ``torch.save``/``torch.load``
+(as checkpoints do) and the next round from the reloaded state equals the next round from the original.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import io
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pytest
+import torch
+
+import fedpub.steps
+from fedpub.cohort_updates import Cohort
+from fedpub.step import Step
+from fedpub.steps.adaptive_clip import adaptive_clip
+from fedpub.steps.aggregate import aggregate
+from fedpub.steps.budget_schedule import budget_schedule
+from fedpub.steps.clip import clip
+from fedpub.steps.gaussian_noise import gaussian_noise
+from fedpub.steps.mirror import mirror
+from fedpub.steps.precondition import precondition
+from fedpub.steps.public_schedule import public_schedule
+from fedpub.steps.recenter import add_center, recenter
+from fedpub.steps.server_opt import server_adam, server_sgd
+from fedpub.types import Params, RoundContext
+from tests.steps.cohorts import cohort
+
+SCHEDULE = {"budget_growth": 0.44, "clip_decay": 0.25, "noise_test_factor": 1.0, "clip_test_factor": 1.0}
+
+
+def _full(params: Params, value: float) -> dict[str, torch.Tensor]:
+    return {k: torch.full_like(v, value) for k, v in params.items()}
+
+
+def _public(params: Params) -> dict[str, Any]:
+    """The round's public inputs: three public updates and their mean."""
+    g = torch.Generator().manual_seed(5)
+    stacked = {k: torch.randn(3, *v.shape, generator=g) for k, v in params.items()}
+    return {"public_updates": cohort(stacked), "public_mean": {k: v.mean(dim=0) for k, v in stacked.items()}}
+
+
+@dataclass(frozen=True)
+class Case:
+    """``make()`` builds the step afresh (the same seed each time) from ``factory``; it runs on the cohort
+    (``"cohort"``: the steps before the average) or on one mean update (``"mean"``), with ``inputs(params)`` as
+    its keyword inputs, in a round with ``context`` changed from the default."""
+
+    factory: Callable[..., Step]
+    make: Callable[[], Step]
+    updates: Literal["cohort", "mean"]
+    inputs: Callable[[Params], dict[str, Any]] = lambda params: {}
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+CASES: dict[str, Case] = {
+    "adaptive_clip": Case(adaptive_clip, lambda: adaptive_clip(1.0, 0.5, 0.2, 1.0, seed=3), "cohort"),
+    "aggregate": Case(aggregate, aggregate, "cohort"),
+    "budget_schedule": Case(budget_schedule, lambda: budget_schedule(range(2), 0.5), "cohort"),
+    "clip": Case(clip, lambda: clip(1.0), "cohort"),
+    "gaussian_noise": Case(
+        gaussian_noise, lambda: gaussian_noise(1.3, seed=7), "mean",
+        lambda params: {"clip_norm": 0.5, "noise_multiplier": 0.9},
+    ),
+    "mirror": Case(mirror, lambda: mirror(10, 0.2), "mean", lambda params: {"public_mean": _full(params, 1.0)},
+                   {"round": 3}),
+    "precondition_server": Case(precondition, lambda: precondition("server"), "cohort", _public),
+    "precondition_client": Case(precondition, lambda: precondition("client"), "cohort",
+                                lambda params: {"public_updates": _public(params)["public_updates"]}),
+    "precondition_static": Case(
+        precondition, lambda: precondition("server", static={"w": torch.full((4, 3), 2.0), "b": torch.ones(3)}),
+        "cohort", _public,
+    ),
+    "public_schedule": Case(public_schedule, lambda: public_schedule(1.0, 1.2, **SCHEDULE), "cohort",
+                            lambda params: {"public_mean": _full(params, 0.01)}),
+    "recenter": Case(recenter, lambda: recenter(0.5), "cohort", lambda params: {"public_mean": _full(params, 1.0)}),
+    "add_center": Case(
+        add_center, lambda: add_center(extended=True), "mean",
+        lambda params: {"center": _full(params, 0.5), "public_mean": _full(params, 1.0)}, {"num_public": 3},
+    ),
+    "server_sgd": Case(server_sgd, lambda: server_sgd(1.0), "mean"),
+    "server_sgd_momentum": Case(server_sgd, lambda: server_sgd(0.5, momentum=0.9), "mean"),
+    "server_adam": Case(server_adam, lambda: server_adam(0.1), "mean"),
+}
+
+
+def _step_factories() -> dict[str, Callable[..., Step]]:
+    """Every public function of a ``fedpub.steps`` module that returns a Step, by qualified name."""
+    factories = {}
+    for module_info in pkgutil.iter_modules(fedpub.steps.__path__):
+        module = importlib.import_module(f"fedpub.steps.{module_info.name}")
+        for name, value in vars(module).items():
+            if (inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_")
+                    and inspect.signature(value).return_annotation in ("Step", Step)):
+                factories[f"{module.__name__}.{name}"] = value
+    return factories
+
+
+def test_every_step_factory_has_a_contract_case():
+    factories = _step_factories()
+    assert len(factories) >= 12  # the scan finds the factories (a broken scan would pass the next line vacuously)
+    registered = {case.factory for case in CASES.values()}
+    missing = sorted(name for name, factory in factories.items() if factory not in registered)
+    assert not missing, f"step factories without a case in CASES: {missing}"
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy to compare against (a cohort's: its rows stacked and scaled)."""
+    if isinstance(value, Cohort):
+        return value.stacked()
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    return value
+
+
+def _assert_equal(a: Any, b: Any, what: str) -> None:
+    if isinstance(a, Cohort) or isinstance(b, Cohort):
+        _assert_equal(_snapshot(a), _snapshot(b), what)
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), f"{what} differs"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), f"{what}: keys differ"
+        for k in a:
+            _assert_equal(a[k], b[k], f"{what}[{k}]")
+    else:
+        assert a == b, f"{what}: {a!r} != {b!r}"
+
+
+def _save_load(state: Any) -> Any:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)  # as simulations.run_dir loads checkpoints
+
+
+def _round(case: Case, params: Params, stacked: dict[str, torch.Tensor], ctx: RoundContext):
+    updates = cohort(stacked) if case.updates == "cohort" else _full(params, 0.5)
+    return updates, case.inputs(params), dataclasses.replace(ctx, **case.context)
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_declared_names_are_the_keyword_inputs_update_takes(case):
+    step = case.make()
+    parameters = inspect.signature(step.update).parameters.values()
+    assert not [p for p in parameters if p.kind is p.VAR_KEYWORD], "update takes **kwargs: it would hide names"
+    keywords = {p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY and p.name != "ctx"}
+    assert set(keywords) == set(step.reads)
+    assert {n for n, default in keywords.items() if default is inspect.Parameter.empty} == set(step.inputs)
+    assert all(keywords[n] is None for n in step.optional_inputs)
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_the_step_keeps_the_contract(case, params, stacked, ctx):
+    updates, inputs, ctx = _round(case, params, stacked, ctx)
+    step = case.make()
+    assert set(step.inputs) <= set(inputs) <= set(step.reads), "the case must give what the step declares"
+    before = {"updates": _snapshot(updates), "params": _snapshot(params), "inputs": _snapshot(inputs)}
+    state = step.init(params)
+    state_before = _snapshot(state)
+    first = step.update(updates, state, ctx=ctx, **inputs)
+
+    assert set(first.outputs) <= set(step.outputs)
+    assert all(type(v) is float for v in first.metrics.values()), first.metrics
+    out = _snapshot(first.updates)
+    rows = (len(updates),) if isinstance(first.updates, Cohort) else ()
+    assert {k: v.shape for k, v in out.items()} == {k: torch.Size(rows + v.shape) for k, v in params.items()}
+    _assert_equal({"updates": updates, "params": params, "inputs": inputs}, before, "the inputs")
+    _assert_equal(state, state_before, "the input state")
+
+    again = case.make()
+    replay = again.update(updates, again.init(params), ctx=ctx, **inputs)
+    _assert_equal(first.updates, replay.updates, "a second run with the same seed")
+    _assert_equal(first.state, replay.state, "the state of a second run with the same seed")
+
+    second = step.update(updates, first.state, ctx=ctx, **inputs)
+    second_reloaded = step.update(updates, _save_load(first.state), ctx=ctx, **inputs)
+    _assert_equal(second.updates, second_reloaded.updates, "the round after a save/load")
+    _assert_equal(second.state, second_reloaded.state, "the state after a save/load")
