@@ -149,9 +149,12 @@ class ClientConfig(_Section):
 
 
 class SamplingConfig(_Section):
-    """Give exactly one of ``clients_per_round`` (expected cohort m) or ``sampling_rate`` (q)."""
+    """Give exactly one of ``clients_per_round`` (expected cohort m) or ``sampling_rate`` (q). ``epoch_blocks``
+    samples nothing (DP-FTRL, Kairouz et al. 2021): each epoch deals the private users, shuffled, into blocks of
+    about m, one block a round, so every user takes part once an epoch (accounted under replace-special
+    neighbours; ``privacy.accountant: rdp``)."""
 
-    kind: Literal["poisson", "fixed"] = "poisson"
+    kind: Literal["poisson", "fixed", "epoch_blocks"] = "poisson"
     clients_per_round: float | None = Field(None, gt=0)
     sampling_rate: float | None = Field(None, gt=0, le=1)
 
@@ -159,9 +162,9 @@ class SamplingConfig(_Section):
     def _exactly_one(self) -> SamplingConfig:
         if (self.clients_per_round is None) == (self.sampling_rate is None):
             raise ValueError("give exactly one of clients_per_round or sampling_rate")
-        if self.kind == "fixed" and self.clients_per_round is not None:
+        if self.kind != "poisson" and self.clients_per_round is not None:
             if self.clients_per_round != int(self.clients_per_round):
-                raise ValueError("clients_per_round must be a whole number for fixed-size sampling")
+                raise ValueError(f"clients_per_round must be a whole number for sampling kind `{self.kind}`")
         return self
 
 

@@ -10,7 +10,7 @@ its accounting are DP-FedAvg's whatever is composed around it.
 from __future__ import annotations
 
 from fedpub.config import StrategyConfig
-from fedpub.privacy.events import Sampling
+from fedpub.privacy.events import CohortRule
 from fedpub.step import Step, named_chain
 from fedpub.steps.budget_schedule import budget_schedule
 from fedpub.strategy import StrategyCore
@@ -55,7 +55,7 @@ def strategy_steps(
 def build_strategy(
     config: StrategyConfig,
     *,
-    sampling: Sampling,
+    sampling: CohortRule,
     population: int,
     noise_multiplier: float,
     seed: int,

@@ -34,3 +34,30 @@ def test_named_chain_runs_in_order_and_feeds_outputs_forward():
 def test_chain_names_steps_by_position():
     step = chain(_adder(1.0), _adder(2.0))
     assert set(step.init({})) == {"0", "1"}
+
+
+def test_the_chain_declares_its_steps_releases_in_order_feeding_declared_outputs_forward():
+    """A schedule's declared noise multiplier reaches the noise step's declaration, as its output reaches
+    the noise step's update; steps that declare nothing are skipped."""
+    import dp_accounting
+
+    from fedpub.step import Releases
+
+    def schedule(round_index, **_):
+        return Releases(outputs={"noise_multiplier": 0.5} if round_index == 0 else {})
+
+    def noise(round_index, *, noise_multiplier=2.0, **_):
+        return Releases((dp_accounting.GaussianDpEvent(noise_multiplier),))
+
+    def count(round_index, **_):
+        return Releases((dp_accounting.GaussianDpEvent(9.0),))
+
+    plain = _adder(0.0)
+    step = named_chain(
+        ("schedule", Step(plain.init, plain.update, schedule)), ("plain", plain),
+        ("noise", Step(plain.init, plain.update, noise)), ("count", Step(plain.init, plain.update, count)),
+    )
+    g = dp_accounting.GaussianDpEvent
+    assert step.releases(0) == Releases((g(0.5), g(9.0)), {"noise_multiplier": 0.5})
+    assert step.releases(1) == Releases((g(2.0), g(9.0)), {})
+    assert named_chain(("plain", plain)).releases(3) == Releases()

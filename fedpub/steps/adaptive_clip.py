@@ -17,7 +17,7 @@ import torch
 
 from fedpub import tree
 from fedpub.seeding import torch_generator
-from fedpub.step import Step
+from fedpub.step import Releases, Step
 from fedpub.steps.clip import clip_factors
 from fedpub.types import ClientUpdates, Params, RoundContext, StepResult
 
@@ -63,4 +63,7 @@ def adaptive_clip(
             outputs={"clip_norm": c},
         )
 
-    return Step(init, update)
+    def releases(round_index: int, **_: Any) -> Releases:
+        return Releases((dp_accounting.GaussianDpEvent(count_noise_std),))
+
+    return Step(init, update, releases)

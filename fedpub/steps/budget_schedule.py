@@ -1,14 +1,15 @@
 """More budget in a few rounds (Ganesh et al. 2023, "Why is public pretraining necessary for
 private model training?", Table 2): the rounds in ``boosted_rounds`` use the smaller noise
 multiplier ``boosted_noise_multiplier`` (handed to the noise step as the ``noise_multiplier``
-output); the other rounds keep the calibrated z, chosen so the composition reaches the target ε.
+output, and declared so: the planned run, which calibration prices, has the boosted rounds); the other rounds
+keep the calibrated z, chosen so the composition reaches the target ε.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fedpub.step import Step
+from fedpub.step import Releases, Step
 from fedpub.types import Params, RoundContext, StepResult
 
 
@@ -25,4 +26,7 @@ def budget_schedule(boosted_rounds: range, boosted_noise_multiplier: float) -> S
         outputs = {"noise_multiplier": boosted_noise_multiplier} if boosted else {}
         return StepResult(updates, state, {"boosted": float(boosted)}, outputs=outputs)
 
-    return Step(init, update)
+    def releases(round_index: int, **_: Any) -> Releases:
+        return Releases(outputs={"noise_multiplier": boosted_noise_multiplier} if round_index in boosted_rounds else {})
+
+    return Step(init, update, releases)
