@@ -2,7 +2,8 @@
 recipe's steps declare is what its rounds compose, and calibration prices the declared plan.
 
 - every round's declared event equals the event the round actually composes, for each recipe and cohort rule
-  (PPSGD apart: its later z_t depend on the public users, and the driver prices each round's actual event);
+  (PPSGD apart: its later z_t depend on the public users, and the driver prices each round's actual event),
+  DP-FTRL's trees (one event on each tree's first round) included;
 - a budget schedule's boosted rounds are in the plan from their step, so a target ε is met exactly with them;
 - the planned run is the rounds self-composed, as the accountant's ledger of the run.
 """
@@ -42,11 +43,16 @@ def _update(seed: int) -> dict[str, torch.Tensor]:
     return {k: 3 * torch.randn(s, generator=g) for k, s in SHAPES.items()}
 
 
-@pytest.mark.parametrize("rule", RULES)
-@pytest.mark.parametrize("recipe", RECIPES)
+TREE_RECIPES = {"dp_ftrl": {"name": "dp_ftrl"}, "dp_ftrl+recenter": {"name": "dp_ftrl", "recenter": {}}}
+
+
+@pytest.mark.parametrize(
+    ("recipe", "rule"), [(r, s) for r in RECIPES for s in RULES] + [(r, "epoch_blocks") for r in TREE_RECIPES]
+)
 def test_each_rounds_declared_event_is_the_event_it_composes(recipe: str, rule: str) -> None:
     sampling = RULES[rule]
-    config = StrategyConfig(**{"noise_multiplier": Z, "sampling": {"clients_per_round": 8}, **RECIPES[recipe]})
+    overrides = {**RECIPES, **TREE_RECIPES}[recipe]
+    config = StrategyConfig(**{"noise_multiplier": Z, "sampling": {"clients_per_round": 8}, **overrides})
     core = build_strategy(config, sampling=sampling, population=POPULATION, noise_multiplier=Z, seed=3, rounds=ROUNDS)
     params = {k: torch.zeros(s) for k, s in SHAPES.items()}
     state = core.init(params)
