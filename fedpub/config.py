@@ -151,9 +151,12 @@ class ClientConfig(_Section):
 
 
 class SamplingConfig(_Section):
-    """Give exactly one of ``clients_per_round`` (expected cohort m) or ``sampling_rate`` (q)."""
+    """Give exactly one of ``clients_per_round`` (expected cohort m) or ``sampling_rate`` (q). ``epoch_blocks``
+    samples nothing (DP-FTRL, Kairouz et al. 2021): each epoch deals the private users, shuffled, into blocks of
+    about m, one block a round, so every user takes part once an epoch (accounted under replace-special
+    neighbours; ``privacy.accountant: rdp``)."""
 
-    kind: Literal["poisson", "fixed"] = "poisson"
+    kind: Literal["poisson", "fixed", "epoch_blocks"] = "poisson"
     clients_per_round: float | None = Field(None, gt=0)
     sampling_rate: float | None = Field(None, gt=0, le=1)
 
@@ -161,9 +164,9 @@ class SamplingConfig(_Section):
     def _exactly_one(self) -> SamplingConfig:
         if (self.clients_per_round is None) == (self.sampling_rate is None):
             raise ValueError("give exactly one of clients_per_round or sampling_rate")
-        if self.kind == "fixed" and self.clients_per_round is not None:
+        if self.kind != "poisson" and self.clients_per_round is not None:
             if self.clients_per_round != int(self.clients_per_round):
-                raise ValueError("clients_per_round must be a whole number for fixed-size sampling")
+                raise ValueError(f"clients_per_round must be a whole number for sampling kind `{self.kind}`")
         return self
 
 
@@ -244,6 +247,12 @@ class BudgetScheduleConfig(_Section):
         return self.boosted_noise_ratio * noise_multiplier
 
 
+class TreeAggregationConfig(_Section):
+    """DP-FTRL (Kairouz et al. 2021): the private mean's noise is tree-aggregated (the binary mechanism), the tree
+    restarting every epoch of ``sampling.kind: epoch_blocks`` (each user once per tree). No options: the
+    section switches the noise from one Gaussian a round to the tree's."""
+
+
 class PublicTrainingConfig(_Section):
     """Non-private training of the global model on the pooled public users' data."""
 
@@ -273,6 +282,7 @@ RECIPE_SECTIONS: dict[str, tuple[str, ...]] = {
     "adadps": ("precondition",),
     "pda_dpmd": ("mirror",),
     "ppsgd": ("public_schedule", "model_reuse"),
+    "dp_ftrl": ("tree_aggregation",),
 }
 """Each recipe name and the sections it switches on (with their defaults when left out)."""
 
@@ -281,7 +291,7 @@ class StrategyConfig(_Section):
     """User-level DP-FedAvg (McMahan et al. 2018) plus the public-data parts, which compose: a recipe
     ``name`` switches its own section on, and any section may be added to any recipe."""
 
-    name: Literal["dp_fedavg", "dope", "adadps", "pda_dpmd", "ppsgd"] = "dp_fedavg"
+    name: Literal["dp_fedavg", "dope", "adadps", "pda_dpmd", "ppsgd", "dp_ftrl"] = "dp_fedavg"
     clip_norm: float = Field(1.0, gt=0, description="L2 clip of each user's update; .inf = off")
     noise_multiplier: float | None = Field(None, ge=0)
     target_epsilon: float | None = Field(None, gt=0)
@@ -296,6 +306,7 @@ class StrategyConfig(_Section):
     mirror: MirrorConfig | None = None
     public_schedule: PublicScheduleConfig | None = None
     budget_schedule: BudgetScheduleConfig | None = None
+    tree_aggregation: TreeAggregationConfig | None = None
     warm_start: PublicTrainingConfig | None = None
     model_reuse: ModelReuseConfig | None = None
     model_average: ModelAverageConfig | None = None
@@ -310,6 +321,9 @@ class StrategyConfig(_Section):
         for section in RECIPE_SECTIONS.get(name, ()) if isinstance(name, str) else ():
             if filled.get(section) is None:
                 filled[section] = {}
+        sampling = filled.get("sampling", cls.model_fields["sampling"].default.model_dump(exclude={"kind"}))
+        if filled.get("tree_aggregation") is not None and isinstance(sampling, dict) and "kind" not in sampling:
+            filled["sampling"] = {**sampling, "kind": "epoch_blocks"}  # the default cohort rule of a tree
         if "public_clients_per_round" not in filled and _needs_public_cohort(filled):
             filled["public_clients_per_round"] = 10
         return filled
@@ -323,6 +337,12 @@ class StrategyConfig(_Section):
         steering = [s for s in ("adaptive_clip", "public_schedule", "budget_schedule") if getattr(self, s)]
         if len(steering) > 1:
             raise ValueError(f"{' and '.join(steering)} both set the round's clip or noise: choose one")
+        if self.tree_aggregation is not None:
+            if steering:
+                raise ValueError(f"tree_aggregation noises a whole tree with one C and one z: remove {steering[0]}")
+            if self.sampling.kind != "epoch_blocks":
+                raise ValueError(f"tree_aggregation needs each user at most once per tree: sampling.kind must be "
+                                 f"epoch_blocks, got {self.sampling.kind}")
         if _needs_public_cohort(self.model_dump()) and self.public_clients_per_round == 0:
             raise ValueError("public_clients_per_round is 0, but recenter/mirror/public_schedule/precondition "
                              "(source public) train public users each round")

@@ -11,13 +11,21 @@ that every required input is provided by the round (:data:`~fedpub.types.ROUND_I
 and that no step writes a name the round or an earlier step already provides, unless the step reads that name
 too (then it replaces it on purpose, as preconditioning the public mean does). When it runs, each step gets
 only the names it declares. :func:`chain` names the steps by position.
+
+A step that releases something private also *declares* it: ``releases(round_index, **inputs)`` says, before
+any tensor exists, which DP events its ``update`` will emit in that round (and which declared values, such as
+the round's noise multiplier, it hands the later steps' declarations, as ``update`` hands its ``outputs``).
+The chain's declaration is its steps' in order, so a recipe's planned run is known from its steps alone
+(calibration prices it for any noise multiplier; DESIGN.md §3, §5).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
+
+import dp_accounting
 
 from fedpub.types import ROUND_INPUTS, Params, RoundContext, StepResult, StepState
 
@@ -32,18 +40,34 @@ class EmptyState(TypedDict):
 
 
 @dataclass(frozen=True)
+class Releases:
+    """What a step declares for one round: the DP events its ``update`` will emit, and the declared values
+    (by output name) later steps' declarations receive as keyword inputs."""
+
+    events: tuple[dp_accounting.DpEvent, ...] = ()
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+ReleasesFn = Callable[..., Releases]
+"""``releases(round_index, **inputs) -> Releases``: the declaration of a round, computed without tensors; it
+receives the declared values of the names the step reads that earlier declarations provide."""
+
+
+@dataclass(frozen=True)
 class Step:
     """A server step: ``init(params) -> state``; ``update(updates, state, *, ctx, **inputs)``.
 
     ``update`` takes the names of ``inputs`` as keyword arguments and those of ``optional_inputs`` as keyword
     arguments defaulting to None; its result's ``outputs`` hold names of ``outputs`` only (not necessarily all of
-    them every round)."""
+    them every round). A step whose update emits DP events or steers a later step's release also has
+    ``releases`` (see :class:`Releases`)."""
 
     init: InitFn
     update: UpdateFn
     inputs: tuple[str, ...] = ()
     optional_inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+    releases: ReleasesFn | None = None
 
     def __post_init__(self) -> None:
         both = sorted(set(self.inputs) & set(self.optional_inputs))
@@ -66,10 +90,11 @@ def stateless(
     inputs: tuple[str, ...] = (),
     optional_inputs: tuple[str, ...] = (),
     outputs: tuple[str, ...] = (),
+    releases: ReleasesFn | None = None,
 ) -> Step:
     """The step of ``update``, which keeps nothing between rounds: its state is the empty :class:`EmptyState`,
     which ``update`` hands back as it got it."""
-    return Step(_no_state, update, inputs, optional_inputs, outputs)
+    return Step(_no_state, update, inputs, optional_inputs, outputs, releases)
 
 
 _ROUND = "the round"
@@ -149,7 +174,19 @@ def named_chain(*named_steps: tuple[str, Step]) -> Step:
             chain_outputs.update(result.outputs)
         return StepResult(updates, new_state, metrics, tuple(events), chain_outputs)
 
-    return Step(init, update, tuple(required), tuple(optional), outputs)
+    def releases(round_index: int, **inputs: Any) -> Releases:
+        events: list = []
+        declared: dict[str, Any] = dict(inputs)
+        chain_outputs: dict[str, Any] = {}
+        for _, step in named_steps:
+            if step.releases is not None:
+                release = step.releases(round_index, **{n: declared[n] for n in step.reads if n in declared})
+                events.extend(release.events)
+                declared.update(release.outputs)
+                chain_outputs.update(release.outputs)
+        return Releases(tuple(events), chain_outputs)
+
+    return Step(init, update, tuple(required), tuple(optional), outputs, releases)
 
 
 def chain(*steps: Step) -> Step:

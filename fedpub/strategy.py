@@ -2,7 +2,9 @@
 
 A strategy is a recipe, not a subclass (DESIGN.md §2): ``strategies/*.py`` build a
 :class:`StrategyCore` from config; the in-process engine and the Flower strategy both call
-:meth:`StrategyCore.aggregate` with the cohort's updates and compose the returned DP event.
+:meth:`StrategyCore.aggregate` with the cohort's updates and compose the returned DP event. Before any
+round runs, :meth:`StrategyCore.planned_event` composes the events the steps declare (``Step.releases``)
+into the run's planned event, which calibration and the budget check price.
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ import dp_accounting
 import torch
 
 from fedpub import tree
-from fedpub.cohort import expected_cohort, sample_cohort
 from fedpub.cohort_updates import Cohort, global_norms, tensor_norms
 from fedpub.column_update import UpdateValue
-from fedpub.privacy.events import Sampling, round_event
+from fedpub.privacy.events import CohortRule, Group, composed, merged, round_event
 from fedpub.seeding import numpy_generator
-from fedpub.step import Step
+from fedpub.step import Releases, Step
 from fedpub.types import Params, RoundContext, StepState, Updates
 
 
@@ -56,15 +57,15 @@ def usable_rows(updates: Sequence[Mapping[str, UpdateValue]], params: Params) ->
 
 @dataclass(frozen=True)
 class StrategyCore:
-    """``aggregator`` maps the stacked private updates to the increment of the global model;
-    ``public_cohort`` public users per round (sampled apart, costing no privacy) provide its
+    """``aggregator`` maps the stacked private updates to the increment of the global model; ``sampling`` is
+    the cohort rule over the ``population`` private users; ``public_cohort`` public users per round (sampled apart, costing no privacy) provide its
     ``public_updates`` and ``public_mean`` inputs. ``client_preconditioner`` (AdaDPS on the
     clients) gives, from the state, the A every private client divides its local gradients by,
     and the public clients too when ``public_clients_precondition``."""
 
     name: str
     aggregator: Step
-    sampling: Sampling
+    sampling: CohortRule
     population: int
     seed: int
     public_cohort: int = 0
@@ -76,7 +77,20 @@ class StrategyCore:
 
     @property
     def expected_cohort(self) -> float:
-        return expected_cohort(self.sampling, self.population)
+        return self.sampling.expected_cohort(self.population)
+
+    def planned_round_event(self, round_index: int) -> dp_accounting.DpEvent:
+        """The DP event round ``round_index`` will release, from its steps' declarations (no tensors)."""
+        releases = self.aggregator.releases
+        declared = Releases() if releases is None else releases(round_index)
+        return round_event(self.sampling, declared.events)
+
+    def planned_event(self, rounds: int) -> dp_accounting.DpEvent:
+        """The planned run: rounds 0 to ``rounds`` − 1 composed in order, equal consecutive rounds self-composed."""
+        groups: list[Group] = []
+        for t in range(rounds):
+            groups = merged(groups, self.planned_round_event(t))
+        return composed(groups)
 
     def local_preconditioner(self, state: StepState, *, public: bool = False) -> Updates | None:
         """The A the round's private (or public) clients divide their local gradients by, if any."""
@@ -90,8 +104,7 @@ class StrategyCore:
             raise ValueError(
                 f"strategy was built for {self.population} private users, got {len(private_ids)}"
             )
-        rng = numpy_generator(self.seed, round_index, "cohort")
-        return sample_cohort(self.sampling, private_ids, rng)
+        return self.sampling.draw(private_ids, self.seed, round_index)
 
     def sample_public_cohort(self, public_ids: Sequence[str], round_index: int) -> list[str]:
         """``public_cohort`` public users (all of them if fewer), without replacement."""

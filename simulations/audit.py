@@ -237,7 +237,7 @@ def claimed_epsilon(experiment: Experiment) -> float:
     if math.isinf(cfg.strategy.clip_norm):
         raise ValueError("strategy.clip_norm is infinite: no privacy is claimed, there is nothing to audit")
     accountant = experiment.new_accountant()
-    accountant.compose(experiment.planned_round_event, cfg.rounds)
+    accountant.compose(experiment.planned_event)
     epsilon = accountant.epsilon(cfg.privacy.delta)
     if experiment.budget_epsilon is not None and epsilon > experiment.budget_epsilon:
         raise ValueError(f"privacy.budget_epsilon={experiment.budget_epsilon:g} stops the run before its "

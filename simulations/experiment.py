@@ -39,7 +39,8 @@ class Experiment:
     eval_ids: list[str]
     strategy: StrategyCore
     noise_multiplier: float
-    planned_round_event: dp_accounting.DpEvent
+    planned_event: dp_accounting.DpEvent
+    """The whole run's planned DP event (every round's declared releases composed)."""
     budget_epsilon: float | None
     local_training: LocalTrainingConfig
     task: Task
@@ -84,7 +85,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         eval_ids=list(data.test.client_ids)[: config.data.eval_clients],
         strategy=built.core,
         noise_multiplier=built.noise_multiplier,
-        planned_round_event=built.planned_round_event,
+        planned_event=built.planned_event,
         budget_epsilon=built.budget_epsilon,
         local_training=LocalTrainingConfig(**config.client.local_training_fields()),
         task=get_task(config.task),

@@ -37,6 +37,13 @@ def write_plot(records: Sequence[Mapping[str, Any]], path: Path, metric: str = "
     plt.close(fig)
 
 
+NEIGHBOURS = {
+    "ADD_OR_REMOVE_ONE": "add/remove-one",
+    "REPLACE_ONE": "replace-one",
+    "REPLACE_SPECIAL": "replace-special (a user replaced by one who contributes nothing)",
+}
+"""The neighbouring relations of fedpub's cohort rules, in words."""
+
 PUBLIC_PARTS = (
     "recenter", "precondition", "mirror", "public_schedule", "budget_schedule", "warm_start", "model_reuse",
     "model_average",
@@ -86,8 +93,8 @@ def write_summary(
              f"{final_eval[f'avg_eval_{metric}']:.4f}.", ""]
             if f"avg_eval_{metric}" in final_eval else []
         ),
-        "ε is for one user (all of a user's data) under add/remove-one neighbours"
-        " (replace-one for fixed-size sampling). Hyper-parameter tuning is not counted in ε.",
+        f"ε is for one user (all of a user's data) under {NEIGHBOURS[strategy.sampling.neighboring_relation.name]}"
+        " neighbours (the cohort rule's). Hyper-parameter tuning is not counted in ε.",
         "The ledger (`ledger.json`) holds the composed DpEvent so anyone can recompute ε.",
         "",
     ]

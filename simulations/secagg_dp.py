@@ -1,4 +1,5 @@
-"""User-level DP-FedAvg with client-side clipping, Flower's secure aggregation (SecAgg+) and server noise.
+"""User-level DP-FedAvg (or DP-FTRL) with client-side clipping, Flower's secure aggregation (SecAgg+) and
+server noise.
 
 The server never sees one user's update, only the sum of the cohort's:
 
@@ -8,15 +9,18 @@ The server never sees one user's update, only the sum of the cohort's:
 * the ServerApp runs Flower's ``SecAggPlusWorkflow`` inside ``DefaultWorkflow`` with a legacy ``Strategy``
   (the workflow needs a ``LegacyContext``; Flower 1.41 has no SecAgg+ for the message-API strategies).
   The workflow unmasks the sum and hands the strategy the mean over the k survivors, so the strategy
-  recovers the sum as k × that mean, divides it by the fixed cohort m, adds the Gaussian noise of std
-  z·C/m with fedpub's noise step (same seed, same draws as the in-process engine) and applies the server
-  optimizer step. The noise step's ``GaussianDpEvent`` is composed into the run's accountant.
+  recovers the sum as k × that mean, divides it by the expected cohort m, adds the recipe's noise with its
+  own noise step (``strategy_steps``' ``noise``: the Gaussian of std z·C/m, or DP-FTRL's tree noise; same
+  seed, same draws as the in-process engine) and applies the server optimizer step. The round's event, from
+  the noise step's events and the cohort rule, is priced and composed by the round driver.
 
-Sampling: the strategy draws exactly m of the N private users without replacement each round (fedpub's
-cohort rule, seeded by (seed, round)), so only ``strategy.sampling.kind: fixed`` is run, accounted as
-``SampledWithoutReplacementDpEvent(N, m, Gaussian(z/2))`` under replace-one neighbours (``accountant: rdp``).
+Cohorts: the strategy draws them with fedpub's cohort rule, either exactly m of the N private users without
+replacement each round (``strategy.sampling.kind: fixed``, accounted as
+``SampledWithoutReplacementDpEvent(N, m, Gaussian(z/2))`` under replace-one neighbours) or DP-FTRL's blocks
+(``epoch_blocks``: each user once an epoch, replace-special neighbours); both need ``accountant: rdp``.
 Poisson cohorts are refused: SecAgg+ halts a round of fewer than 2 users, and a release that happens only
-for some cohort sizes is not the mechanism the accountant prices.
+for some cohort sizes is not the mechanism the accountant prices. A round whose users all dropped releases
+the noise on a zero sum, as the core does for a cohort that failed.
 
 Quantisation: SecAgg+ maps each coordinate of the (weight-1) update from [-c, c] to integers in [0, T] by
 stochastic rounding, sums them modulo M and maps back. With c = C no coordinate of a C-clipped update is
@@ -24,8 +28,8 @@ cut, and T = ⌊(M − 1)/m⌋ (at most 2^30) keeps the sum of m updates, and th
 nothing wraps. The error of the sum is under k·2c/T per coordinate (k survivors).
 
 What the server still sees in the clear: which users were sampled and which dropped, nothing per user
-(the reply carries no metrics and weight 1). Only plain DP-FedAvg is run: fixed C, no public users,
-no adaptive clipping, recentering, preconditioning, mirror or budget schedule. No checkpoint/resume.
+(the reply carries no metrics and weight 1). Only plain DP-FedAvg or DP-FTRL is run: fixed C, no public
+users, no adaptive clipping, recentering, preconditioning, mirror or budget schedule. No checkpoint/resume.
 
 Run it: ``python -m simulations.secagg_dp CONFIG [--rounds R]`` (Flower simulation, one SuperNode per
 training user); it prints each round's noise std and ε and writes ``<output_dir>/<name>/secagg_dp.json``.
@@ -64,15 +68,14 @@ from fedpub.cohort_updates import Cohort
 from fedpub.config import ExperimentConfig, load_config, parse_config
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
-from fedpub.privacy.events import FixedSizeSampling, event_to_dict, round_event
+from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling, event_to_dict, round_event
 from fedpub.steps.clip import clip_factors
-from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.types import Params, RoundContext, Updates
 from simulations.evaluation import EvaluationSet, evaluate
 from simulations.experiment import Experiment, build_experiment
 from simulations.flower_env import offline_flower_environment
 from simulations.flower_simulation import backend_config
-from strategies.dp_fedavg import server_optimizer
+from strategies.compose import strategy_steps
 from strategies.flower import discover_nodes
 
 MODULUS_RANGE = 2**32
@@ -116,6 +119,15 @@ def quantisation_for(clip_norm: float, cohort_size: int, modulus_range: int = MO
     return Quantisation(float(clip_norm), int(quantization_range), int(modulus_range))
 
 
+def largest_cohort(sampling: CohortRule) -> int:
+    """The most users a round of ``sampling`` sums: the fixed size, or the largest epoch block (⌈N/k⌉)."""
+    if isinstance(sampling, FixedSizeSampling):
+        return sampling.cohort_size
+    if isinstance(sampling, EpochBlocks):
+        return math.ceil(sampling.population / sampling.rounds_per_epoch)
+    raise TypeError(f"the SecAgg+ variant needs fixed-size sampling or epoch blocks, got {sampling!r}")
+
+
 @dataclass(frozen=True)
 class SecAggSettings:
     """The SecAgg+ protocol's shares: floats are fractions of the cohort (of the shares for the threshold)."""
@@ -127,10 +139,10 @@ class SecAggSettings:
 def check_supported(config: ExperimentConfig) -> None:
     """Refuse what the SecAgg+ variant does not run (see the module docstring), saying why."""
     strategy = config.strategy
-    if strategy.sampling.kind != "fixed":
+    if strategy.sampling.kind == "poisson":
         raise ValueError(
-            "the SecAgg+ variant samples a fixed number of users each round: set strategy.sampling.kind: fixed "
-            "(and privacy.accountant: rdp, which accounts fixed-size sampling)"
+            "the SecAgg+ variant needs a fixed number of users each round: set strategy.sampling.kind: fixed "
+            "(or epoch_blocks; and privacy.accountant: rdp, which accounts both)"
         )
     if not math.isfinite(strategy.clip_norm):
         raise ValueError("the SecAgg+ variant needs a finite strategy.clip_norm (clients clip, SecAgg+ quantises)")
@@ -144,7 +156,7 @@ def check_supported(config: ExperimentConfig) -> None:
         unsupported.append("public_clients_per_round")
     if unsupported:
         raise ValueError(
-            f"the SecAgg+ variant runs plain DP-FedAvg (fixed C, server optimizer); remove strategy."
+            f"the SecAgg+ variant runs plain DP-FedAvg or DP-FTRL (fixed C, server optimizer); remove strategy."
             f"{', strategy.'.join(unsupported)} or run in-process (fedpub run CONFIG)"
         )
 
@@ -248,8 +260,8 @@ def to_parameters(params: Params) -> Parameters:
 
 
 class SecAggDpStrategy(Strategy):
-    """The legacy Strategy ``SecAggPlusWorkflow`` drives: samples the fixed-size cohort, receives the
-    unmasked sum, adds the noise, steps the server optimizer and accounts the round."""
+    """The legacy Strategy ``SecAggPlusWorkflow`` drives: draws the round's cohort, receives the unmasked sum,
+    adds the recipe's noise, steps the server optimizer and accounts the round."""
 
     def __init__(
         self,
@@ -262,8 +274,9 @@ class SecAggDpStrategy(Strategy):
         self.core = experiment.strategy
         self.model = experiment.new_model()
         self.params = model_params(self.model)
-        self.noise = gaussian_noise(experiment.noise_multiplier, config.seed)
-        self.server_opt = server_optimizer(config.strategy.server_optimizer)
+        steps = dict(strategy_steps(config.strategy, experiment.noise_multiplier, config.seed, config.rounds, None,
+                                    self.core.sampling))
+        self.noise, self.server_opt = steps["noise"], steps["server_opt"]
         self.noise_state, self.opt_state = self.noise.init(self.params), self.server_opt.init(self.params)
         self.driver = experiment.round_driver(experiment.new_accountant())
         """Plans the cohorts and holds the one budget rule and the accountant (the SecAgg+ sum is aggregated here)."""
@@ -304,20 +317,21 @@ class SecAggDpStrategy(Strategy):
         t = server_round - 1
         if failures:
             log(WARNING, "fedpub: %d of %d sampled users dropped in round %d", len(failures), len(self._cohort), t)
-        if not results:
-            return None, {}
         # SecAggPlusWorkflow gives every result the same parameters: the weighted mean of the survivors'
-        # updates, all weights 1 here, so the sum is k times it.
+        # updates, all weights 1 here, so the sum is k times it (zero when every user dropped).
         survivors = len(results)
-        mean = tensors_from_parameters(results[0][1].parameters, self.params)
-        secure_sum = {k: v.double() * survivors for k, v in mean.items()}
+        if results:
+            mean = tensors_from_parameters(results[0][1].parameters, self.params)
+            secure_sum = {k: v.double() * survivors for k, v in mean.items()}
+        else:
+            secure_sum = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in self.params.items()}
         outcome = self.release(t, secure_sum, survivors)
         if outcome is None:
             return None, {}
         return to_parameters(outcome.params), {"epsilon": outcome.epsilon, "noise_std": outcome.noise_std}
 
     def release(self, t: int, secure_sum: dict[str, torch.Tensor], survivors: int) -> SecAggRound | None:
-        """Σ/m + N(0, (z·C/m)²) (fedpub's noise step, which emits the round's Gaussian), then the server
+        """Σ/m + the recipe's noise (its noise step, which emits the round's events), then the server
         optimizer step; the round driver prices the round's event against the budget and composes it (None, and
         nothing released, when the budget stops the run)."""
         m = self.core.expected_cohort
@@ -382,9 +396,7 @@ def make_server_app(
         check_supported(config)
         experiment = build_experiment(config)
         sampling = experiment.strategy.sampling
-        if not isinstance(sampling, FixedSizeSampling):
-            raise TypeError(f"expected fixed-size sampling, got {sampling!r}")
-        quantisation = quantisation_for(config.strategy.clip_norm, sampling.cohort_size)
+        quantisation = quantisation_for(config.strategy.clip_norm, largest_cohort(sampling))
         nodes = discover_nodes(
             grid, population=len(experiment.private_ids), private_ids=experiment.private_ids,
             node_wait_timeout=config.flower.node_wait_timeout,
@@ -410,8 +422,8 @@ def make_server_app(
         path = Path(config.output_dir) / config.name / RESULT_FILE
         summary = {
             "config": config.name,
-            "variant": "client-side clipping + SecAgg+ + server Gaussian noise",
-            "sampling": {"kind": "fixed", "population": sampling.population, "cohort_size": sampling.cohort_size},
+            "variant": f"client-side clipping + SecAgg+ + server noise ({config.strategy.name})",
+            "sampling": {"kind": type(sampling).__name__, **asdict(sampling)},
             "accountant": experiment.new_accountant().accountant,
             "noise_multiplier": experiment.noise_multiplier,
             "clip_norm": config.strategy.clip_norm,
@@ -462,9 +474,11 @@ def _share(text: str) -> int | float:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m simulations.secagg_dp",
-        description="DP-FedAvg with client-side clipping, SecAgg+ and server noise, in Flower simulation",
+        description="DP-FedAvg or DP-FTRL with client-side clipping, SecAgg+ and server noise, in Flower simulation",
     )
-    parser.add_argument("config", type=Path, help="experiment YAML (strategy.sampling.kind: fixed, accountant: rdp)")
+    parser.add_argument(
+        "config", type=Path, help="experiment YAML (strategy.sampling.kind: fixed or epoch_blocks, accountant: rdp)"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="override the config's rounds")
     parser.add_argument("--num-shares", type=_share, default=SecAggSettings.num_shares,
                         help="SecAgg+ shares per user key: an int, or a fraction of the cohort (default 1.0)")

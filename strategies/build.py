@@ -2,9 +2,11 @@
 
 Shared by every experiment (:func:`build_experiment_strategy`, over the users its config loads) and the drop-in
 Flower constructor (:meth:`strategies.flower.FedpubStrategy.from_config`), so a config means the same mechanism
-wherever it runs: the sampling rule over the N private users, the noise multiplier (given, or calibrated to the
-target ε over the planned rounds), AdaDPS's side information, the recipe's :class:`~fedpub.strategy.StrategyCore`,
-the event planned for its first round, the accountant and the budget.
+wherever it runs: the cohort rule over the N private users, the noise multiplier (given, or calibrated to the
+target ε over the planned run), AdaDPS's side information, the recipe's :class:`~fedpub.strategy.StrategyCore`,
+the accountant and the budget. The planned run is what the recipe's steps declare (``Step.releases``) composed
+over the rounds: calibration gets it as a function of the noise multiplier, so boosted rounds, a noisy count or
+tree aggregation are priced from the step that releases them.
 """
 
 from __future__ import annotations
@@ -21,23 +23,24 @@ from fedpub.data.registry import FederatedData
 from fedpub.data.stackoverflow import WORD_COUNT_FILE, load_word_counts
 from fedpub.models.seeded import model_params, new_model
 from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
+from fedpub.privacy.calibration import calibrate
 from fedpub.privacy.errors import PrivacyError
-from fedpub.privacy.events import neighboring_relation, round_event
+from fedpub.privacy.events import neighboring_relation
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
-from strategies import adadps, dp_fedavg
-from strategies.common import make_sampling, resolve_noise_multiplier
-from strategies.compose import boosted_rounds, build_strategy
+from strategies import adadps
+from strategies.common import make_sampling
+from strategies.compose import build_strategy
 
 
 @dataclass(frozen=True)
 class PrivateStrategy:
-    """A recipe ready to run: its core, the noise multiplier it resolved to, the event of its first round and
-    the ε budget that stops it (None: none)."""
+    """A recipe ready to run: its core, the noise multiplier it resolved to, the planned event of the whole run
+    (every round composed) and the ε budget that stops it (None: none)."""
 
     core: StrategyCore
     noise_multiplier: float
-    planned_round_event: dp_accounting.DpEvent
+    planned_event: dp_accounting.DpEvent
     budget_epsilon: float | None
     privacy: PrivacyConfig
 
@@ -46,7 +49,7 @@ class PrivateStrategy:
 
 
 def new_accountant(privacy: PrivacyConfig, core: StrategyCore) -> UserLevelAccountant:
-    """An empty accountant of ``privacy``'s kind under the neighbouring relation ``core``'s sampling is priced in."""
+    """An empty accountant of ``privacy``'s kind under the neighbouring relation ``core``'s cohort rule is priced in."""
     return UserLevelAccountant(privacy.accountant, neighboring_relation(core.sampling))
 
 
@@ -73,27 +76,33 @@ def build_private_strategy(
     side_information: Updates | None = None,
 ) -> PrivateStrategy:
     """The recipe of ``strategy`` over ``population`` private users for ``rounds`` rounds. Raises (naming the
-    field) when the accountant cannot price the round or one round alone exceeds the budget."""
+    field) when the accountant cannot price the planned run or its first round alone exceeds the budget."""
     sampling = make_sampling(strategy.sampling, population)
-    schedule = strategy.budget_schedule
-    z = resolve_noise_multiplier(
-        strategy.noise_multiplier, strategy.target_epsilon, sampling, rounds, privacy, boost=schedule
-    )
-    if strategy.target_epsilon is not None:
-        z = dp_fedavg.sum_noise_multiplier(strategy, z)
-    core = build_strategy(
-        strategy, sampling=sampling, population=population, noise_multiplier=z, seed=seed, rounds=rounds,
-        side_information=side_information,
-    )
-    first_z = schedule.boosted_z(z) if 0 in boosted_rounds(strategy, rounds) else z
-    planned = round_event(sampling, dp_fedavg.mechanism_events(strategy, first_z))
-    built = PrivateStrategy(core, z, planned, privacy_budget(strategy, privacy), privacy)
+
+    def core_for(noise_multiplier: float) -> StrategyCore:
+        return build_strategy(
+            strategy, sampling=sampling, population=population, noise_multiplier=noise_multiplier, seed=seed,
+            rounds=rounds, side_information=side_information,
+        )
+
+    def planned(noise_multiplier: float) -> dp_accounting.DpEvent:
+        return core_for(noise_multiplier).planned_event(rounds)
+
+    z = strategy.noise_multiplier
+    accountant = UserLevelAccountant(privacy.accountant, neighboring_relation(sampling))
     try:
-        built.new_accountant().check_supported(planned)
+        accountant.check_supported(planned(1.0 if z is None else z))
     except PrivacyError as error:
         raise PrivacyError(f"privacy.accountant: {error}") from None
+    if z is None:
+        z = calibrate(planned, accountant.neighboring_relation, strategy.target_epsilon, privacy.delta,
+                      privacy.accountant)
+    core = core_for(z)
+    built = PrivateStrategy(core, z, core.planned_event(rounds), privacy_budget(strategy, privacy), privacy)
     if built.budget_epsilon is not None:
-        check_first_round(PrivacyBudget(built.budget_epsilon, privacy.delta), built.new_accountant(), planned)
+        check_first_round(
+            PrivacyBudget(built.budget_epsilon, privacy.delta), accountant, core.planned_round_event(0)
+        )
     return built
 
 

@@ -1,21 +1,21 @@
 """One strategy from one config: the recipes' steps composed in the order of DESIGN.md §3.
 
 precondition (AdaDPS) → recenter (DOPE) → boosted rounds (seed 001) → clip | adaptive clip |
-public schedule (PPSGD) → aggregate (÷ m) → Gaussian noise → add the center (DOPE) → mirror mix
-(PDA-DPMD) → server optimizer. Every part but the private mean is optional, so a config may
+public schedule (PPSGD) → aggregate (÷ m) → Gaussian noise | tree noise (DP-FTRL) → add the center (DOPE) →
+mirror mix (PDA-DPMD) → server optimizer. Every part but the private mean is optional, so a config may
 combine them (e.g. warm start + DOPE + AdaDPS + mirror). The private mean, its sensitivity C_t and
-its accounting are DP-FedAvg's whatever is composed around it.
+its accounting are DP-FedAvg's (DP-FTRL's with ``tree_aggregation``) whatever is composed around it.
 """
 
 from __future__ import annotations
 
 from fedpub.config import StrategyConfig
-from fedpub.privacy.events import Sampling
+from fedpub.privacy.events import CohortRule
 from fedpub.step import Step, named_chain
 from fedpub.steps.budget_schedule import budget_schedule
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
-from strategies import adadps, dope, pda_dpmd
+from strategies import adadps, dope, dp_ftrl, pda_dpmd
 from strategies.dp_fedavg import private_mean_steps, server_optimizer
 
 
@@ -34,7 +34,12 @@ def boosted_rounds(config: StrategyConfig, rounds: int) -> range:
 
 
 def strategy_steps(
-    config: StrategyConfig, noise_multiplier: float, seed: int, rounds: int, side_information: Updates | None
+    config: StrategyConfig,
+    noise_multiplier: float,
+    seed: int,
+    rounds: int,
+    side_information: Updates | None,
+    sampling: CohortRule,
 ) -> list[tuple[str, Step]]:
     """The named steps of ``config`` in chain order (the private mean's are ``clip``, ``aggregate``, ``noise``)."""
     before, after = dope.recentering_steps(config.recenter) if config.recenter is not None else ([], [])
@@ -46,7 +51,10 @@ def strategy_steps(
         boosted_z = config.budget_schedule.boosted_z(noise_multiplier)
         schedule = budget_schedule(boosted_rounds(config, rounds), boosted_z)
         steps.append(("budget_schedule", schedule))
-    steps += private_mean_steps(config, noise_multiplier, seed) + after
+    if config.tree_aggregation is not None:
+        steps += dp_ftrl.private_mean_steps(config, noise_multiplier, seed, sampling, rounds) + after
+    else:
+        steps += private_mean_steps(config, noise_multiplier, seed) + after
     if config.mirror is not None:
         steps += pda_dpmd.mirror_steps(config.mirror, rounds)
     return steps + [("server_opt", server_optimizer(config.server_optimizer))]
@@ -55,7 +63,7 @@ def strategy_steps(
 def build_strategy(
     config: StrategyConfig,
     *,
-    sampling: Sampling,
+    sampling: CohortRule,
     population: int,
     noise_multiplier: float,
     seed: int,
@@ -63,7 +71,7 @@ def build_strategy(
     side_information: Updates | None = None,
 ) -> StrategyCore:
     """The StrategyCore of ``config``; ``side_information`` is AdaDPS's fixed A, if any."""
-    steps = strategy_steps(config, noise_multiplier, seed, rounds, side_information)
+    steps = strategy_steps(config, noise_multiplier, seed, rounds, side_information, sampling)
     precondition = config.precondition
     local = precondition is not None and precondition.placement == "client"
     return StrategyCore(

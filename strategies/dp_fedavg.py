@@ -3,11 +3,10 @@ models"): Poisson cohort of private users, clip each update to C, sum, add N(0, 
 the expected cohort m = qN, then the server optimizer (SGD+momentum = DP-FedAvgM, Adam =
 DP-FedAdam, Reddi et al. 2021). Optionally C adapts to a quantile of the norms (Andrew et al. 2021);
 its noisy count is a second Gaussian release on the same cohort, so a round costs one Gaussian of
-z_eff = (z⁻² + σ_b⁻²)^(−1/2). Every recipe shares this private mean (``strategies/compose.py``)."""
+z_eff = (z⁻² + σ_b⁻²)^(−1/2) (the steps declare both releases; a target ε calibrates the sum's z with the
+count's noise in the plan). Every recipe shares this private mean (``strategies/compose.py``)."""
 
 from __future__ import annotations
-
-import dp_accounting
 
 from fedpub.config import ServerOptimizerConfig, StrategyConfig
 from fedpub.step import Step
@@ -23,28 +22,6 @@ def server_optimizer(config: ServerOptimizerConfig) -> Step:
     if config.name == "adam":
         return server_adam(config.lr, config.beta1, config.beta2, config.eps)
     return server_sgd(config.lr, config.momentum)
-
-
-def mechanism_events(config: StrategyConfig, noise_multiplier: float) -> list[dp_accounting.DpEvent]:
-    """The Gaussian releases of one round: the noisy sum, and the noisy count when C adapts."""
-    events = [dp_accounting.GaussianDpEvent(noise_multiplier)]
-    if config.adaptive_clip is not None:
-        events.append(dp_accounting.GaussianDpEvent(config.adaptive_clip.count_noise_std))
-    return events
-
-
-def sum_noise_multiplier(config: StrategyConfig, round_noise_multiplier: float) -> float:
-    """The z of the noisy sum that, with the count's noise, makes one round a Gaussian of
-    ``round_noise_multiplier`` (what calibration to a target ε returns)."""
-    if config.adaptive_clip is None:
-        return round_noise_multiplier
-    count = config.adaptive_clip.count_noise_std
-    if not count > round_noise_multiplier:
-        raise ValueError(
-            f"strategy.adaptive_clip.count_noise_std={count:g} must exceed the round's calibrated noise "
-            f"multiplier {round_noise_multiplier:.4g}, or the count alone would spend the whole budget"
-        )
-    return (round_noise_multiplier**-2 - count**-2) ** -0.5
 
 
 def clip_step(config: StrategyConfig, noise_multiplier: float, seed: int) -> Step:

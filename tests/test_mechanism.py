@@ -16,7 +16,7 @@ from fedpub.config import PrivacyConfig, SamplingConfig, StrategyConfig
 from fedpub.privacy.events import FixedSizeSampling, PoissonSampling
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
-from strategies import dp_fedavg
+from strategies.build import build_private_strategy
 from strategies.compose import build_strategy
 from strategies.common import make_sampling
 
@@ -161,11 +161,11 @@ def test_fixed_size_cohorts_have_exactly_m_users():
 
 
 def test_target_epsilon_calibrates_the_noise():
-    from strategies.common import resolve_noise_multiplier
     from fedpub.privacy.accountant import epsilon_for
 
     sampling = PoissonSampling(0.1)
-    z = resolve_noise_multiplier(None, 3.0, sampling, 20, PrivacyConfig(delta=1e-5))
+    cfg = StrategyConfig(target_epsilon=3.0, sampling={"sampling_rate": 0.1})
+    z = build_private_strategy(cfg, PrivacyConfig(delta=1e-5), population=100, rounds=20, seed=0).noise_multiplier
     assert epsilon_for(sampling, z, 20, 1e-5) <= 3.0
     assert epsilon_for(sampling, z * 0.98, 20, 1e-5) > 3.0
 
@@ -190,18 +190,27 @@ def test_adaptive_clipping_accounts_the_noisy_count_and_noises_with_c_t():
 
 
 def test_adaptive_clipping_calibrated_to_a_target_spends_exactly_that_budget():
+    """The plan holds the noisy count's release too: the sum's z is calibrated so that the round's merged
+    Gaussian, z_eff = (z⁻² + σ_b⁻²)^(−1/2), is the plain calibration's."""
     from fedpub.privacy.accountant import epsilon_for
-    from strategies.common import resolve_noise_multiplier
 
     sampling = PoissonSampling(0.1)
-    cfg = StrategyConfig(target_epsilon=3.0, adaptive_clip={"count_noise_std": 5.0})
-    z_round = resolve_noise_multiplier(None, 3.0, sampling, 20, PrivacyConfig(delta=1e-5))
-    z_sum = dp_fedavg.sum_noise_multiplier(cfg, z_round)
+    privacy = PrivacyConfig(delta=1e-5)
+    plain = StrategyConfig(target_epsilon=3.0, sampling={"sampling_rate": 0.1})
+    z_round = build_private_strategy(plain, privacy, population=100, rounds=20, seed=0).noise_multiplier
+    cfg = StrategyConfig(target_epsilon=3.0, sampling={"sampling_rate": 0.1}, adaptive_clip={"count_noise_std": 5.0})
+    built = build_private_strategy(cfg, privacy, population=100, rounds=20, seed=0)
+    z_sum = built.noise_multiplier
     assert z_sum > z_round
-    events = dp_fedavg.mechanism_events(cfg, z_sum)
-    z_eff = sum(e.noise_multiplier ** -2 for e in events) ** -0.5
-    assert z_eff == pytest.approx(z_round)
+    z_eff = (z_sum**-2 + 5.0**-2) ** -0.5
+    assert z_eff == pytest.approx(z_round, abs=1e-4)
+    assert built.planned_event == dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(pytest.approx(z_eff))), 20
+    )
     assert epsilon_for(sampling, z_eff, 20, 1e-5) <= 3.0 + 1e-9
+    with pytest.raises(ValueError, match=r"a noisy count\) alone already spend"):
+        build_private_strategy(cfg.model_copy(update={"adaptive_clip": cfg.adaptive_clip.model_copy(
+            update={"count_noise_std": 0.3})}), privacy, population=100, rounds=20, seed=0)
 
 
 def _dope(clip_norm, z, population, center_clip=math.inf, seed=0):

@@ -77,7 +77,7 @@ def test_adding_one_user_moves_the_pre_noise_sum_by_at_most_c_t(recipe, scale, p
     newcomer = _random_tree(seed + 100, scale)
     core = _core(RECIPES[recipe])
     state = core.aggregate(params, cohort, core.init(params), 0, public_updates=public).state  # C, z, A move
-    steps = strategy_steps(_config(RECIPES[recipe]), Z, 0, ROUNDS, None)
+    steps = strategy_steps(_config(RECIPES[recipe]), Z, 0, ROUNDS, None, PoissonSampling(COHORT / POPULATION))
     names = [name for name, _ in steps]
     pre_noise = named_chain(*steps[: names.index("noise")])
     ctx = RoundContext(round=1, seed=0, population=POPULATION, sampling_rate=COHORT / POPULATION,

@@ -1,10 +1,11 @@
 """Steps and chains: order, states and metrics, and the declared names a chain checks when built and run."""
 
+import dp_accounting
 import pytest
 import torch
 
 from fedpub.privacy.events import PoissonSampling
-from fedpub.step import EmptyState, Step, chain, named_chain, stateless
+from fedpub.step import EmptyState, Releases, Step, chain, named_chain, stateless
 from fedpub.steps.aggregate import aggregate
 from fedpub.strategy import StrategyCore
 from fedpub.types import ROUND_INPUTS, RoundContext, StepResult
@@ -130,3 +131,29 @@ def test_the_strategy_core_gives_the_steps_every_round_input():
 def test_a_name_declared_required_and_optional_is_refused():
     with pytest.raises(ValueError, match=r"\['center'\] declared both as required and as optional"):
         _reader(required=("center",), optional=("center",))
+
+
+def test_the_chain_declares_its_steps_releases_in_order_feeding_declared_outputs_forward():
+    """A schedule's declared noise multiplier reaches the noise step's declaration, as its output reaches
+    the noise step's update; steps that declare nothing are skipped."""
+    g = dp_accounting.GaussianDpEvent
+
+    def schedule(round_index):
+        return Releases(outputs={"noise_multiplier": 0.5} if round_index == 0 else {})
+
+    def noise(round_index, *, noise_multiplier=None):
+        return Releases((g(2.0 if noise_multiplier is None else noise_multiplier),))
+
+    def count(round_index):
+        return Releases((g(9.0),))
+
+    plain = _adder(0.0)
+    step = named_chain(
+        ("schedule", Step(plain.init, plain.update, outputs=("noise_multiplier",), releases=schedule)),
+        ("plain", plain),
+        ("noise", Step(plain.init, plain.update, optional_inputs=("noise_multiplier",), releases=noise)),
+        ("count", Step(plain.init, plain.update, releases=count)),
+    )
+    assert step.releases(0) == Releases((g(0.5), g(9.0)), {"noise_multiplier": 0.5})
+    assert step.releases(1) == Releases((g(2.0), g(9.0)), {})
+    assert named_chain(("plain", plain)).releases(3) == Releases()

@@ -1,9 +1,10 @@
 """User-level differential privacy accounting for fedpub, built on dp-accounting.
 
-events: the DpEvent of a round (McMahan et al. 2018 user-level DP-FedAvg); accountant: PLD by default,
-RDP as cross-check, and the budget; calibration: the noise multiplier for a target epsilon (cached);
-ledger: the composed event as JSON, so anyone can recompute epsilon; empirical: the epsilon that canary
-statistics imply (the one-shot audit's estimators).
+events: cohort rules and the DpEvent of a round (McMahan et al. 2018 user-level DP-FedAvg; Kairouz et al.
+2021 DP-FTRL's epoch blocks); accountant: PLD by default, RDP as cross-check, and the budget; calibration:
+the noise multiplier for a target epsilon over a planned run (cached); ledger: the composed event as JSON,
+so anyone can recompute epsilon; empirical: the epsilon that canary statistics imply (the one-shot audit's
+estimators).
 """
 
 from fedpub.privacy.accountant import (
@@ -15,12 +16,13 @@ from fedpub.privacy.accountant import (
     epsilon_for,
     make_dp_accountant,
 )
-from fedpub.privacy.calibration import calibrate_noise_multiplier
+from fedpub.privacy.calibration import calibrate, calibrate_noise_multiplier
 from fedpub.privacy.errors import BudgetExceededError, PrivacyError
 from fedpub.privacy.events import (
+    CohortRule,
+    EpochBlocks,
     FixedSizeSampling,
     PoissonSampling,
-    Sampling,
     event_from_dict,
     event_to_dict,
     neighboring_relation,
@@ -31,12 +33,14 @@ from fedpub.privacy.ledger import ledger_record, read_ledger_event, write_ledger
 __all__ = [
     "AccountantKind",
     "BudgetExceededError",
+    "CohortRule",
+    "EpochBlocks",
     "FixedSizeSampling",
     "PoissonSampling",
     "PrivacyBudget",
     "PrivacyError",
-    "Sampling",
     "UserLevelAccountant",
+    "calibrate",
     "calibrate_noise_multiplier",
     "check_first_round",
     "cross_check",

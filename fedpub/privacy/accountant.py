@@ -25,7 +25,16 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpub.privacy.composition import grouped_epsilon
 from fedpub.privacy.errors import BudgetExceededError, PrivacyError
-from fedpub.privacy.events import Sampling, event_from_dict, event_to_dict, neighboring_relation, round_event
+from fedpub.privacy.events import (
+    CohortRule,
+    Group,
+    composed,
+    event_from_dict,
+    event_to_dict,
+    merged,
+    neighboring_relation,
+    round_event,
+)
 
 # At small noise multipliers the RDP accountant drops fractional orders it cannot evaluate and logs
 # an absl warning for each; the result is still a valid upper bound.
@@ -34,7 +43,6 @@ absl.logging.set_verbosity(absl.logging.ERROR)
 AccountantKind = Literal["pld", "rdp"]
 ACCOUNTANTS: tuple[AccountantKind, ...] = ("pld", "rdp")
 NeighboringRelation = dp_accounting.NeighboringRelation
-Group = tuple[dp_event.DpEvent, int]
 
 
 def _check_delta(delta: float) -> None:
@@ -65,17 +73,6 @@ def _event_types(event: dp_event.DpEvent) -> set[type]:
             if isinstance(child, dp_event.DpEvent):
                 found |= _event_types(child)
     return found
-
-
-def _merged(groups: Sequence[Group], event: dp_event.DpEvent, count: int) -> list[Group]:
-    """``groups`` followed by ``count`` times ``event``, merging it into the last group when equal."""
-    if isinstance(event, dp_event.SelfComposedDpEvent):
-        return _merged(groups, event.event, count * event.count)
-    if isinstance(event, dp_event.NoOpDpEvent):
-        return list(groups)
-    if groups and groups[-1][0] == event:
-        return [*groups[:-1], (event, groups[-1][1] + count)]
-    return [*groups, (event, count)]
 
 
 class UserLevelAccountant:
@@ -110,7 +107,8 @@ class UserLevelAccountant:
 
     @property
     def neighboring_relation(self) -> NeighboringRelation:
-        """Which datasets are neighbours: ADD_OR_REMOVE_ONE (Poisson) or REPLACE_ONE (fixed size)."""
+        """Which datasets are neighbours: ADD_OR_REMOVE_ONE (Poisson), REPLACE_ONE (fixed size) or REPLACE_SPECIAL
+        (epoch blocks)."""
         return self._relation
 
     @property
@@ -126,11 +124,7 @@ class UserLevelAccountant:
     @property
     def ledger(self) -> dp_event.DpEvent:
         """Everything composed so far as one DpEvent, equal consecutive events self-composed."""
-        events = [event if count == 1 else dp_event.SelfComposedDpEvent(event, count)
-                  for event, count in self._groups]
-        if not events:
-            return dp_event.NoOpDpEvent()
-        return events[0] if len(events) == 1 else dp_event.ComposedDpEvent(events)
+        return composed(self._groups)
 
     def check_supported(self, event: dp_event.DpEvent) -> None:
         """Raise a PrivacyError saying what to use instead if this accountant cannot account ``event``."""
@@ -139,10 +133,14 @@ class UserLevelAccountant:
         if make_dp_accountant(self._kind, self._relation, self._discretization).supports(event):
             return
         types = _event_types(event)
+        others = [k for k in ACCOUNTANTS if k != self._kind
+                  and make_dp_accountant(k, self._relation, self._discretization).supports(event)]
         if dp_event.SampledWithoutReplacementDpEvent in types:
             hint = "fixed-size sampling is accounted only by accountant='rdp' with REPLACE_ONE"
         elif dp_event.PoissonSampledDpEvent in types and self._relation == NeighboringRelation.REPLACE_ONE:
             hint = "Poisson sampling needs neighboring_relation=ADD_OR_REMOVE_ONE (or accountant='pld')"
+        elif others:
+            hint = f"it is accounted only by accountant={others[0]!r}"
         else:
             hint = "build round events with fedpub.privacy.round_event"
         raise PrivacyError(
@@ -167,7 +165,7 @@ class UserLevelAccountant:
         if isinstance(count, bool) or not isinstance(count, Integral) or count < 1:
             raise PrivacyError(f"count must be an integer >= 1, got {count!r}")
         self.check_supported(event)
-        return _merged(self._groups, event, int(count))
+        return merged(self._groups, event, int(count))
 
     def _epsilon(self, groups: list[Group], delta: float) -> float:
         _check_delta(delta)
@@ -212,7 +210,7 @@ class UserLevelAccountant:
 
 
 def epsilon_for(
-    sampling: Sampling,
+    sampling: CohortRule,
     noise_multiplier: float,
     rounds: int,
     delta: float,

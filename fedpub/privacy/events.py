@@ -1,16 +1,25 @@
-"""From the releases of one round to the dp-accounting ``DpEvent`` of that round (user-level DP).
+"""Cohort rules and the dp-accounting ``DpEvent`` of one round (user-level DP).
 
 A round of DP-FedAvg (McMahan et al. 2018, "Learning differentially private recurrent language
 models") samples a cohort of users, clips each user's update to L2 norm C and releases the sum plus
-Gaussian noise of std z*C. The privacy unit is one user, so the round is a sampled Gaussian
-mechanism, described here with the events of Google's ``dp_accounting`` library:
+Gaussian noise of std z*C. The privacy unit is one user. A **cohort rule** says who takes part in each
+round and what that means for the accountant: its neighbouring relation, the expected cohort m the noisy
+sum is divided by, and how it amplifies a Gaussian release on the cohort:
 
 * Poisson sampling (rate q), add/remove-one neighbours: ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``.
 * Fixed-size sampling without replacement (m of N), replace-one neighbours:
   ``SampledWithoutReplacementDpEvent(N, m, GaussianDpEvent(z / 2))``: replacing a user moves a
   C-clipped sum by 2C, and the RDP accountant reads z as std / (replace-one sensitivity).
+* Epoch blocks, no sampling (DP-FTRL: Kairouz et al. 2021, "Practical and Private (Deep) Learning without
+  Sampling or Shuffling", §3 and Definition 1.1): each epoch deals the users into fixed blocks, one block a
+  round; a user replaced by the special (zero) record moves a C-clipped sum by C, so a Gaussian release is
+  ``GaussianDpEvent(z)``, not amplified, under ``REPLACE_SPECIAL`` neighbours.
 
-Events are also converted to and from plain JSON-ready dicts (ledgers, checkpoints).
+:func:`round_event` is open: the Gaussian releases of a round (one cohort, one merged Gaussian) are wrapped
+with the cohort rule's amplification; any other event a step declares (tree aggregation, ...) is passed
+through as it is, after checking that a dp-accounting accountant composes it under the rule's relation.
+Events are also converted to and from plain JSON-ready dicts (ledgers, checkpoints), and grouped into
+self-compositions (:func:`merged`, :func:`composed`).
 """
 
 from __future__ import annotations
@@ -19,17 +28,63 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import dp_accounting
+import numpy as np
 from dp_accounting import dp_event
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpub.privacy.errors import PrivacyError
+from fedpub.seeding import numpy_generator
+
+NeighboringRelation = dp_accounting.NeighboringRelation
+Group = tuple[dp_event.DpEvent, int]
+
+
+@runtime_checkable
+class CohortRule(Protocol):
+    """Who takes part in each round, and what that means for the accountant."""
+
+    @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        """The relation under which the rule's rounds are accounted."""
+        ...
+
+    def expected_cohort(self, population: int) -> float:
+        """m, the expected private cohort of a round: the noisy sum is divided by it, never by the count."""
+        ...
+
+    def sampled(self, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
+        """The event of a Gaussian release (sensitivity C, noise z·C) on one round's cohort."""
+        ...
+
+    def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
+        """Round ``round_index``'s cohort (depends only on the seed and the round), in the order of ``client_ids``."""
+        ...
+
+
+def _check_sizes(rule: FixedSizeSampling | EpochBlocks, part: str) -> None:
+    """``population`` and ``part`` (the users a round) are integers >= 1, normalised to ``int``; part <= population."""
+    for name in ("population", part):
+        value = getattr(rule, name)
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            raise PrivacyError(f"{name} must be an integer >= 1, got {value!r}")
+        object.__setattr__(rule, name, int(value))
+    if getattr(rule, part) > rule.population:
+        raise PrivacyError(f"{part} must be at most population ({rule.population}), got {getattr(rule, part)}")
+
+
+def _check_population(rule: FixedSizeSampling | EpochBlocks, client_ids: Sequence[str]) -> None:
+    if rule.population != len(client_ids):
+        raise ValueError(f"{type(rule).__name__} was set up for {rule.population} users, got {len(client_ids)}")
 
 
 @dataclass(frozen=True)
 class PoissonSampling:
-    """Every private user joins each round independently with probability ``sampling_rate``."""
+    """Every private user joins each round independently with probability ``sampling_rate`` (what the
+    accountant assumes: the cohort size varies round to round; Abadi et al. 2016)."""
 
     sampling_rate: float
 
@@ -38,6 +93,20 @@ class PoissonSampling:
         if isinstance(q, bool) or not isinstance(q, Real) or not 0.0 < q <= 1.0:
             raise PrivacyError(f"sampling_rate must be a number in (0, 1], got {q!r}")
         object.__setattr__(self, "sampling_rate", float(q))
+
+    @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        return NeighboringRelation.ADD_OR_REMOVE_ONE
+
+    def expected_cohort(self, population: int) -> float:
+        return self.sampling_rate * population
+
+    def sampled(self, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
+        return dp_event.PoissonSampledDpEvent(self.sampling_rate, gaussian)
+
+    def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
+        rng = numpy_generator(seed, round_index, "cohort")
+        return [client_ids[i] for i in np.flatnonzero(rng.random(len(client_ids)) < self.sampling_rate)]
 
 
 @dataclass(frozen=True)
@@ -48,65 +117,138 @@ class FixedSizeSampling:
     cohort_size: int
 
     def __post_init__(self) -> None:
-        for name in ("population", "cohort_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-                raise PrivacyError(f"{name} must be an integer >= 1, got {value!r}")
-            object.__setattr__(self, name, int(value))
-        if self.cohort_size > self.population:
-            raise PrivacyError(
-                f"cohort_size must be at most population ({self.population}), got {self.cohort_size}"
-            )
+        _check_sizes(self, "cohort_size")
+
+    @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        return NeighboringRelation.REPLACE_ONE
+
+    def expected_cohort(self, population: int) -> float:
+        return float(self.cohort_size)
+
+    def sampled(self, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
+        return dp_event.SampledWithoutReplacementDpEvent(
+            self.population, self.cohort_size, dp_event.GaussianDpEvent(gaussian.noise_multiplier / 2)
+        )
+
+    def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
+        _check_population(self, client_ids)
+        rng = numpy_generator(seed, round_index, "cohort")
+        return [client_ids[i] for i in np.sort(rng.choice(len(client_ids), size=self.cohort_size, replace=False))]
 
 
-Sampling = PoissonSampling | FixedSizeSampling
+@dataclass(frozen=True)
+class EpochBlocks:
+    """No sampling (DP-FTRL, Kairouz et al. 2021): each epoch a seeded permutation of the ``population`` users
+    (a fresh one per epoch, drawn like the other rules' cohorts) is dealt into k = N // ``block_size`` blocks of
+    ⌊N/k⌋ or ⌈N/k⌉ users; round t trains block t mod k of epoch t div k. Every user takes part exactly once per
+    epoch. The expected cohort is the mean block, N/k (= ``block_size`` when it divides N)."""
+
+    population: int
+    block_size: int
+
+    def __post_init__(self) -> None:
+        _check_sizes(self, "block_size")
+
+    @property
+    def rounds_per_epoch(self) -> int:
+        """k, the blocks (rounds) of one epoch."""
+        return self.population // self.block_size
+
+    @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        return NeighboringRelation.REPLACE_SPECIAL
+
+    def expected_cohort(self, population: int) -> float:
+        return self.population / self.rounds_per_epoch
+
+    def sampled(self, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
+        return gaussian
+
+    def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
+        _check_population(self, client_ids)
+        epoch, block = divmod(round_index, self.rounds_per_epoch)
+        permutation = numpy_generator(seed, epoch, "cohort_blocks").permutation(len(client_ids))
+        chosen = np.array_split(permutation, self.rounds_per_epoch)[block]
+        return [client_ids[i] for i in np.sort(chosen)]
 
 
-def neighboring_relation(sampling: Sampling) -> dp_accounting.NeighboringRelation:
-    """The neighbouring relation the sampling scheme is accounted under."""
-    if isinstance(sampling, PoissonSampling):
-        return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    if isinstance(sampling, FixedSizeSampling):
-        return dp_accounting.NeighboringRelation.REPLACE_ONE
-    raise PrivacyError(
-        f"sampling must be PoissonSampling or FixedSizeSampling, got {type(sampling).__name__}"
+def neighboring_relation(rule: CohortRule) -> NeighboringRelation:
+    """The neighbouring relation the cohort rule is accounted under."""
+    if not isinstance(rule, CohortRule):
+        raise PrivacyError(
+            f"the sampling must be a cohort rule (PoissonSampling, FixedSizeSampling, EpochBlocks, ...), "
+            f"got {type(rule).__name__}"
+        )
+    return rule.neighboring_relation
+
+
+def composable(event: dp_event.DpEvent, relation: NeighboringRelation) -> bool:
+    """Whether a dp-accounting accountant (RDP or PLD) composes ``event`` under ``relation``."""
+    return rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation).supports(event) or (
+        pld_privacy_accountant.PLDAccountant(relation).supports(event)
     )
 
 
-def round_event(sampling: Sampling, mechanism_events: Sequence[dp_event.DpEvent]) -> dp_event.DpEvent:
+def round_event(rule: CohortRule, mechanism_events: Sequence[dp_event.DpEvent]) -> dp_event.DpEvent:
     """The DP event of one round whose server steps emitted ``mechanism_events``.
 
-    Each ``GaussianDpEvent(z)`` is a release of L2 sensitivity C (add/remove one user) with noise
-    std z*C; ``NoOpDpEvent`` releases nothing. The Gaussians all read the same cohort, so together
-    they are one Gaussian with z_eff = (sum z_i^-2)^(-1/2). A round with nothing private released is
-    a ``NoOpDpEvent``; a release without noise (z = 0) makes the round ``NonPrivateDpEvent``.
+    Each ``GaussianDpEvent(z)`` is a release of L2 sensitivity C with noise std z*C on the round's cohort;
+    they all read the same cohort, so together they are one Gaussian with z_eff = (sum z_i^-2)^(-1/2),
+    wrapped with the cohort rule's amplification (:meth:`CohortRule.sampled`). ``NoOpDpEvent`` releases
+    nothing. Any other event (e.g. ``SingleEpochTreeAggregationDpEvent``) is passed through as declared; one
+    that no dp-accounting accountant composes under the rule's neighbouring relation is refused. A round with
+    nothing private released is a ``NoOpDpEvent``; a release without noise (z = 0, or a
+    ``NonPrivateDpEvent``) makes the round ``NonPrivateDpEvent``.
     """
-    neighboring_relation(sampling)  # validates the sampling type
-    multipliers = []
+    relation = neighboring_relation(rule)
+    multipliers, others = [], []
     for i, event in enumerate(mechanism_events):
         if isinstance(event, dp_event.NoOpDpEvent):
             continue
+        if not isinstance(event, dp_event.DpEvent):
+            raise PrivacyError(f"mechanism_events[{i}] must be a dp_accounting DpEvent, got {type(event).__name__}")
         if not isinstance(event, dp_event.GaussianDpEvent):
-            raise PrivacyError(
-                f"mechanism_events[{i}] is {type(event).__name__}; allowed: GaussianDpEvent, NoOpDpEvent"
-            )
+            if not composable(event, relation):
+                raise PrivacyError(
+                    f"mechanism_events[{i}] is {type(event).__name__}, which no dp-accounting accountant composes "
+                    f"under {relation.name} neighbours (those of the cohort rule {type(rule).__name__}): "
+                    "choose a cohort rule whose relation it is accounted under"
+                )
+            others.append(event)
+            continue
         z = event.noise_multiplier
         if not isinstance(z, Real) or math.isnan(z) or z < 0:
             raise PrivacyError(
                 f"mechanism_events[{i}].noise_multiplier must be >= 0 (inf for no release), got {z!r}"
             )
         multipliers.append(float(z))
-    if any(z == 0.0 for z in multipliers):
+    if any(z == 0.0 for z in multipliers) or any(isinstance(e, dp_event.NonPrivateDpEvent) for e in others):
         return dp_event.NonPrivateDpEvent()
     finite = [z for z in multipliers if z != math.inf]
-    if not finite:
+    if finite:
+        others.insert(0, rule.sampled(dp_event.GaussianDpEvent(sum(z**-2 for z in finite) ** -0.5)))
+    return composed([(event, 1) for event in others])
+
+
+def merged(groups: Sequence[Group], event: dp_event.DpEvent, count: int = 1) -> list[Group]:
+    """``groups`` (event, count) followed by ``count`` times ``event``, merged into the last group when equal
+    (a self-composition is unpacked, no-ops are dropped)."""
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        return merged(groups, event.event, count * event.count)
+    if isinstance(event, dp_event.NoOpDpEvent):
+        return list(groups)
+    if groups and groups[-1][0] == event:
+        return [*groups[:-1], (event, groups[-1][1] + count)]
+    return [*groups, (event, count)]
+
+
+def composed(groups: Sequence[Group]) -> dp_event.DpEvent:
+    """The (event, count) groups as one DpEvent: a group of several is self-composed; none is a no-op."""
+    events = [event if count == 1 else dp_event.SelfComposedDpEvent(event, count) for event, count in groups]
+    if not events:
         return dp_event.NoOpDpEvent()
-    z_eff = sum(z**-2 for z in finite) ** -0.5
-    if isinstance(sampling, PoissonSampling):
-        return dp_event.PoissonSampledDpEvent(sampling.sampling_rate, dp_event.GaussianDpEvent(z_eff))
-    return dp_event.SampledWithoutReplacementDpEvent(
-        sampling.population, sampling.cohort_size, dp_event.GaussianDpEvent(z_eff / 2)
-    )
+    return events[0] if len(events) == 1 else dp_event.ComposedDpEvent(events)
 
 
 def event_to_dict(event: dp_event.DpEvent) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import torch
 
 from fedpub.cohort_updates import Cohort
 from fedpub.seeding import torch_generator
-from fedpub.step import Step
+from fedpub.step import Releases, Step
 from fedpub.steps.clip import clip_factors
 from fedpub.types import Params, RoundContext, StepResult
 
@@ -71,4 +71,7 @@ def adaptive_clip(
             outputs={"clip_norm": c},
         )
 
-    return Step(init, update, outputs=("clip_norm",))
+    def releases(round_index: int) -> Releases:
+        return Releases((dp_accounting.GaussianDpEvent(count_noise_std),))
+
+    return Step(init, update, outputs=("clip_norm",), releases=releases)

@@ -1,13 +1,14 @@
 """More budget in a few rounds (Ganesh et al. 2023, "Why is public pretraining necessary for
 private model training?", Table 2): the rounds in ``boosted_rounds`` use the smaller noise
 multiplier ``boosted_noise_multiplier`` (handed to the noise step as the ``noise_multiplier``
-output); the other rounds keep the calibrated z, chosen so the composition reaches the target ε.
+output, and declared so: the planned run, which calibration prices, has the boosted rounds); the other rounds
+keep the calibrated z, chosen so the composition reaches the target ε.
 """
 
 from __future__ import annotations
 
 from fedpub.cohort_updates import Cohort
-from fedpub.step import EmptyState, Step, stateless
+from fedpub.step import EmptyState, Releases, Step, stateless
 from fedpub.types import RoundContext, StepResult
 
 
@@ -21,4 +22,7 @@ def budget_schedule(boosted_rounds: range, boosted_noise_multiplier: float) -> S
         outputs = {"noise_multiplier": boosted_noise_multiplier} if boosted else {}
         return StepResult(updates, state, {"boosted": float(boosted)}, outputs=outputs)
 
-    return stateless(update, outputs=("noise_multiplier",))
+    def releases(round_index: int) -> Releases:
+        return Releases(outputs={"noise_multiplier": boosted_noise_multiplier} if round_index in boosted_rounds else {})
+
+    return stateless(update, outputs=("noise_multiplier",), releases=releases)

@@ -3,7 +3,8 @@
 The sum of C-clipped updates has L2 sensitivity C under adding or removing one user; this step
 adds N(0, (z·C)²) to that sum, which on the mean Σ/m is noise of std z·C/m. It reads C from the
 ``clip_norm`` input (the clip step's output), z from the optional ``noise_multiplier`` input (a schedule
-step's output) or else the factory's value, and emits ``GaussianDpEvent(z)``. Its randomness
+step's output) or else the factory's value, and emits ``GaussianDpEvent(z)`` (declared the same way, from the
+declared ``noise_multiplier`` or the factory's value). Its randomness
 comes from a torch generator whose state is the step's state, so a seed reproduces the noise on
 any backend and a checkpoint resumes it exactly. Noise for a model on a GPU is drawn there, from a generator of
 that device seeded by the step's generator (:func:`standard_normal`), not on the host and copied over.
@@ -18,7 +19,7 @@ import dp_accounting
 import torch
 
 from fedpub.seeding import torch_generator
-from fedpub.step import Step
+from fedpub.step import Releases, Step
 from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
@@ -80,4 +81,8 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         event = dp_accounting.GaussianDpEvent(z)
         return StepResult(noisy, NoiseState(rng=gen.get_state()), metrics, (event,))
 
-    return Step(init, update, inputs=("clip_norm",), optional_inputs=("noise_multiplier",))
+    def releases(round_index: int, *, noise_multiplier: float | None = None) -> Releases:
+        z = default_noise_multiplier if noise_multiplier is None else noise_multiplier
+        return Releases((dp_accounting.GaussianDpEvent(z),))
+
+    return Step(init, update, inputs=("clip_norm",), optional_inputs=("noise_multiplier",), releases=releases)

@@ -10,7 +10,9 @@ sets the next round's values (d parameters, expected cohort m):
   (the floor z_min stops the growth; it never raises a z_t already below it);
 * if ϕ‖Δ̄_pub‖ < C_t, C_{t+1} = (1−β)C_t; else C_{t+1} = C_t.
 
-Δ̄_pub is public, so the schedule costs no privacy; the accountant composes the rounds' different z_t.
+Δ̄_pub is public, so the schedule costs no privacy; the accountant composes the rounds' different z_t. The
+step declares z_0 for every round (the later z_t depend on the public users): the planned run is one of
+constant noise, and the round driver prices each round's actual z_t before releasing it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TypedDict
 
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
-from fedpub.step import Step
+from fedpub.step import Releases, Step
 from fedpub.steps.clip import clip_factors
 from fedpub.types import Params, RoundContext, StepResult, Updates
 
@@ -95,4 +97,8 @@ def public_schedule(
             outputs={"clip_norm": c, "noise_multiplier": z},
         )
 
-    return Step(init, update, optional_inputs=("public_mean",), outputs=("clip_norm", "noise_multiplier"))
+    def releases(round_index: int) -> Releases:
+        return Releases(outputs={"noise_multiplier": float(initial_noise_multiplier)})
+
+    return Step(init, update, optional_inputs=("public_mean",), outputs=("clip_norm", "noise_multiplier"),
+                releases=releases)

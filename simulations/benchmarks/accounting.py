@@ -26,7 +26,7 @@ from dp_accounting import dp_event
 from fedpub.privacy import composition
 from fedpub.privacy.accountant import UserLevelAccountant, epsilon_for
 from fedpub.privacy.calibration import calibrate_noise_multiplier
-from fedpub.privacy.events import FixedSizeSampling, PoissonSampling, Sampling, neighboring_relation, round_event
+from fedpub.privacy.events import CohortRule, FixedSizeSampling, PoissonSampling, neighboring_relation, round_event
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, object]:
@@ -35,7 +35,7 @@ def _timed(fn: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - started, value
 
 
-def _per_round_report(sampling: Sampling, z: float, kind: str, delta: float, rounds: int) -> float:
+def _per_round_report(sampling: CohortRule, z: float, kind: str, delta: float, rounds: int) -> float:
     """Mean seconds of composing one round and reporting ε, over ``rounds`` rounds."""
     accountant = UserLevelAccountant(kind, neighboring_relation(sampling))
     event = round_event(sampling, [dp_event.GaussianDpEvent(z)])
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--per-round", type=int, default=20)
     args = parser.parse_args()
-    settings: list[tuple[str, str, Sampling]] = [
+    settings: list[tuple[str, str, CohortRule]] = [
         ("pld", "Poisson", PoissonSampling(args.cohort / args.population)),
         ("rdp", "Poisson", PoissonSampling(args.cohort / args.population)),
         ("rdp", "fixed size", FixedSizeSampling(args.population, args.cohort)),

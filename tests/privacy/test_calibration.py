@@ -1,8 +1,10 @@
-"""Noise calibration pinned to accounting.md §4c, and its on-disk cache."""
+"""Noise calibration pinned to accounting.md §4c, over planned runs (boosted rounds, tree aggregation), and its
+on-disk cache keyed by the planned event."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import dp_accounting
@@ -14,12 +16,18 @@ from fedpub.privacy import (
     FixedSizeSampling,
     PoissonSampling,
     PrivacyError,
+    calibrate,
     calibrate_noise_multiplier,
     epsilon_for,
+    event_from_dict,
+    round_event,
 )
-from fedpub.privacy.calibration import CACHE_FILE
+from fedpub.privacy.calibration import CACHE_FILE, KEY_PROBES
 
 DELTA = 1e-5
+G = dp_accounting.GaussianDpEvent
+ADD_OR_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+REPLACE_SPECIAL = dp_accounting.NeighboringRelation.REPLACE_SPECIAL
 DOPE = PoissonSampling(100 / 68_600)  # EMNIST, 2% public writers, m=100
 FULL = PoissonSampling(1.0)  # full participation: cheap to account, for the cache tests
 
@@ -41,8 +49,11 @@ def test_second_call_hits_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     entries = json.loads((tmp_path / CACHE_FILE).read_text())
     assert list(entries.values()) == [z]
     key = json.loads(next(iter(entries)))
-    assert key["accountant"] == "rdp" and key["rounds"] == 50 and key["target_epsilon"] == 2.0
-    assert key["sampling"] == {"kind": "PoissonSampling", "sampling_rate": 1.0}
+    assert key["accountant"] == "rdp" and key["target_epsilon"] == 2.0
+    assert key["neighboring_relation"] == "ADD_OR_REMOVE_ONE"
+    assert [event_from_dict(e) for e in key["planned"]] == [
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(1.0, G(z)), 50) for z in KEY_PROBES
+    ]
 
     def forbidden(*args: object, **kwargs: object) -> float:
         raise AssertionError("dp_accounting was called although the result is cached")
@@ -101,45 +112,59 @@ def _direct_epsilon(accountant: str, q: float, boosted: tuple[int, float], z: fl
     else:
         acc = dp_accounting.rdp.RdpAccountant()
     k, z_b = boosted
-    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), rounds - k)
-    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z_b)), k)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, G(z)), rounds - k)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, G(z_b)), k)
     return acc.get_epsilon(DELTA)
 
 
+def _boosted_plan(rounds: int, k: int, boosted_z) -> Callable[[float], dp_accounting.DpEvent]:
+    """k rounds at ``boosted_z(z)``, then rounds − k at z, with full participation."""
+    def planned(z: float) -> dp_accounting.DpEvent:
+        return dp_accounting.ComposedDpEvent([
+            dp_accounting.SelfComposedDpEvent(round_event(FULL, [G(boosted_z(z))]), k),
+            dp_accounting.SelfComposedDpEvent(round_event(FULL, [G(z)]), rounds - k),
+        ])
+    return planned
+
+
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
-def test_boosted_rounds_spend_more_and_the_rest_is_calibrated_to_the_target(accountant: str, tmp_path: Path) -> None:
+def test_a_plan_with_rounds_at_a_fixed_z_is_calibrated_to_the_target(accountant: str, tmp_path: Path) -> None:
     rounds, boosted = 10, (2, 2.5)  # the plain z is about 3.4 (PLD) and 3.7 (RDP)
-    z = calibrate_noise_multiplier(4.0, DELTA, FULL, rounds, accountant, cache_dir=tmp_path, boosted=boosted)
+    z = calibrate(_boosted_plan(rounds, 2, lambda _: 2.5), ADD_OR_REMOVE, 4.0, DELTA, accountant, tmp_path)
     epsilon = _direct_epsilon(accountant, 1.0, boosted, z, rounds)
     assert 4.0 - 1e-3 <= epsilon <= 4.0
     plain = calibrate_noise_multiplier(4.0, DELTA, FULL, rounds, accountant, cache_dir=tmp_path)
     assert z > plain
-    assert [json.loads(k)["boosted"] for k in json.loads((tmp_path / CACHE_FILE).read_text())] == [[2, 2.5], None]
+    assert len(json.loads((tmp_path / CACHE_FILE).read_text())) == 2
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
-def test_boosted_rounds_at_a_ratio_of_z_are_calibrated_to_the_target(accountant: str, tmp_path: Path) -> None:
+def test_rounds_at_a_ratio_of_z_have_their_own_cache_entry(accountant: str, tmp_path: Path) -> None:
+    """At z = 1 the ratio 0.5 and the fixed z_b = 0.5 plan the same event: the key tells them apart."""
     rounds = 10
-    z = calibrate_noise_multiplier(4.0, DELTA, FULL, rounds, accountant, cache_dir=tmp_path, boosted_ratio=(2, 0.5))
-    epsilon = _direct_epsilon(accountant, 1.0, (2, 0.5 * z), z, rounds)
-    assert 4.0 - 1e-3 <= epsilon <= 4.0
-    with pytest.raises(PrivacyError, match="not both"):
-        calibrate_noise_multiplier(4.0, DELTA, FULL, rounds, accountant, boosted=(2, 1.0), boosted_ratio=(2, 0.5))
+    z = calibrate(_boosted_plan(rounds, 2, lambda z: 0.5 * z), ADD_OR_REMOVE, 4.0, DELTA, accountant, tmp_path)
+    assert 4.0 - 1e-3 <= _direct_epsilon(accountant, 1.0, (2, 0.5 * z), z, rounds) <= 4.0
+    with pytest.raises(PrivacyError, match="alone already spend"):  # not the ratio plan's cached z
+        calibrate(_boosted_plan(rounds, 2, lambda _: 0.5), ADD_OR_REMOVE, 4.0, DELTA, accountant, tmp_path)
 
 
-def test_boosted_rounds_that_rdp_overstates_are_calibrated_with_pld(tmp_path: Path) -> None:
+def test_a_plan_that_rdp_overstates_is_calibrated_with_pld(tmp_path: Path) -> None:
     # one Gaussian at z_b = 2 costs 1.99 under PLD but 2.17 under RDP: the target 2.1 is out of RDP's reach
-    z = calibrate_noise_multiplier(2.1, DELTA, FULL, 5, "pld", cache_dir=tmp_path, boosted=(1, 2.0))
+    plan = _boosted_plan(5, 1, lambda _: 2.0)
+    z = calibrate(plan, ADD_OR_REMOVE, 2.1, DELTA, "pld", tmp_path)
     assert 2.1 - 1e-3 <= _direct_epsilon("pld", 1.0, (1, 2.0), z, 5) <= 2.1
-    with pytest.raises(PrivacyError, match="alone already spend epsilon=2.16"):
-        calibrate_noise_multiplier(2.1, DELTA, FULL, 5, "rdp", cache_dir=tmp_path, boosted=(1, 2.0))
+    with pytest.raises(PrivacyError, match="spends epsilon=2.16.*alone already spend it"):
+        calibrate(plan, ADD_OR_REMOVE, 2.1, DELTA, "rdp", tmp_path)
 
 
-@pytest.mark.parametrize(
-    ("boosted", "match"),
-    [((0, 1.0), "0 < k < rounds=10, got 0"), ((10, 1.0), "got 10"), ((2, 0.0), "boosted noise multiplier"),
-     ((2, 0.3), "boosted rounds at noise multiplier 0.3 alone already spend")],
-)
-def test_invalid_boosted_rounds_are_refused(boosted: tuple[int, float], match: str, tmp_path: Path) -> None:
-    with pytest.raises(PrivacyError, match=match):
-        calibrate_noise_multiplier(1.0, DELTA, FULL, 10, "rdp", cache_dir=tmp_path, boosted=boosted)
+def test_tree_aggregation_is_calibrated_with_rdp_and_refused_by_pld(tmp_path: Path) -> None:
+    """DP-FTRL's plan: 3 epochs of a 16-round tree under REPLACE_SPECIAL; RDP of one tree is α·d/(2z²) with
+    d = ⌈log2(17)⌉ = 5, so 3 trees are one Gaussian of z/sqrt(15) (checked against that)."""
+    def planned(z: float) -> dp_accounting.DpEvent:
+        return dp_accounting.SelfComposedDpEvent(dp_accounting.SingleEpochTreeAggregationDpEvent(z, 16), 3)
+
+    z = calibrate(planned, REPLACE_SPECIAL, 2.0, DELTA, "rdp", tmp_path)
+    gaussian = dp_accounting.rdp.RdpAccountant().compose(G(z / 15**0.5)).get_epsilon(DELTA)
+    assert 2.0 - 1e-3 <= gaussian <= 2.0
+    with pytest.raises(PrivacyError, match="accounted only by accountant='rdp'"):
+        calibrate(planned, REPLACE_SPECIAL, 2.0, DELTA, "pld", tmp_path)

@@ -1,4 +1,5 @@
-"""Round events: sampling validation, the Gaussian merge rule, and the dict round trip."""
+"""Cohort rules and round events: validation, the Gaussian merge rule, other events passed through (or refused
+under a relation no accountant composes them in), epoch blocks, and the dict round trip."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedpub.privacy import (
+    EpochBlocks,
     FixedSizeSampling,
     PoissonSampling,
     PrivacyError,
@@ -54,6 +56,7 @@ def test_sampling_values_are_normalised_to_python_numbers() -> None:
 def test_neighboring_relation() -> None:
     assert neighboring_relation(PoissonSampling(0.1)) == NR.ADD_OR_REMOVE_ONE
     assert neighboring_relation(FixedSizeSampling(100, 10)) == NR.REPLACE_ONE
+    assert neighboring_relation(EpochBlocks(100, 10)) == NR.REPLACE_SPECIAL
     with pytest.raises(PrivacyError, match="sampling"):
         neighboring_relation(0.1)  # type: ignore[arg-type]
 
@@ -94,11 +97,51 @@ def test_invalid_noise_multiplier_names_the_field(z: float) -> None:
         round_event(PoissonSampling(0.1), [G(1.0), G(z)])
 
 
-def test_other_mechanism_events_are_rejected_by_name() -> None:
-    with pytest.raises(PrivacyError, match="LaplaceDpEvent"):
-        round_event(PoissonSampling(0.1), [dpa.LaplaceDpEvent(1.0)])
+TREE = dpa.SingleEpochTreeAggregationDpEvent(1.5, 8)
+
+
+def test_other_events_pass_through_after_the_sampled_gaussian() -> None:
+    blocks = EpochBlocks(100, 10)
+    assert round_event(blocks, [TREE, dpa.NoOpDpEvent()]) == TREE
+    assert round_event(blocks, [G(2.0), TREE]) == dpa.ComposedDpEvent([G(2.0), TREE])  # not amplified
+    poisson = round_event(PoissonSampling(0.1), [dpa.LaplaceDpEvent(1.0), G(1.0)])
+    assert poisson == dpa.ComposedDpEvent([dpa.PoissonSampledDpEvent(0.1, G(1.0)), dpa.LaplaceDpEvent(1.0)])
+    assert round_event(blocks, [TREE, dpa.NonPrivateDpEvent()]) == dpa.NonPrivateDpEvent()
+
+
+@pytest.mark.parametrize("sampling", [PoissonSampling(0.1), FixedSizeSampling(100, 10)])
+def test_an_event_no_accountant_composes_under_the_cohort_rules_relation_is_refused(sampling) -> None:
+    """Tree aggregation is accounted under REPLACE_SPECIAL only: with a sampled cohort the mix has no
+    neighbouring relation the accountant composes both under."""
+    with pytest.raises(PrivacyError, match=rf"mechanism_events\[1\] is SingleEpochTreeAggregationDpEvent.*"
+                                           rf"{sampling.neighboring_relation.name}"):
+        round_event(sampling, [G(1.0), TREE])
     with pytest.raises(PrivacyError, match="sampling"):
         round_event("poisson", [G(1.0)])  # type: ignore[arg-type]
+
+
+def test_epoch_blocks_cover_every_user_exactly_once_an_epoch() -> None:
+    ids = [f"u{i:03d}" for i in range(103)]
+    blocks = EpochBlocks(103, 10)  # 10 blocks of 10 or 11 users
+    assert blocks.rounds_per_epoch == 10 and blocks.expected_cohort(103) == pytest.approx(10.3)
+    epochs = []
+    for epoch in range(3):
+        cohorts = [blocks.draw(ids, 7, epoch * 10 + b) for b in range(10)]
+        assert sorted(u for c in cohorts for u in c) == ids
+        assert {len(c) for c in cohorts} == {10, 11}
+        epochs.append(cohorts)
+    assert epochs[0] != epochs[1] != epochs[2]  # a fresh permutation each epoch
+    assert blocks.draw(ids, 7, 13) == epochs[1][3] and blocks.draw(ids, 8, 13) != epochs[1][3]
+    assert blocks.neighboring_relation == NR.REPLACE_SPECIAL
+    with pytest.raises(ValueError, match="103 users, got 102"):
+        blocks.draw(ids[:-1], 7, 0)
+
+
+@pytest.mark.parametrize(("population", "block_size", "field"), [(0, 1, "population"), (10, 11, "block_size"),
+                                                                 (10, 2.0, "block_size")])
+def test_invalid_epoch_blocks_name_the_field(population: object, block_size: object, field: str) -> None:
+    with pytest.raises(PrivacyError, match=field):
+        EpochBlocks(population, block_size)  # type: ignore[arg-type]
 
 
 EVENTS = [

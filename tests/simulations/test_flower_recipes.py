@@ -37,8 +37,11 @@ RECIPES = {
               "public_schedule": {"budget_growth": 1.0, "noise_test_factor": 1e-9},  # z falls every round
               "model_reuse": {"epochs": 1, "prox_weight": 0.5}},
     "budget_schedule": {"name": "dp_fedavg", "budget_schedule": {"boosted_rounds": 1, "boosted_noise_multiplier": 0.6}},
+    "dp_ftrl+recenter": {"name": "dp_ftrl", "public_clients_per_round": 2, "recenter": {},
+                         "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},  # N = 12: 3 rounds, one tree
 }
-PRIVACY = {"ppsgd": {"budget_epsilon": 100.0}}  # PPSGD spends until a budget is gone
+PRIVACY = {"ppsgd": {"budget_epsilon": 100.0},  # PPSGD spends until a budget is gone
+           "dp_ftrl+recenter": {"accountant": "rdp"}}  # tree aggregation is accounted by RDP only
 
 
 def _runs(tiny_emnist_dir, tmp_path, recipe, flower=FLOWER):
@@ -80,8 +83,10 @@ def test_every_recipe_on_flower_gives_the_in_process_model_and_ledger(tiny_emnis
         assert zs[0] > zs[1] > zs[2]  # every round priced with its own z
     if recipe == "budget_schedule":
         assert [r["noise/noise_multiplier"] for r in records] == [0.6, 0.8, 0.8]
-    if recipe.startswith("dope"):
+    if recipe.startswith("dope") or recipe == "dp_ftrl+recenter":
         assert all(r["recenter/center_norm"] > 0 for r in records)
+    if recipe == "dp_ftrl+recenter":
+        assert [r["noise/tree_leaf"] for r in records] == [1, 2, 3]
     if "warm_start" in recipe:
         assert "warm_start/train_loss" in records[0] and "avg_eval_accuracy" in records[-1]
     if recipe == "ppsgd":

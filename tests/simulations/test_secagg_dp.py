@@ -139,6 +139,35 @@ def test_server_noise_has_std_zc_over_m_and_epsilon_is_dp_accountings(noise_off,
         torch.testing.assert_close(result.params[k], local.params[k], rtol=1e-4, atol=1e-5)
 
 
+def test_dp_ftrl_with_secagg_noises_the_secure_sums_with_the_tree_and_reaches_the_in_process_model(
+    four_users, tmp_path
+):
+    """4 users in 2 blocks of 2 an epoch, 3 rounds: a tree of 2 rounds, then one of 1; the server adds the
+    recipe's tree noise to the unmasked sums and the round driver composes each tree when it starts."""
+    config = tiny_config(
+        four_users, tmp_path, rounds=3, data={"synthetic": USERS}, flower=FLOWER,
+        strategy={"name": "dp_ftrl", "clip_norm": CLIP, "noise_multiplier": Z,
+                  "sampling": {"kind": "epoch_blocks", "clients_per_round": COHORT}},
+        privacy={"delta": 1e-5, "accountant": "rdp"},
+    )
+    result, rounds = _run(config)
+    experiment = build_experiment(config)
+    assert sorted(rounds[0].cohort + rounds[1].cohort) == sorted(experiment.private_ids)
+    assert [r.noise_std for r in rounds] == [Z * CLIP / COHORT] * 3
+    tree_event = dp_event.SingleEpochTreeAggregationDpEvent
+    accountant = rdp_privacy_accountant.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    )
+    accountant.compose(tree_event(Z, 2)).compose(tree_event(Z, 1))
+    assert result.epsilon == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
+    events = [r["event"] for r in json.loads(result.result_path.read_text())["rounds"]]
+    assert [e["type"] for e in events] == ["SingleEpochTreeAggregationDpEvent", "NoOpDpEvent",
+                                           "SingleEpochTreeAggregationDpEvent"]
+    local = run_in_process(experiment, RunDirectory(tmp_path / "inprocess" / config.name))
+    for k in local.params:
+        torch.testing.assert_close(result.params[k], local.params[k], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("cohort", [2, 3, 50])
 def test_quantisation_range_keeps_m_extreme_updates_from_wrapping(cohort):
     """Flower's own quantise → sum mod M → dequantise, as the workflow does it, without the masks (they

@@ -2,7 +2,8 @@
 
 :data:`CASES` registers a small valid instance of each factory (several where its configurations differ), with
 the updates and inputs to run it on; a test fails when a factory of ``fedpub/steps/`` has no case. Each case is
-checked for: names declared as its ``update`` takes them; outputs within the declared ones and metrics that are
+checked for: names declared as its ``update`` takes them; the DP events it declares (``releases``) are the ones
+its ``update`` emits; outputs within the declared ones and metrics that are
 floats; the update keeps the parameters' shapes; inputs, parameters and state not mutated; two fresh instances
 give the same round (deterministic from the seed); the state after a round survives ``torch.save``/``torch.load``
 (as checkpoints do) and the next round from the reloaded state equals the next round from the original.
@@ -35,6 +36,7 @@ from fedpub.steps.precondition import precondition
 from fedpub.steps.public_schedule import public_schedule
 from fedpub.steps.recenter import add_center, recenter
 from fedpub.steps.server_opt import server_adam, server_sgd
+from fedpub.steps.tree_noise import tree_noise
 from fedpub.types import Params, RoundContext
 from tests.steps.cohorts import cohort
 
@@ -93,6 +95,8 @@ CASES: dict[str, Case] = {
     "server_sgd": Case(server_sgd, lambda: server_sgd(1.0), "mean"),
     "server_sgd_momentum": Case(server_sgd, lambda: server_sgd(0.5, momentum=0.9), "mean"),
     "server_adam": Case(server_adam, lambda: server_adam(0.1), "mean"),
+    "tree_noise": Case(tree_noise, lambda: tree_noise(1.1, seed=7, rounds_per_tree=4, rounds=8), "mean",
+                       lambda params: {"clip_norm": 0.5}),
 }
 
 
@@ -124,6 +128,8 @@ def _snapshot(value: Any) -> Any:
         return value.clone()
     if isinstance(value, dict):
         return {k: _snapshot(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_snapshot(v) for v in value]
     return value
 
 
@@ -136,6 +142,10 @@ def _assert_equal(a: Any, b: Any, what: str) -> None:
         assert a.keys() == b.keys(), f"{what}: keys differ"
         for k in a:
             _assert_equal(a[k], b[k], f"{what}[{k}]")
+    elif isinstance(a, list):
+        assert len(a) == len(b), f"{what}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_equal(x, y, f"{what}[{i}]")
     else:
         assert a == b, f"{what}: {a!r} != {b!r}"
 
@@ -190,3 +200,17 @@ def test_the_step_keeps_the_contract(case, params, stacked, ctx):
     second_reloaded = step.update(updates, _save_load(first.state), ctx=ctx, **inputs)
     _assert_equal(second.updates, second_reloaded.updates, "the round after a save/load")
     _assert_equal(second.state, second_reloaded.state, "the state after a save/load")
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_the_declared_releases_are_the_events_the_update_emits(case, params, stacked, ctx):
+    """What calibration and the budget check price (the declaration) is what the round composes (the events)."""
+    updates, inputs, ctx = _round(case, params, stacked, ctx)
+    step = case.make()
+    emitted = step.update(updates, step.init(params), ctx=ctx, **inputs).events
+    if step.releases is None:
+        assert emitted == (), "a step that emits DP events must declare them"
+        return
+    accepted = inspect.signature(step.releases).parameters
+    declared = step.releases(ctx.round, **{n: v for n, v in inputs.items() if n in accepted})
+    assert declared.events == tuple(emitted)

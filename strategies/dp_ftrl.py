@@ -1,0 +1,31 @@
+"""DP-FTRL in federated form (Kairouz, McMahan, Song, Thakkar, Thakurta, Xu 2021, "Practical and Private
+(Deep) Learning without Sampling or Shuffling", Alg. 1, §4 and App. D): no sampling — each epoch the private
+users, shuffled, are dealt into fixed blocks of about m, one block a round (``sampling.kind: epoch_blocks``);
+each update is clipped to C, summed and divided by m, and the noise is tree-aggregated (the binary mechanism,
+:mod:`fedpub.steps.tree_noise`): the released increments sum to the prefix sum of the mean updates plus the
+tree's noise, restarted every epoch. The server optimizer then steps on the increments (SGD: FTRL with a
+restart each epoch; momentum: the paper's DP-FTRLM). A tree is ``SingleEpochTreeAggregationDpEvent(z, k)``
+under replace-special neighbours, which only the RDP accountant prices (``privacy.accountant: rdp``; PLD is
+refused when the strategy is built). Public-user recentering composes: recenter → clip → aggregate → tree
+noise → add the center (DOPE's center is public, outside the noisy sum).
+"""
+
+from __future__ import annotations
+
+from fedpub.config import StrategyConfig
+from fedpub.privacy.events import CohortRule, EpochBlocks
+from fedpub.step import Step
+from fedpub.steps.aggregate import aggregate
+from fedpub.steps.clip import clip
+from fedpub.steps.tree_noise import tree_noise
+
+
+def private_mean_steps(
+    config: StrategyConfig, noise_multiplier: float, seed: int, sampling: CohortRule, rounds: int
+) -> list[tuple[str, Step]]:
+    """clip → aggregate (÷ m) → tree noise, the tree restarting every epoch of ``sampling``'s blocks."""
+    if not isinstance(sampling, EpochBlocks):
+        raise ValueError(f"strategy.tree_aggregation needs each user at most once per tree: strategy.sampling.kind "
+                         f"must be epoch_blocks, got {type(sampling).__name__}")
+    noise = tree_noise(noise_multiplier, seed, rounds_per_tree=sampling.rounds_per_epoch, rounds=rounds)
+    return [("clip", clip(config.clip_norm)), ("aggregate", aggregate()), ("noise", noise)]
