@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from flwr.clientapp import ClientApp
 
 CORRUPTIONS = ("nan", "inf", "shape", "keys", "dtype")
-SLOW_USER_COPIES = 2000
-"""A ``hang`` user's data, repeated: thousands of local steps instead of a few."""
+SLOW_USER_COPIES = 6000
+"""A ``hang`` user's data, repeated: thousands of local steps (about a minute on 2 busy CPU cores) instead of a few."""
 KINDS = ("raise", "hang", "malformed", *CORRUPTIONS)
 
 
