@@ -125,9 +125,9 @@ class StrategyCore:
         """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes) and
         missing ones (``sampled`` users were asked, default ``len(updates)``) contribute nothing:
         the mechanism and its accounting stay those of the sampled cohort. The steps get the usable
-        updates as a :class:`~fedpub.cohort_updates.Cohort` (never stacked unless a step asks); the usable
-        public updates are the steps' ``public_updates`` input (the same, maybe no rows) and their mean
-        the ``public_mean`` input (None when there is none)."""
+        updates as a :class:`~fedpub.cohort_updates.Cohort` (never stacked unless a step asks) and the round's
+        inputs (:data:`~fedpub.types.ROUND_INPUTS`): the usable public updates are the ``public_updates`` input
+        (the same, maybe no rows) and their mean the ``public_mean`` input (None when there is none)."""
         sampled = len(updates) if sampled is None else sampled
         rows, public_rows = usable_rows(updates, params), usable_rows(public_updates, params)
         ctx = RoundContext(

@@ -99,8 +99,8 @@ def precondition(
         }
         return StepResult(updates, state, metrics, outputs=outputs)
 
-    outputs = ("preconditioner", "public_mean") if placement == "server" else ("preconditioner",)
-    return Step(init, update, optional_inputs=("public_updates", "public_mean"), outputs=outputs)
+    declared = ("preconditioner", "public_mean") if placement == "server" else ("preconditioner",)
+    return Step(init, update, optional_inputs=("public_updates", "public_mean"), outputs=declared)
 
 
 def current_preconditioner(state: PreconditionState) -> Updates | None:
