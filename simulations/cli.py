@@ -25,6 +25,7 @@ from rich.table import Table
 from fedpub.config import ConfigError, load_config
 from fedpub.data.base import DatasetError
 from fedpub.privacy.errors import PrivacyError
+from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling, PoissonSampling
 from simulations.configs import quickstart_config_path
 from simulations.data_cli import data_app
 
@@ -79,6 +80,17 @@ def _round_reporter(progress: Progress, task: TaskID, metric: str) -> Callable[[
     return on_round
 
 
+def _cohort_rule(rule: CohortRule) -> str:
+    """How a run's cohorts are chosen, in a few words."""
+    if isinstance(rule, PoissonSampling):
+        return f"Poisson, q={rule.sampling_rate:.4g}"
+    if isinstance(rule, EpochBlocks):
+        return f"no sampling: epoch blocks, {rule.rounds_per_epoch} rounds an epoch"
+    if isinstance(rule, FixedSizeSampling):
+        return f"fixed size, {rule.cohort_size} of {rule.population} without replacement"
+    return type(rule).__name__
+
+
 @app.command()
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="experiment YAML; omit for the bundled quick-start")] = None,
@@ -111,7 +123,7 @@ def run(
     strategy = experiment.strategy
     console.print(
         f"[bold]{cfg.name}[/]: {strategy.name}, N={strategy.population} private users, "
-        f"expected cohort {strategy.expected_cohort:g} (q={strategy.expected_cohort / strategy.population:.4g}), "
+        f"expected cohort {strategy.expected_cohort:g} ({_cohort_rule(strategy.sampling)}), "
         f"z={experiment.noise_multiplier:.4g}, C={cfg.strategy.clip_norm:g}, {cfg.rounds} rounds, "
         f"device {experiment.device}, backend {backend}",
         highlight=False,
