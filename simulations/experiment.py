@@ -47,7 +47,7 @@ class Experiment:
     device: torch.device
 
     def new_accountant(self) -> UserLevelAccountant:
-        return new_accountant(self.config.privacy, self.strategy)
+        return new_accountant(self.config.privacy, self.strategy.sampling)
 
     def cohort_trainer(self, model: torch.nn.Module) -> CohortTrainer:
         """Trains a round's cohort on ``model`` (the run's resident model) as the config's client section says."""

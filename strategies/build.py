@@ -25,7 +25,7 @@ from fedpub.models.seeded import model_params, new_model
 from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
 from fedpub.privacy.calibration import calibrate
 from fedpub.privacy.errors import PrivacyError
-from fedpub.privacy.events import neighboring_relation
+from fedpub.privacy.events import CohortRule, neighboring_relation
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
 from strategies import adadps
@@ -45,12 +45,12 @@ class PrivateStrategy:
     privacy: PrivacyConfig
 
     def new_accountant(self) -> UserLevelAccountant:
-        return new_accountant(self.privacy, self.core)
+        return new_accountant(self.privacy, self.core.sampling)
 
 
-def new_accountant(privacy: PrivacyConfig, core: StrategyCore) -> UserLevelAccountant:
-    """An empty accountant of ``privacy``'s kind under the neighbouring relation ``core``'s cohort rule is priced in."""
-    return UserLevelAccountant(privacy.accountant, neighboring_relation(core.sampling))
+def new_accountant(privacy: PrivacyConfig, rule: CohortRule) -> UserLevelAccountant:
+    """An empty accountant of ``privacy``'s kind under the neighbouring relation the cohort ``rule`` is priced in."""
+    return UserLevelAccountant(privacy.accountant, neighboring_relation(rule))
 
 
 def privacy_budget(strategy: StrategyConfig, privacy: PrivacyConfig) -> float | None:
@@ -89,7 +89,7 @@ def build_private_strategy(
         return core_for(noise_multiplier).planned_event(rounds)
 
     z = strategy.noise_multiplier
-    accountant = UserLevelAccountant(privacy.accountant, neighboring_relation(sampling))
+    accountant = new_accountant(privacy, sampling)
     try:
         accountant.check_supported(planned(1.0 if z is None else z))
     except PrivacyError as error:
