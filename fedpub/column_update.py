@@ -38,6 +38,17 @@ class ColumnUpdate:
                 f"shape {expected}, got {tuple(self.values.shape)}"
             )
 
+    def well_formed(self) -> bool:
+        """Whether the columns are increasing (so distinct) and inside the tensor's last dimension. A repeated
+        column would add its values twice to the sum while the norm counted them once (100 repeats move the
+        release by 10× the clip over the cohort), an out-of-range one would write outside the tensor: the
+        server refuses such an update, like one holding a NaN."""
+        columns = self.columns
+        if not len(columns):
+            return True
+        in_range = bool(columns[0] >= 0) and bool(columns[-1] < self.shape[-1])
+        return in_range and bool((columns[1:] > columns[:-1]).all())
+
     @property
     def dtype(self) -> torch.dtype:
         return self.values.dtype

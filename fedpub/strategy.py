@@ -17,7 +17,7 @@ import torch
 
 from fedpub import tree
 from fedpub.cohort_updates import Cohort, global_norms, tensor_norms
-from fedpub.column_update import UpdateValue
+from fedpub.column_update import ColumnUpdate, UpdateValue
 from fedpub.privacy.events import CohortRule, Group, composed, merged, round_event
 from fedpub.seeding import numpy_generator
 from fedpub.step import Releases, Step
@@ -37,9 +37,11 @@ class RoundOutcome:
 def fits(update: Mapping[str, UpdateValue], params: Params) -> bool:
     """True when ``update`` has exactly the parameters' keys, shapes and dtypes (another dtype would silently
     change the global model's, e.g. to float64). A tensor may be a :class:`~fedpub.column_update.ColumnUpdate`
-    (its shape is the whole tensor's)."""
+    (its shape is the whole tensor's) whose columns are distinct and in range (:meth:`ColumnUpdate.well_formed`)."""
     return update.keys() == params.keys() and all(
-        update[k].shape == params[k].shape and update[k].dtype == params[k].dtype for k in params
+        update[k].shape == params[k].shape and update[k].dtype == params[k].dtype
+        and (not isinstance(update[k], ColumnUpdate) or update[k].well_formed())
+        for k in params
     )
 
 

@@ -6,6 +6,11 @@ import pytest
 import torch
 
 from fedpub.column_update import ColumnUpdate, RowSum, dense, vector_norms
+from fedpub.privacy.events import PoissonSampling
+from fedpub.step import chain
+from fedpub.steps.aggregate import aggregate
+from fedpub.steps.clip import clip
+from fedpub.strategy import StrategyCore
 
 
 def _pair() -> tuple[ColumnUpdate, torch.Tensor]:
@@ -32,3 +37,30 @@ def test_values_must_fit_the_shape_and_the_columns():
         ColumnUpdate(torch.tensor([0, 1]), torch.zeros(3, 2), torch.Size((3, 7)))
     with pytest.raises(ValueError, match="columns must be a 1-D int64 tensor, got torch.float32"):
         ColumnUpdate(torch.tensor([0.0, 1.0]), torch.zeros(2, 3), torch.Size((3, 7)))
+
+
+@pytest.mark.parametrize(
+    ("columns", "well_formed"),
+    [([1, 4, 5], True), ([], True), ([4, 4, 5], False), ([5, 4, 1], False), ([-1, 4, 5], False), ([1, 4, 7], False)],
+)
+def test_only_distinct_increasing_in_range_columns_are_well_formed(columns, well_formed):
+    update = ColumnUpdate(torch.tensor(columns, dtype=torch.long), torch.ones(len(columns), 3), torch.Size((3, 7)))
+    assert update.well_formed() is well_formed
+
+
+def test_a_repeated_or_out_of_range_column_is_refused_like_a_nan_update():
+    """One column repeated 100 times would add 100× its values to the sum while its norm counts them 10×: the
+    core refuses the update (it contributes nothing, and counts as failed), as it refuses a NaN one."""
+
+    params = {"w": torch.zeros(3, 7)}
+    core = StrategyCore("mean", chain(clip(1.0), aggregate()),
+                        PoissonSampling(0.5), population=4, seed=0)
+    honest = {"w": ColumnUpdate(torch.tensor([2]), torch.full((1, 3), 0.1), torch.Size((3, 7)))}
+    repeated = {"w": ColumnUpdate(torch.full((100,), 3), torch.full((100, 3), 0.1), torch.Size((3, 7)))}
+    outside = {"w": ColumnUpdate(torch.tensor([7]), torch.full((1, 3), 0.1), torch.Size((3, 7)))}
+    nan = {"w": torch.full((3, 7), float("nan"))}
+    outcomes = [core.aggregate(params, [honest, bad], core.init(params), 0) for bad in (repeated, outside, nan)]
+    for outcome in outcomes:
+        assert outcome.metrics["cohort_failed"] == 1.0
+        torch.testing.assert_close(outcome.params["w"], outcomes[-1].params["w"])
+    assert outcomes[0].params["w"][:, 3].abs().sum() == 0 and outcomes[0].params["w"][:, 2].abs().sum() > 0
