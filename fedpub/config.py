@@ -101,6 +101,12 @@ class DataConfig(_Section):
     eval_clients: int | None = Field(
         200, ge=1, description="test clients evaluated (the first ones by id); null = all"
     )
+    eval_users: Literal["auto", "public", "all"] = Field(
+        "auto",
+        description="whose test examples evaluate the model: `public`, the public users'; `all`, every test "
+        "client's, private users' included (labelled so in every file and plot: their examples are not covered "
+        "by DP); `auto`, the public users' when they have test examples, else all",
+    )
     cache_mb: int = Field(
         1024, ge=0, description="MB of decoded training users kept in memory between rounds (and as much again "
         "for held-out public users), least recently used dropped first; 0 = read every user from the file each "
@@ -373,6 +379,18 @@ class PrivacyConfig(_Section):
         ge=1,
         description="rounds between ε reports in metrics.jsonl (a PLD evaluation costs 0.1-0.4 s); null = on "
         "evaluation rounds and the last round. With budget_epsilon every round is priced anyway and reported",
+    )
+    randomness: Literal["auto", "secret", "reproducible"] = Field(
+        "auto",
+        description="where the noise and the private cohorts are drawn from: `secret`, a seed from the OS's CSPRNG "
+        "held only by the server; `reproducible`, a function of `seed` and `name` (not private against anyone "
+        "holding the config); `auto`, secret in a deployment (flwr run), reproducible in a simulation",
+    )
+    diagnostics: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="write diagnostics.jsonl, un-noised statistics of the private users (realised cohort, "
+        "failures, update norms, clipped fraction, training loss): outside the DP guarantee; `auto`, on in a "
+        "simulation, off in a deployment",
     )
 
 

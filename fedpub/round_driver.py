@@ -126,11 +126,11 @@ class RoundDriver:
             sampled=len(plan.private_cohort) + len(extra),
             public_updates=[public_replies[c] for c in plan.public_cohort if c in public_replies],
         )
-        return outcome if self.release(outcome.event, outcome.metrics) else None
+        return outcome if self.release(outcome.event, outcome.diagnostics) else None
 
-    def release(self, event: dp_accounting.DpEvent, metrics: Mapping[str, float]) -> bool:
+    def release(self, event: dp_accounting.DpEvent, diagnostics: Mapping[str, float]) -> bool:
         """The budget rule: compose ``event`` (a round's actual event) unless that would take ε past the
-        budget; count the round towards the failure streak (``metrics``: ``cohort_sampled``, ``cohort_failed``).
+        budget; count the round towards the failure streak (``diagnostics``: ``cohort_sampled``, ``cohort_failed``).
         False, and nothing composed, when the budget stops the run."""
         if self.stopped_by_budget or (
             self.budget_epsilon is not None and self.accountant.epsilon_if(event, self.delta) > self.budget_epsilon
@@ -138,8 +138,8 @@ class RoundDriver:
             self.stopped_by_budget = True
             return False
         self.accountant.compose(event)
-        sampled = metrics.get("cohort_sampled", 0.0)
-        every_user_failed = sampled > 0 and metrics.get("cohort_failed", 0.0) == sampled
+        sampled = diagnostics.get("cohort_sampled", 0.0)
+        every_user_failed = sampled > 0 and diagnostics.get("cohort_failed", 0.0) == sampled
         self.failed_streak = self.failed_streak + 1 if every_user_failed else 0
         return True
 

@@ -144,7 +144,7 @@ def _run(name: str, step: Step, updates: Any, state: StepState, ctx: RoundContex
 
 
 def named_chain(*named_steps: tuple[str, Step]) -> Step:
-    """Compose steps in order; the state is a dict by step name, metrics are ``name/metric``. The chain reads
+    """Compose steps in order; the state is a dict by step name, metrics and diagnostics are ``name/metric``. The chain reads
     the round's inputs its steps read and declares every output of its steps."""
     names = [name for name, _ in named_steps]
     if len(set(names)) != len(names):
@@ -161,6 +161,7 @@ def named_chain(*named_steps: tuple[str, Step]) -> Step:
             raise ValueError(f"a chain's inputs are the round's ({', '.join(ROUND_INPUTS)}), got {unknown}")
         new_state: ChainState = {}
         metrics: dict[str, float] = {}
+        diagnostics: dict[str, float] = {}
         events: list = []
         available = dict(inputs)
         chain_outputs: dict[str, Any] = {}
@@ -169,10 +170,11 @@ def named_chain(*named_steps: tuple[str, Step]) -> Step:
             updates = result.updates
             new_state[name] = result.state
             metrics.update({f"{name}/{k}": v for k, v in result.metrics.items()})
+            diagnostics.update({f"{name}/{k}": v for k, v in result.diagnostics.items()})
             events.extend(result.events)
             available.update(result.outputs)
             chain_outputs.update(result.outputs)
-        return StepResult(updates, new_state, metrics, tuple(events), chain_outputs)
+        return StepResult(updates, new_state, metrics, tuple(events), chain_outputs, diagnostics)
 
     def releases(round_index: int, **inputs: Any) -> Releases:
         events: list = []

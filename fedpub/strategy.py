@@ -26,12 +26,14 @@ from fedpub.types import Params, RoundContext, StepState, Updates
 
 @dataclass(frozen=True)
 class RoundOutcome:
-    """The new global parameters, the new strategy state, the round's metrics and DP event."""
+    """The new global parameters, the new strategy state, the round's metrics (released: what DP covers) and
+    diagnostics (un-noised statistics of the private users, outside the guarantee) and its DP event."""
 
     params: Params
     state: StepState
     metrics: Mapping[str, float]
     event: dp_accounting.DpEvent
+    diagnostics: Mapping[str, float]
 
 
 def fits(update: Mapping[str, UpdateValue], params: Params) -> bool:
@@ -145,12 +147,13 @@ class StrategyCore:
         result = self.aggregator.update(
             rows, state, ctx=ctx, public_mean=public_mean, public_updates=public_rows
         )
-        metrics = {
-            **result.metrics,
-            "cohort_sampled": float(sampled),
-            "cohort_failed": float(sampled - len(rows)),
-        }
+        metrics = dict(result.metrics)
         if self.public_cohort:
             metrics["public_cohort_used"] = float(len(public_rows))
+        diagnostics = {
+            **result.diagnostics, "cohort_sampled": float(sampled), "cohort_failed": float(sampled - len(rows))
+        }
         new_params = tree.add(params, result.updates)
-        return RoundOutcome(new_params, result.state, metrics, round_event(self.sampling, result.events))
+        return RoundOutcome(
+            new_params, result.state, metrics, round_event(self.sampling, result.events), diagnostics
+        )

@@ -62,6 +62,10 @@ class StepResult:
     ``outputs`` are named values later steps of a chain receive as keyword inputs (for example the
     clip step's ``clip_norm`` read by the noise step); ``events`` are the DP events this step's
     release costs, composed by the round loop.
+
+    ``metrics`` are released with the model: only what DP covers (noised values, functions of the released
+    model, the config or public users). ``diagnostics`` are un-noised statistics of the private users (norms, the
+    exact clipped fraction, the realised cohort): they go to the run's diagnostics file, outside the guarantee.
     """
 
     updates: Cohort | Updates
@@ -69,3 +73,4 @@ class StepResult:
     metrics: Mapping[str, float] = field(default_factory=dict)
     events: tuple[dp_accounting.DpEvent, ...] = ()
     outputs: Mapping[str, Any] = field(default_factory=dict)
+    diagnostics: Mapping[str, float] = field(default_factory=dict)

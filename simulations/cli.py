@@ -63,7 +63,8 @@ def _round_progress(label: str = "round") -> Progress:
 
 
 def _round_reporter(progress: Progress, task: TaskID, metric: str) -> Callable[[dict[str, Any]], None]:
-    """An ``on_round`` callback moving ``task`` on and showing the headline metric, ε and the cohort."""
+    """An ``on_round`` callback moving ``task`` on and showing the headline metric, ε and the realised cohort (a
+    diagnostic the server sees; shown on its console, never written to a released file)."""
     status = {"acc": "–", "epsilon": "–"}
 
     def on_round(record: dict[str, Any]) -> None:
@@ -74,7 +75,8 @@ def _round_reporter(progress: Progress, task: TaskID, metric: str) -> Callable[[
         progress.update(
             task,
             completed=record["round"] + 1,
-            status=f"{metric} {status['acc']}  ε {status['epsilon']}  cohort {int(record['cohort_sampled'])}",
+            status=f"{metric} {status['acc']}  ε {status['epsilon']}  "
+            f"cohort {int(record['diagnostics']['cohort_sampled'])}",
         )
 
     return on_round
@@ -128,6 +130,8 @@ def run(
         f"device {experiment.device}, backend {backend}",
         highlight=False,
     )
+    console.print(f"randomness {experiment.randomness.statement()}", highlight=False)
+    console.print(f"evaluated on {experiment.eval_users.label}", highlight=False)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
     progress = _round_progress()
     metric = experiment.task.headline
@@ -148,7 +152,8 @@ def run(
         f"user-level (ε, δ) = ([bold]{result.epsilon:.4g}[/], {result.delta:g})",
         highlight=False,
     )
-    console.print(f"results in {run_dir.root}/ (summary.md, metrics.jsonl, ledger.json, accuracy.png)")
+    diagnostics = ", diagnostics.jsonl (outside the DP guarantee)" if experiment.diagnostics else ""
+    console.print(f"results in {run_dir.root}/ (summary.md, metrics.jsonl, ledger.json, accuracy.png{diagnostics})")
 
 
 @app.command()

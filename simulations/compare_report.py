@@ -2,8 +2,10 @@
 
 One row per run (``compare.csv``): strategy label, target ε, seed, ε achieved and δ (from the
 run's ledger), the noise multiplier z of its first round's noisy sum, rounds done, every final test
-metric and the training wall time (the sum of the rounds' ``wall_time`` in ``metrics.jsonl``, so
-the table of a resumed run counts each round once and ``fedpub report`` reproduces it). The
+metric, whose test examples evaluated it (``evaluated_on``: an evaluation on private users' examples is said so
+in the tables and plots) and the training wall time (the sum of the rounds' ``wall_time`` in the run's
+``diagnostics.jsonl``, so the table of a resumed run counts each round once and ``fedpub report`` reproduces it;
+empty when the run wrote no diagnostics). The
 markdown table (``compare.md``) has one row per (strategy, ε): mean ± std over seeds, the task's
 headline metric first. Two plots: the headline metric against ε (error bars: std over seeds) and
 against the round (mean over seeds, one panel per ε).
@@ -38,7 +40,10 @@ Row = dict[str, Any]
 Curve = list[tuple[int, float]]
 """(round, headline test metric) of each evaluation of a run."""
 
-ROW_KEYS = ("strategy", "target_epsilon", "seed", "epsilon", "delta", "noise_multiplier", "rounds_done")
+ROW_KEYS = (
+    "strategy", "target_epsilon", "seed", "epsilon", "delta", "noise_multiplier", "rounds_done", "evaluated_on"
+)
+TEXT_KEYS = ("strategy", "evaluated_on")
 CSV_FILE, TABLE_FILE = "compare.csv", "compare.md"
 EPSILON_PLOT, ROUND_PLOT = "accuracy_vs_epsilon.png", "accuracy_vs_round.png"
 OUTPUT_FILES = (CSV_FILE, TABLE_FILE, EPSILON_PLOT, ROUND_PLOT)
@@ -89,7 +94,7 @@ def read_run(
     ``final_metrics.json``, else its last evaluation."""
     config = _stored_config(run_dir)
     ledger = json.loads(run_dir.ledger_path.read_text(encoding="utf-8"))
-    records = run_dir.read_metrics()
+    records, diagnostics = run_dir.read_metrics(), run_dir.read_diagnostics()
     headline = get_task(config["task"]).headline
     if final_metrics is None:
         final_metrics = run_dir.read_final_metrics()
@@ -106,8 +111,9 @@ def read_run(
         "delta": float(ledger["delta"]),
         "noise_multiplier": _first_noise_multiplier(ledger["event"]),
         "rounds_done": ledger["rounds"],
+        "evaluated_on": (run_dir.read_final_metrics() or {}).get("evaluated_on"),
         **{k: float(final_metrics[k]) for k in _metric_keys([final_metrics], headline)},
-        "wall_time_s": sum(float(r.get("wall_time", 0.0)) for r in records),
+        "wall_time_s": sum(float(r["wall_time"]) for r in diagnostics) if diagnostics else None,
     }
     return ComparedRun(row, eval_curve(records, headline), headline)
 
@@ -137,7 +143,7 @@ def csv_text(rows: Sequence[Row], headline: str) -> str:
 def read_csv(path: Path) -> list[Row]:
     """The rows of a ``compare.csv`` with their numbers parsed (an empty cell is None)."""
     def value(key: str, text: str) -> Any:
-        if key == "strategy" or text == "":
+        if key in TEXT_KEYS or text == "":
             return text or None
         return int(text) if key in ("seed", "rounds_done") else float(text)
 
@@ -190,8 +196,8 @@ def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
             mean, std = _stats(values)
             cells.append("—" if not values else f"{mean:.4f} ± {std:.4f}" if len(values) > 1 else f"{mean:.4f}")
         means = {key: _stats(_values(members, key))[0] for key in ("epsilon", "noise_multiplier", "wall_time_s")}
-        cells += [f"{means['epsilon']:.4g}", f"{means['noise_multiplier']:.4g}", f"{means['wall_time_s']:.1f}",
-                  str(len(members))]
+        wall = "—" if math.isnan(means["wall_time_s"]) else f"{means['wall_time_s']:.1f}"
+        cells += [f"{means['epsilon']:.4g}", f"{means['noise_multiplier']:.4g}", wall, str(len(members))]
         lines.append("| " + " | ".join(cells) + " |")
     deltas = ", ".join(f"{d:g}" for d in sorted({r.row["delta"] for r in runs}))
     lines += [
@@ -199,11 +205,18 @@ def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
         f"Mean ± standard deviation over seeds of the final test metrics; user-level ε at δ = {deltas}, "
         "z the noise multiplier of the first round's noisy sum, wall time the training rounds' sum. "
         "Hyper-parameter tuning is not counted in ε. — : the metric does not apply (e.g. `private test` is the "
-        "last private model before model reuse).",
+        "last private model before model reuse), or the run wrote no diagnostics (wall time).",
+        f"Evaluated on {evaluated_on(runs)}.",
     ]
     if any(r.row["target_epsilon"] is None for r in runs):
         lines.append("Runs with a fixed noise multiplier are listed at the ε they achieved (3 digits).")
     return "\n".join(lines) + "\n"
+
+
+def evaluated_on(runs: Sequence[ComparedRun]) -> str:
+    """Whose test examples the runs were evaluated on, in words (private users' are said so)."""
+    labels = sorted({str(r.row.get("evaluated_on") or "unrecorded test examples") for r in runs})
+    return " / ".join(labels)
 
 
 # -- plots ------------------------------------------------------------------------------------
@@ -228,6 +241,7 @@ def plot_metric_vs_epsilon(runs: Sequence[ComparedRun], path: Path) -> None:
         ax.set_xscale("log")
     ax.set_xlabel("user-level ε")
     ax.set_ylabel(f"final test {headline}")
+    ax.set_title(f"evaluated on {evaluated_on(runs)}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend()
     _save(fig, path)
@@ -258,6 +272,7 @@ def plot_metric_vs_round(runs: Sequence[ComparedRun], path: Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"test {headline} (mean over seeds)")
+    fig.suptitle(f"evaluated on {evaluated_on(runs)}", fontsize=9)
     axes[0][-1].legend()
     _save(fig, path)
 

@@ -54,6 +54,7 @@ def run_in_process(
         keep_freed_memory()
     cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
+    experiment = session.experiment  # a resumed run's noise and cohorts come from its checkpointed privacy seed
     trainer = experiment.cohort_trainer(session.model)
     if log is not None:
         log(trainer.describe())

@@ -9,7 +9,8 @@ before a run directory exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import dp_accounting
 import torch
@@ -22,10 +23,12 @@ from fedpub.data.base import FederatedDataset
 from fedpub.data.registry import load_data
 from fedpub.models.seeded import new_model
 from fedpub.privacy.accountant import UserLevelAccountant
+from fedpub.privacy.randomness import PrivacyRandomness, resolve_randomness
 from fedpub.round_driver import RoundDriver
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
 from strategies.build import build_experiment_strategy, new_accountant
+from simulations.evaluation import EvaluationUsers, evaluation_users
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Experiment:
     private_ids: list[str]
     public_ids: list[str]
     public_data: FederatedDataset
-    eval_ids: list[str]
+    eval_users: EvaluationUsers
     strategy: StrategyCore
     noise_multiplier: float
     planned_event: dp_accounting.DpEvent
@@ -45,6 +48,18 @@ class Experiment:
     local_training: LocalTrainingConfig
     task: Task
     device: torch.device
+    randomness: PrivacyRandomness
+    """The privacy seed of the noise and cohorts, and whether it is secret (never written to a released file)."""
+    diagnostics: bool
+    """Whether the run writes diagnostics.jsonl (statistics of private users that DP does not cover)."""
+    core_with_seed: Callable[[int], StrategyCore]
+
+    def with_randomness(self, randomness: PrivacyRandomness) -> Experiment:
+        """This experiment with its noise and cohorts drawn from ``randomness`` (a resumed run's, from its
+        checkpoint)."""
+        if randomness == self.randomness:
+            return self
+        return replace(self, randomness=randomness, strategy=self.core_with_seed(randomness.seed))
 
     def new_accountant(self) -> UserLevelAccountant:
         return new_accountant(self.config.privacy, self.strategy.sampling)
@@ -70,11 +85,16 @@ class Experiment:
         return new_model(self.config, self.train.num_classes, self.device)
 
 
-def build_experiment(config: ExperimentConfig) -> Experiment:
-    """The experiment ``config`` describes: its users, its device, its private strategy, its local training."""
+def build_experiment(config: ExperimentConfig, *, deployment: bool = False) -> Experiment:
+    """The experiment ``config`` describes: its users, its device, its private strategy, its local training.
+    ``deployment`` (``flwr run``): ``privacy.randomness`` and ``privacy.diagnostics`` ``auto`` mean a secret privacy
+    seed and no diagnostics (in a simulation: reproducible, with diagnostics)."""
     data = load_data(config)
     device = resolve_device(config.device)
-    built = build_experiment_strategy(config, data)
+    randomness = resolve_randomness(
+        config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name
+    )
+    built = build_experiment_strategy(config, data, privacy_seed=randomness.seed)
     return Experiment(
         config=config,
         train=data.train,
@@ -82,7 +102,9 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         private_ids=data.private_ids,
         public_ids=data.public_ids,
         public_data=data.public,
-        eval_ids=list(data.test.client_ids)[: config.data.eval_clients],
+        eval_users=evaluation_users(
+            data.test.client_ids, data.public_ids, config.data.eval_users, config.data.eval_clients
+        ),
         strategy=built.core,
         noise_multiplier=built.noise_multiplier,
         planned_event=built.planned_event,
@@ -90,4 +112,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         local_training=LocalTrainingConfig(**config.client.local_training_fields()),
         task=get_task(config.task),
         device=device,
+        randomness=randomness,
+        diagnostics=config.privacy.diagnostics == "on" or (config.privacy.diagnostics == "auto" and not deployment),
+        core_with_seed=built.core_with_seed,
     )

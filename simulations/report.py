@@ -17,8 +17,11 @@ if TYPE_CHECKING:
     from simulations.experiment import Experiment
 
 
-def write_plot(records: Sequence[Mapping[str, Any]], path: Path, metric: str = "accuracy") -> None:
-    """The test ``metric`` (left axis) and ε spent (right axis) against the round."""
+def write_plot(
+    records: Sequence[Mapping[str, Any]], path: Path, metric: str = "accuracy", evaluated_on: str | None = None
+) -> None:
+    """The test ``metric`` (left axis) and ε spent (right axis) against the round (counted from 1);
+    ``evaluated_on`` (whose test examples) is the plot's title."""
     key = f"eval_{metric}"
     evaluated = [r for r in records if key in r]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -26,6 +29,8 @@ def write_plot(records: Sequence[Mapping[str, Any]], path: Path, metric: str = "
     ax.set_xlabel("round")
     ax.set_ylabel(f"test {metric}", color="C0")
     ax.grid(alpha=0.3)
+    if evaluated_on is not None:
+        ax.set_title(f"evaluated on {evaluated_on}", fontsize=9)
     eps = [(r["round"] + 1, float(r["epsilon"])) for r in records if "epsilon" in r]  # inf is stored as "inf"
     if eps and all(e < float("inf") for _, e in eps):
         twin = ax.twinx()
@@ -57,11 +62,13 @@ def write_summary(
     final_eval: Mapping[str, float],
     epsilon: float,
     stopped_by_budget: bool,
+    *,
+    wall_time: float | None,
 ) -> None:
+    """``wall_time``: the rounds' training time, from the diagnostics (None when they are off)."""
     cfg = experiment.config
     strategy = experiment.strategy
     metric = experiment.task.headline
-    wall = sum(r.get("wall_time", 0.0) for r in records)
     parts = [name for name in PUBLIC_PARTS if getattr(cfg.strategy, name) is not None]
     moving_clip = cfg.strategy.adaptive_clip is not None or cfg.strategy.public_schedule is not None
     lines = [
@@ -75,13 +82,16 @@ def write_summary(
         + " |",
         f"| final test {metric} | {final_eval[f'eval_{metric}']:.4f} |",
         f"| final test loss | {final_eval['eval_loss']:.4f} |",
+        f"| evaluated on | {experiment.eval_users.label} |",
         f"| user-level (ε, δ) | ({epsilon:.4g}, {cfg.privacy.delta:g}), {cfg.privacy.accountant.upper()} accountant |",
         f"| private users N | {strategy.population} (public users, not in N: {len(experiment.public_ids)}) |",
-        f"| sampling | {type(strategy.sampling).__name__}, expected cohort m = {strategy.expected_cohort:g} |",
+        f"| sampling | {type(strategy.sampling).__name__}, expected cohort m = {strategy.expected_cohort:g}, "
+        f"q = {strategy.expected_cohort / strategy.population:.4g} |",
         f"| noise multiplier z | {experiment.noise_multiplier:.4g} |",
         f"| clip norm C | {cfg.strategy.clip_norm:g}" + (" (initial; it moves)" if moving_clip else "") + " |",
         f"| public-data parts | {', '.join(parts) or 'none'} |",
-        f"| training wall time | {wall:.1f} s |",
+        f"| training wall time | "
+        + ("not recorded (diagnostics off) |" if wall_time is None else f"{wall_time:.1f} s (a diagnostic) |"),
         "",
         *(
             [f"The released model is fine-tuned on public data (model reuse); the last private model scored "
@@ -96,6 +106,13 @@ def write_summary(
         f"ε is for one user (all of a user's data) under {NEIGHBOURS[strategy.sampling.neighboring_relation.name]}"
         " neighbours (the cohort rule's). Hyper-parameter tuning is not counted in ε.",
         "The ledger (`ledger.json`) holds the composed DpEvent so anyone can recompute ε.",
+        "",
+        f"Randomness: {experiment.randomness.statement()}.",
+        "",
+        "Released: the model, ε and `metrics.jsonl` (noised or public statistics and the evaluation). "
+        + ("`diagnostics.jsonl` holds un-noised statistics of the private users (realised cohort, failures, norms, "
+           "training loss): it is outside the DP guarantee, for the server's eyes only."
+           if experiment.diagnostics else "No diagnostics were written."),
         "",
     ]
     write_text_atomic(path, "\n".join(lines))

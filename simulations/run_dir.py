@@ -1,9 +1,13 @@
 """What a run leaves behind in ``runs/<name>/`` (DESIGN.md §8), each file written atomically.
 
-``config.yaml`` (resolved), ``metrics.jsonl`` (one record per round), ``ledger.json`` (the
-composed DpEvent and ε), ``checkpoint.pt`` (model, step states, accountant), ``accuracy.png`` and
-``summary.md``, ``final_metrics.json`` (the released model's final evaluation); ``released_model.pt``
-when the released model is not the last private one (model reuse).
+Released (what DP covers, or says plainly that it does not): ``config.yaml`` (resolved), ``metrics.jsonl`` (one
+record per round), ``ledger.json`` (the composed DpEvent and ε), ``accuracy.png`` and ``summary.md``,
+``final_metrics.json`` (the released model's final evaluation); ``released_model.pt`` when the released model is
+not the last private one (model reuse).
+
+Not released: ``diagnostics.jsonl`` (one record per round of un-noised statistics of the private users, outside
+the DP guarantee; written only when diagnostics are on) and ``checkpoint.pt`` (model, step states with the noise
+generators, the privacy seed, the accountant), which are the server's alone.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class RunDirectory:
 
     config_path = property(lambda self: self.root / "config.yaml")
     metrics_path = property(lambda self: self.root / "metrics.jsonl")
+    diagnostics_path = property(lambda self: self.root / "diagnostics.jsonl")
     ledger_path = property(lambda self: self.root / "ledger.json")
     checkpoint_path = property(lambda self: self.root / "checkpoint.pt")
     plot_path = property(lambda self: self.root / "accuracy.png")
@@ -45,28 +50,28 @@ class RunDirectory:
     def stored_config(self) -> str | None:
         return self.config_path.read_text() if self.config_path.exists() else None
 
-    # -- per-round metrics -------------------------------------------------------------
+    # -- per-round records -------------------------------------------------------------
     def append_metrics(self, record: Mapping[str, Any]) -> None:
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(_jsonable(record)) + "\n")
+        _append(self.metrics_path, record)
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """The records; a last line cut short (the process killed while appending it) is left out."""
-        if not self.metrics_path.exists():
-            return []
-        text = self.metrics_path.read_text()
-        lines = text.splitlines()
-        if lines and not text.endswith("\n"):
-            try:
-                json.loads(lines[-1])
-            except json.JSONDecodeError:
-                lines.pop()
-        return [json.loads(line) for line in lines if line.strip()]
+        """The released records; a last line cut short (the process killed while appending it) is left out."""
+        return _read_records(self.metrics_path)
 
-    def truncate_metrics(self, rounds_done: int) -> None:
-        """Keep only the records of rounds ``< rounds_done`` (those the checkpoint covers)."""
-        kept = [r for r in self.read_metrics() if r["round"] < rounds_done]
-        write_text_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+    def append_diagnostics(self, record: Mapping[str, Any]) -> None:
+        _append(self.diagnostics_path, record)
+
+    def read_diagnostics(self) -> list[dict[str, Any]]:
+        """The diagnostics records (none when diagnostics are off)."""
+        return _read_records(self.diagnostics_path)
+
+    def truncate_records(self, rounds_done: int) -> None:
+        """Keep only the metrics and diagnostics of rounds ``< rounds_done`` (those the checkpoint covers)."""
+        for path in (self.metrics_path, self.diagnostics_path):
+            if not path.exists():
+                continue
+            kept = [r for r in _read_records(path) if r["round"] < rounds_done]
+            write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
     # -- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, checkpoint: Mapping[str, Any]) -> None:
@@ -78,11 +83,11 @@ class RunDirectory:
             return None
         return torch.load(self.checkpoint_path, weights_only=False)
 
-    def save_final_metrics(self, metrics: Mapping[str, float]) -> None:
-        """The released model's final evaluation (after model reuse, if any)."""
+    def save_final_metrics(self, metrics: Mapping[str, float | str]) -> None:
+        """The released model's final evaluation (after model reuse, if any) and ``evaluated_on``."""
         write_text_atomic(self.final_metrics_path, json.dumps(_jsonable(metrics), indent=1))
 
-    def read_final_metrics(self) -> dict[str, float] | None:
+    def read_final_metrics(self) -> dict[str, float | str] | None:
         if not self.final_metrics_path.exists():
             return None
         return json.loads(self.final_metrics_path.read_text())
@@ -92,13 +97,32 @@ class RunDirectory:
             torch.save({k: v.detach().cpu() for k, v in params.items()}, tmp)
 
     def _files(self) -> tuple[Path, ...]:
-        return (self.config_path, self.metrics_path, self.ledger_path, self.checkpoint_path,
+        return (self.config_path, self.metrics_path, self.diagnostics_path, self.ledger_path, self.checkpoint_path,
                 self.plot_path, self.summary_path, self.released_path, self.final_metrics_path)
 
     def clear(self) -> None:
         """Remove the files a run writes (for ``--fresh``); other files are left alone."""
         for path in self._files():
             path.unlink(missing_ok=True)
+
+
+def _append(path: Path, record: Mapping[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(_jsonable(record)) + "\n")
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of ``path``; a last line cut short (the process killed while appending it) is left out."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        try:
+            json.loads(lines[-1])
+        except json.JSONDecodeError:
+            lines.pop()
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _jsonable(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -274,13 +274,13 @@ class SecAggDpStrategy(Strategy):
         self.core = experiment.strategy
         self.model = experiment.new_model()
         self.params = model_params(self.model)
-        steps = dict(strategy_steps(config.strategy, experiment.noise_multiplier, config.seed, config.rounds, None,
+        steps = dict(strategy_steps(config.strategy, experiment.noise_multiplier, self.core.seed, config.rounds, None,
                                     self.core.sampling))
         self.noise, self.server_opt = steps["noise"], steps["server_opt"]
         self.noise_state, self.opt_state = self.noise.init(self.params), self.server_opt.init(self.params)
         self.driver = experiment.round_driver(experiment.new_accountant())
         """Plans the cohorts and holds the one budget rule and the accountant (the SecAgg+ sum is aggregated here)."""
-        self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
+        self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_users.ids, experiment.device)
         self.records: list[dict[str, Any]] = []
         self._cohort: list[str] = []
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from logging import INFO
+
 from flwr.app import Context
+from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from clients.round_training import ServerPublicPool
@@ -40,12 +43,18 @@ def run_on_grid(
     *,
     fresh: bool = False,
     on_round: Callable[[dict[str, Any]], None] | None = None,
+    deployment: bool = False,
 ) -> RunResult:
-    """Run (or resume) ``config`` over the nodes of ``grid``; results go to the run directory."""
-    experiment = build_experiment(config)
+    """Run (or resume) ``config`` over the nodes of ``grid``; results go to the run directory. ``deployment``
+    (``flwr run``): the privacy seed is secret and diagnostics are off unless the config says otherwise."""
     session = RunSession(
-        experiment, RunDirectory(config.output_dir / config.name), fresh=fresh, checkpoint_each_round=True
+        build_experiment(config, deployment=deployment), RunDirectory(config.output_dir / config.name), fresh=fresh,
+        checkpoint_each_round=True,
     )
+    experiment = session.experiment
+    log(INFO, "fedpub: randomness %s", experiment.randomness.statement())
+    if not experiment.diagnostics:
+        log(INFO, "fedpub: diagnostics off (privacy.diagnostics); the run releases only what DP covers")
 
     def record_round(t, outcome, client_metrics, examples) -> None:
         record = session.record(t, outcome, client_metrics, examples)
@@ -79,15 +88,18 @@ def make_server_app(
     on_round: Callable[[dict[str, Any]], None] | None = None,
     results: list[RunResult] | None = None,
 ) -> ServerApp:
-    """A ServerApp bound to ``config`` (or reading it from the run config); the run's result is
-    appended to ``results`` when given (run_simulation returns nothing)."""
+    """A ServerApp bound to ``config`` (a simulation) or reading it from the run config (``flwr run``: a
+    deployment, see :func:`run_on_grid`); the run's result is appended to ``results`` when given (run_simulation
+    returns nothing)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         from clients.client_app import experiment_config
 
-        result = run_on_grid(grid, config or experiment_config(context), fresh=fresh, on_round=on_round)
+        result = run_on_grid(
+            grid, config or experiment_config(context), fresh=fresh, on_round=on_round, deployment=config is None
+        )
         if results is not None:
             results.append(result)
 

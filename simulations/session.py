@@ -4,6 +4,12 @@ A :class:`RunSession` restores a checkpointed run (or starts a new one), holds t
 the strategy state, the accountant and the :class:`~fedpub.round_driver.RoundDriver` over them, and after each
 round writes the metrics record, evaluates every k rounds and checkpoints atomically; at the end it writes the
 ledger, plot and summary. The backends only deliver the driver's plans and bring the replies back.
+
+What a round writes is split by what DP covers: ``metrics.jsonl`` is released (ε, the noised and public
+statistics, the evaluation), ``diagnostics.jsonl`` holds the un-noised statistics of the private users (realised
+cohort, failures, norms, training loss, examples, wall time), outside the guarantee and written only when the
+experiment asks for diagnostics. A secret privacy seed (:mod:`fedpub.privacy.randomness`) is checkpointed
+before the first release, so a resumed run draws the same noise and cohorts; the checkpoint is server-private.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from fedpub.config import PublicTrainingConfig, dump_config
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.ledger import write_ledger
+from fedpub.privacy.randomness import PrivacyRandomness
 from fedpub.strategy import RoundOutcome
 from fedpub.types import Params
 from simulations.evaluation import EvaluationSet, evaluate
@@ -65,10 +72,17 @@ class RunSession:
             raise RunDirectoryError(
                 f"{run_dir.root} holds a run with a different config; use another `name` or --fresh"
             )
+        checkpoint = None if fresh else run_dir.load_checkpoint()
+        if checkpoint is not None:
+            if "privacy_randomness" not in checkpoint:
+                raise RunDirectoryError(f"{run_dir.checkpoint_path} was written by an older fedpub; use --fresh")
+            experiment = experiment.with_randomness(PrivacyRandomness.from_dict(checkpoint["privacy_randomness"]))
         self.experiment, self.run_dir = experiment, run_dir
+        """The experiment, with a resumed run's privacy randomness (its checkpoint's)."""
         self._fresh, self._resolved, self._started = fresh, resolved, False
+        self._restored = checkpoint is not None
         self._checkpoint_each_round = checkpoint_each_round
-        self._unreleased: dict[str, Any] | None = None  # a checkpointed round's record not yet in metrics.jsonl
+        self._unreleased: dict[str, Any] | None = None  # a checkpointed round's records not yet written
         self.model = experiment.new_model()
         self.params = model_params(self.model)
         self.state = experiment.strategy.init(self.params)
@@ -76,7 +90,6 @@ class RunSession:
         self.rounds_done = 0
         self.average = init_average()
         self.public_metrics: dict[str, float] = {}
-        checkpoint = None if fresh else run_dir.load_checkpoint()
         if checkpoint is not None:
             self.params, self.state = checkpoint["params"], checkpoint["strategy_state"]
             self.accountant = UserLevelAccountant.from_dict(checkpoint["accountant"])
@@ -87,7 +100,7 @@ class RunSession:
             self.params = self._train_on_public(self.params, cfg.strategy.warm_start, "warm_start")
         self.driver = experiment.round_driver(self.accountant)
         """Plans each round and finishes it from the replies: the budget rule and the accountant's composition."""
-        self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_ids, experiment.device)
+        self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_users.ids, experiment.device)
         self.last_eval: dict[str, float] = {}
         self.last_eval_round = -1
         self._round_started = time.perf_counter()
@@ -101,10 +114,12 @@ class RunSession:
         if self._fresh:
             self.run_dir.clear()
         self.run_dir.start(self._resolved)
-        self.run_dir.truncate_metrics(self.rounds_done)
+        self.run_dir.truncate_records(self.rounds_done)
         if self._unreleased is not None and len(self.run_dir.read_metrics()) == self.rounds_done - 1:
-            self.run_dir.append_metrics(self._unreleased)  # checkpointed, then killed before its release
+            self._write(self._unreleased)  # checkpointed, then killed before its release
         self._started = True
+        if self.experiment.randomness.secret and not self._restored:
+            self.checkpoint()  # the secret seed, before anything drawn from it is released
 
     def _train_on_public(self, params: Params, config: PublicTrainingConfig, purpose: str) -> Params:
         """``params`` trained on the pooled public users (warm start or model reuse); its training
@@ -138,7 +153,8 @@ class RunSession:
         examples: int,
     ) -> dict[str, Any]:
         """Adopt the round's outcome (finished by :attr:`driver`, its event composed), write its metrics
-        record, evaluate and checkpoint when due; return the record. After a round that makes every sampled user
+        record (and diagnostics record), evaluate and checkpoint when due; return the metrics record with the
+        diagnostics under ``diagnostics`` (for the caller's progress display, not a file). After a round that makes every sampled user
         fail ``stop_after_failed_rounds`` times in a row: checkpoint and raise
         :class:`~fedpub.round_driver.CohortsKeepFailing`
         (like any crash the stop itself is outside the DP guarantee; the rounds released before it are all in
@@ -151,24 +167,25 @@ class RunSession:
         record: dict[str, Any] = {"round": round_index}
         if evaluates or self._reports_epsilon():
             record["epsilon"] = self.accountant.epsilon(self.delta)
-        record |= {
-            "delta": self.delta,
-            **outcome.metrics,
-            **{k: _mean([m[k] for m in client_metrics if k in m]) for k in ("train_loss", f"train_{headline}")},
-            "examples": examples,
-            **self.public_metrics,
-        }
+        record |= {"delta": self.delta, **outcome.metrics, **self.public_metrics}
         self.public_metrics = {}
         if cfg.strategy.model_average is not None:
             self.average = update_average(cfg.strategy.model_average, self.average, self.params)
         if evaluates:
-            record.update(self._evaluate())
-        record["wall_time"] = time.perf_counter() - self._round_started
+            record.update(self._evaluate(), evaluated_on=self.experiment.eval_users.label)
+        diagnostics = {
+            "round": round_index,
+            **outcome.diagnostics,
+            **{k: _mean([m[k] for m in client_metrics if k in m]) for k in ("train_loss", f"train_{headline}")},
+            "examples": examples,
+            "wall_time": time.perf_counter() - self._round_started,
+        }
+        records = {"metrics": record, "diagnostics": diagnostics}
         if self._checkpoint_each_round:
-            self.checkpoint(record)
-            self.run_dir.append_metrics(record)
+            self.checkpoint(records)
+            self._write(records)
         else:
-            self.run_dir.append_metrics(record)
+            self._write(records)
             if self.rounds_done % cfg.checkpoint_every == 0 or self.rounds_done == cfg.rounds:
                 self.checkpoint()
         if self.driver.keeps_failing:
@@ -176,7 +193,13 @@ class RunSession:
             raise self.driver.cohorts_keep_failing(
                 round_index, "checkpointed; fix the cause and run the same config again to resume"
             )
-        return record
+        return {**record, "diagnostics": diagnostics}
+
+    def _write(self, records: Mapping[str, dict[str, Any]]) -> None:
+        """A round's released record, and its diagnostics when the experiment writes them."""
+        self.run_dir.append_metrics(records["metrics"])
+        if self.experiment.diagnostics:
+            self.run_dir.append_diagnostics(records["diagnostics"])
 
     def _evaluate(self, params: Params | None = None) -> dict[str, float]:
         """Evaluate ``params`` (the global model) and, when configured, the averaged model (``avg_``)."""
@@ -189,11 +212,14 @@ class RunSession:
         self.last_eval_round = self.rounds_done
         return self.last_eval
 
-    def checkpoint(self, record: dict[str, Any] | None = None) -> None:
+    def checkpoint(self, records: dict[str, Any] | None = None) -> None:
         """The ledger, then the checkpoint, each written atomically: a crash between the two leaves a ledger
         that counts the round the checkpoint lacks (ε over-, never under-stated); resuming redoes that round
-        with the same seeds and writes both again. ``record``: the round's metrics record, released after."""
-        write_ledger(self.run_dir.ledger_path, self.accountant, self.delta)
+        with the same seeds and writes both again. ``records``: the round's metrics and diagnostics records,
+        written after. The checkpoint holds the privacy seed and the generators' states: server-private."""
+        write_ledger(
+            self.run_dir.ledger_path, self.accountant, self.delta, randomness=self.experiment.randomness.statement()
+        )
         self.run_dir.save_checkpoint(
             {
                 "rounds_done": self.rounds_done,
@@ -201,8 +227,9 @@ class RunSession:
                 "strategy_state": self.state,
                 "accountant": self.accountant.to_dict(),
                 "model_average": self.average,
+                "privacy_randomness": self.experiment.randomness.to_dict(),
                 "torch_version": torch.__version__,
-                "record": record,
+                "record": records,
             }
         )
 
@@ -220,12 +247,15 @@ class RunSession:
             self._evaluate(released)
             self.last_eval.update({**private_eval, **self.public_metrics})
             self.run_dir.save_released_params(released)
-        self.run_dir.save_final_metrics(self.last_eval)
+        final_metrics = {**self.last_eval, "evaluated_on": self.experiment.eval_users.label}
+        self.run_dir.save_final_metrics(final_metrics)
         epsilon = self.accountant.epsilon(self.delta)
         records = self.run_dir.read_metrics()
-        write_plot(records, self.run_dir.plot_path, self.experiment.task.headline)
+        write_plot(records, self.run_dir.plot_path, self.experiment.task.headline, self.experiment.eval_users.label)
+        diagnostics = self.run_dir.read_diagnostics() if self.experiment.diagnostics else None
         write_summary(
-            self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, self.driver.stopped_by_budget
+            self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, self.driver.stopped_by_budget,
+            wall_time=None if diagnostics is None else sum(r["wall_time"] for r in diagnostics),
         )
         return RunResult(
             self.run_dir, released, self.rounds_done, epsilon, self.delta, self.driver.stopped_by_budget,

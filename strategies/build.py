@@ -11,6 +11,7 @@ tree aggregation are priced from the step that releases them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,8 @@ class PrivateStrategy:
     planned_event: dp_accounting.DpEvent
     budget_epsilon: float | None
     privacy: PrivacyConfig
+    core_with_seed: Callable[[int], StrategyCore]
+    """The same recipe and noise multiplier with another privacy seed (a resumed secret run's)."""
 
     def new_accountant(self) -> UserLevelAccountant:
         return new_accountant(self.privacy, self.core.sampling)
@@ -75,14 +78,15 @@ def build_private_strategy(
     seed: int,
     side_information: Updates | None = None,
 ) -> PrivateStrategy:
-    """The recipe of ``strategy`` over ``population`` private users for ``rounds`` rounds. Raises (naming the
+    """The recipe of ``strategy`` over ``population`` private users for ``rounds`` rounds, its noise and cohorts
+    drawn from the privacy ``seed`` (:mod:`fedpub.privacy.randomness`). Raises (naming the
     field) when the accountant cannot price the planned run or its first round alone exceeds the budget."""
     sampling = make_sampling(strategy.sampling, population)
 
-    def core_for(noise_multiplier: float) -> StrategyCore:
+    def core_for(noise_multiplier: float, privacy_seed: int = seed) -> StrategyCore:
         return build_strategy(
-            strategy, sampling=sampling, population=population, noise_multiplier=noise_multiplier, seed=seed,
-            rounds=rounds, side_information=side_information,
+            strategy, sampling=sampling, population=population, noise_multiplier=noise_multiplier,
+            seed=privacy_seed, rounds=rounds, side_information=side_information,
         )
 
     def planned(noise_multiplier: float) -> dp_accounting.DpEvent:
@@ -98,7 +102,10 @@ def build_private_strategy(
         z = calibrate(planned, accountant.neighboring_relation, strategy.target_epsilon, privacy.delta,
                       privacy.accountant)
     core = core_for(z)
-    built = PrivateStrategy(core, z, core.planned_event(rounds), privacy_budget(strategy, privacy), privacy)
+    built = PrivateStrategy(
+        core, z, core.planned_event(rounds), privacy_budget(strategy, privacy), privacy,
+        core_with_seed=lambda privacy_seed: core_for(z, privacy_seed),
+    )
     if built.budget_epsilon is not None:
         check_first_round(
             PrivacyBudget(built.budget_epsilon, privacy.delta), accountant, core.planned_round_event(0)
@@ -121,13 +128,13 @@ def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updat
     return adadps.token_frequency_side_information(precondition, params, list(counts.values()))
 
 
-def build_experiment_strategy(config: ExperimentConfig, data: FederatedData) -> PrivateStrategy:
+def build_experiment_strategy(config: ExperimentConfig, data: FederatedData, *, privacy_seed: int) -> PrivateStrategy:
     """The recipe of ``config`` over the private users of ``data`` for ``config.rounds`` rounds, with its side
-    information. Raises (naming the field) as :func:`build_private_strategy` does, and when the recipe trains
-    public users the data does not have."""
+    information, its noise and cohorts drawn from ``privacy_seed``. Raises (naming the field) as
+    :func:`build_private_strategy` does, and when the recipe trains public users the data does not have."""
     strategy = config.strategy
     built = build_private_strategy(
-        strategy, config.privacy, population=len(data.private_ids), rounds=config.rounds, seed=config.seed,
+        strategy, config.privacy, population=len(data.private_ids), rounds=config.rounds, seed=privacy_seed,
         side_information=side_information(config, data.train),
     )
     if built.core.public_cohort and not data.public_ids:

@@ -61,6 +61,6 @@ def test_a_repeated_or_out_of_range_column_is_refused_like_a_nan_update():
     nan = {"w": torch.full((3, 7), float("nan"))}
     outcomes = [core.aggregate(params, [honest, bad], core.init(params), 0) for bad in (repeated, outside, nan)]
     for outcome in outcomes:
-        assert outcome.metrics["cohort_failed"] == 1.0
+        assert outcome.diagnostics["cohort_failed"] == 1.0
         torch.testing.assert_close(outcome.params["w"], outcomes[-1].params["w"])
     assert outcomes[0].params["w"][:, 3].abs().sum() == 0 and outcomes[0].params["w"][:, 2].abs().sum() > 0

@@ -83,8 +83,8 @@ def test_the_example_app_runs_dope_with_public_nodes_in_flower_simulation(exampl
         metrics = outcome.metrics
         assert metrics["public_cohort_used"] == config["public-clients-per-round"] == 2  # the public nodes trained
         assert metrics["recenter/center_norm"] > 0  # ... and recentered the clip
-        assert metrics["cohort_failed"] == 0
-        assert (examples > 0) == (metrics["cohort_sampled"] > 0)  # the private replies' num-examples came back
+        assert outcome.diagnostics["cohort_failed"] == 0
+        assert (examples > 0) == (outcome.diagnostics["cohort_sampled"] > 0)  # the private replies' num-examples came back
     for t in range(1, rounds + 1):
         assert strategy.result.train_metrics_clientapp[t]["public_cohort_used"] == 2
 

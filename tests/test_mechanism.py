@@ -131,8 +131,8 @@ def test_failed_replies_contribute_nothing_and_do_not_change_the_mechanism():
     faulty = core.aggregate(params, bad[:2] + good + bad[2:], core.init(params), 0)
     for k in params:
         torch.testing.assert_close(clean.params[k], faulty.params[k])
-    assert faulty.metrics["cohort_failed"] == 4.0 and faulty.event == clean.event
-    assert faulty.metrics["clip/norm_max"] == clean.metrics["clip/norm_max"]
+    assert faulty.diagnostics["cohort_failed"] == 4.0 and faulty.event == clean.event
+    assert faulty.diagnostics["clip/norm_max"] == clean.diagnostics["clip/norm_max"]
 
 
 def test_the_sampling_rate_comes_from_the_population():

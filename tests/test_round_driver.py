@@ -63,8 +63,8 @@ def test_replies_of_users_not_planned_are_ignored_and_missing_ones_count_as_fail
     plan = driver.plan(0, state)
     answered = {c: _update(i) for i, c in enumerate(plan.private_cohort[1:])}
     outcome = driver.finish(plan, params, state, {**answered, "intruder": _update(99)})
-    assert outcome.metrics["cohort_sampled"] == len(plan.private_cohort)
-    assert outcome.metrics["cohort_failed"] == 1
+    assert outcome.diagnostics["cohort_sampled"] == len(plan.private_cohort)
+    assert outcome.diagnostics["cohort_failed"] == 1
     assert driver.accountant.rounds == 1
 
 

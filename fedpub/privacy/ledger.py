@@ -23,8 +23,10 @@ from fedpub.privacy.events import event_from_dict, event_to_dict
 LEDGER_FORMAT = "fedpub.privacy.ledger/1"
 
 
-def ledger_record(accountant: UserLevelAccountant, delta: float) -> dict[str, Any]:
-    """The ledger of everything ``accountant`` composed, with epsilon at ``delta``."""
+def ledger_record(accountant: UserLevelAccountant, delta: float, *, randomness: str | None = None) -> dict[str, Any]:
+    """The ledger of everything ``accountant`` composed, with epsilon at ``delta``; ``randomness`` says where the
+    noise and cohorts were drawn from (:meth:`fedpub.privacy.randomness.PrivacyRandomness.statement`), since ε
+    holds only against whoever cannot rebuild them."""
     other = "rdp" if accountant.accountant == "pld" else "pld"
     ledger = accountant.ledger
     return {
@@ -40,12 +42,13 @@ def ledger_record(accountant: UserLevelAccountant, delta: float) -> dict[str, An
             ledger, delta, accountant.neighboring_relation, accountant.pld_discretization, accountants=[other]
         ),
         "dp_accounting_version": importlib.metadata.version("dp-accounting"),
+        **({"randomness": randomness} if randomness is not None else {}),
     }
 
 
-def write_ledger(path: Path, accountant: UserLevelAccountant, delta: float) -> None:
+def write_ledger(path: Path, accountant: UserLevelAccountant, delta: float, *, randomness: str | None = None) -> None:
     """Write :func:`ledger_record` to ``path`` atomically."""
-    write_json_atomic(path, ledger_record(accountant, delta))
+    write_json_atomic(path, ledger_record(accountant, delta, randomness=randomness))
 
 
 def read_ledger_event(path: Path) -> dp_event.DpEvent:

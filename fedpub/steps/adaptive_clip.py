@@ -18,7 +18,7 @@ import torch
 from fedpub.cohort_updates import Cohort
 from fedpub.seeding import torch_generator
 from fedpub.step import Releases, Step
-from fedpub.steps.clip import clip_factors
+from fedpub.steps.clip import clip_factors, norm_diagnostics
 from fedpub.types import Params, RoundContext, StepResult
 
 
@@ -57,18 +57,14 @@ def adaptive_clip(
         noise = float(torch.normal(0.0, 1.0, size=(), generator=gen)) * count_noise_std
         unclipped_fraction = (float((norms <= c).sum()) + noise) / ctx.expected_cohort
         next_c = c * math.exp(-learning_rate * (unclipped_fraction - target_quantile))
-        metrics = {
-            "clip_norm": c,
-            "next_clip_norm": next_c,
-            "noisy_unclipped_fraction": unclipped_fraction,
-            "clipped_fraction": float((norms > c).double().mean()) if norms.numel() else 0.0,
-        }
+        metrics = {"clip_norm": c, "next_clip_norm": next_c, "noisy_unclipped_fraction": unclipped_fraction}
         return StepResult(
             updates.scale(clip_factors(norms, c)),
             AdaptiveClipState(clip_norm=next_c, rng=gen.get_state()),
             metrics,
             (dp_accounting.GaussianDpEvent(count_noise_std),),
             outputs={"clip_norm": c},
+            diagnostics=norm_diagnostics(norms, c),
         )
 
     def releases(round_index: int) -> Releases:

@@ -20,7 +20,8 @@ def aggregate() -> Step:
         if not ctx.expected_cohort > 0:
             raise ValueError(f"expected_cohort must be > 0, got {ctx.expected_cohort}")
         mean: Updates = tree.scale(updates.sum(), 1.0 / ctx.expected_cohort)
-        metrics = {"cohort_size": float(len(updates)), "expected_cohort": ctx.expected_cohort}
-        return StepResult(mean, state, metrics)
+        return StepResult(
+            mean, state, {"expected_cohort": ctx.expected_cohort}, diagnostics={"cohort_size": float(len(updates))}
+        )
 
     return stateless(update)

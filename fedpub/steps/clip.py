@@ -30,6 +30,19 @@ def clip_factors(norms: torch.Tensor, clip_norm: float) -> torch.Tensor:
     return torch.clamp(clip_norm / norms.clamp_min(torch.finfo(norms.dtype).tiny), max=1.0)
 
 
+def norm_diagnostics(norms: torch.Tensor, clip_norm: float) -> dict[str, float]:
+    """The exact clipped fraction and the norms' mean, median and max: un-noised statistics of private users,
+    diagnostics outside the DP guarantee."""
+    if not norms.numel():
+        return {"clipped_fraction": 0.0}
+    return {
+        "clipped_fraction": float((norms > clip_norm).double().mean()),
+        "norm_mean": float(norms.mean()),
+        "norm_median": float(norms.median()),
+        "norm_max": float(norms.max()),
+    }
+
+
 def clip(clip_norm: float) -> Step:
     """Clip every client's update to L2 norm ``clip_norm`` (``math.inf`` disables clipping)."""
     if not clip_norm > 0:
@@ -42,16 +55,9 @@ def clip(clip_norm: float) -> Step:
         c = state["clip_norm"]
         norms = updates.norms()
         clipped = updates.scale(clip_factors(norms, c))
-        if norms.numel():
-            metrics = {
-                "clip_norm": c,
-                "clipped_fraction": float((norms > c).double().mean()),
-                "norm_mean": float(norms.mean()),
-                "norm_median": float(norms.median()),
-                "norm_max": float(norms.max()),
-            }
-        else:
-            metrics = {"clip_norm": c, "clipped_fraction": 0.0}
-        return StepResult(clipped, ClipState(clip_norm=c), metrics, outputs={"clip_norm": c})
+        return StepResult(
+            clipped, ClipState(clip_norm=c), {"clip_norm": c}, outputs={"clip_norm": c},
+            diagnostics=norm_diagnostics(norms, c),
+        )
 
     return Step(init, update, outputs=("clip_norm",))

@@ -23,7 +23,7 @@ from typing import TypedDict
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
 from fedpub.step import Releases, Step
-from fedpub.steps.clip import clip_factors
+from fedpub.steps.clip import clip_factors, norm_diagnostics
 from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
@@ -88,13 +88,13 @@ def public_schedule(
             "next_clip_norm": next_c,
             "next_noise_multiplier": next_z,
             "public_norm": public_norm,
-            "clipped_fraction": float((norms > c).double().mean()) if norms.numel() else 0.0,
         }
         return StepResult(
             clipped,
             ScheduleState(clip_norm=next_c, noise_multiplier=next_z),
             metrics,
             outputs={"clip_norm": c, "noise_multiplier": z},
+            diagnostics=norm_diagnostics(norms, c),
         )
 
     def releases(round_index: int) -> Releases:

@@ -171,7 +171,7 @@ def _floor(experiment: Experiment, rounds: int, *, cut: bool = False, flops: lis
 def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> Rounds:
     cfg = parse_config(cfg_dict)
     run(cfg)
-    records = RunDirectory(cfg.output_dir / cfg.name).read_metrics()
+    records = RunDirectory(cfg.output_dir / cfg.name).read_diagnostics()
     return [(r["wall_time"], int(r["cohort_sampled"])) for r in records]
 
 

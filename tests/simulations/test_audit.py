@@ -55,9 +55,9 @@ def test_the_real_mechanism_is_consistent_and_canaries_join_the_clipped_noisy_co
     root = tmp_path / "tiny_audit_x1_k400_s0"
     assert audit.run_dir == root and (root / "cosines.png").stat().st_size > 0
     assert json.loads((root / "audit.json").read_text())["empirical_epsilon"] == audit.empirical_epsilon
-    experiment = build_experiment(cfg)
+    experiment = build_experiment(cfg.model_copy(update={"name": root.name}))  # the audit run's cohorts
     canaries = Canaries(CANARIES, 0.25, 5.0, {}, seed=0)
-    records = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (root / "diagnostics.jsonl").read_text().splitlines()]
     for r in records:
         cohort = experiment.strategy.sample_cohort(experiment.private_ids, r["round"])
         assert r["cohort_sampled"] == len(cohort) + len(canaries.joined(r["round"]))

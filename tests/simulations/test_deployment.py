@@ -92,9 +92,10 @@ def write_experiment(
     strategy: dict | None = None,
     public: dict | None = None,
     flower: dict | None = None,
+    privacy: dict | None = None,
 ) -> Path:
     """DP-FedAvg over the three-user data unless told otherwise; ``strategy`` entries override the defaults,
-    ``public`` is ``data.public``, ``flower`` entries are added to the ``flower`` section."""
+    ``public`` is ``data.public``, ``flower`` and ``privacy`` entries are added to those sections."""
     raw = {
         "name": "deploy",
         "seed": 3,
@@ -109,7 +110,7 @@ def write_experiment(
         "client": {"epochs": 1, "batch_size": 4, "lr": 0.05},
         "strategy": {"name": "dp_fedavg", "clip_norm": 0.5, "noise_multiplier": NOISE,
                      "sampling": {"kind": "poisson", "clients_per_round": COHORT}, **(strategy or {})},
-        "privacy": {"delta": DELTA},
+        "privacy": {"delta": DELTA, **(privacy or {})},
         "flower": {"node_wait_timeout": 60, "round_timeout": 120, **(flower or {})},
     }
     if public is not None:
@@ -167,6 +168,9 @@ def check_completed_run(config_path: Path, rounds: int) -> None:
     root = cfg.output_dir / cfg.name
     for name in ("config.yaml", "metrics.jsonl", "ledger.json", "checkpoint.pt", "summary.md"):
         assert (root / name).stat().st_size > 0, name
+    # a deployment draws its noise and cohorts from a secret seed and releases no diagnostics
+    assert json.loads((root / "ledger.json").read_text())["randomness"].startswith("secret")
+    assert not (root / "diagnostics.jsonl").exists()
     records = run_records(cfg)
     assert [r["round"] for r in records] == list(range(rounds))
     sampling, noise, delta = expected_sampling(cfg), cfg.strategy.noise_multiplier, cfg.privacy.delta

@@ -66,8 +66,11 @@ def _assert_same_run(local, remote, local_dir, flower_dir):
     ledger, flower_ledger = (json.loads((d / "ledger.json").read_text()) for d in (local_dir, flower_dir))
     assert flower_ledger == ledger
     records, flower_records = _records(local_dir), _records(flower_dir)
-    for name in ("cohort_sampled", "cohort_failed", "public_cohort_used", "noise/noise_multiplier", "epsilon"):
+    for name in ("public_cohort_used", "noise/noise_multiplier", "epsilon"):
         assert [r.get(name) for r in flower_records] == [r.get(name) for r in records], name
+    diagnostics, flower_diagnostics = (RunDirectory(d).read_diagnostics() for d in (local_dir, flower_dir))
+    for name in ("cohort_sampled", "cohort_failed"):
+        assert [r[name] for r in flower_diagnostics] == [r[name] for r in diagnostics], name
     assert remote.final_metrics == pytest.approx(local.final_metrics, rel=1e-4)  # incl. averaged and reused models
     return records
 

@@ -40,5 +40,6 @@ def test_flower_simulation_gives_the_in_process_model(tiny_emnist_dir, tmp_path,
     assert flower.epsilon == pytest.approx(local.epsilon)
     records = [json.loads(x) for x in (tmp_path / "flower/tiny/metrics.jsonl").read_text().splitlines()]
     local_records = [json.loads(x) for x in (tmp_path / "inprocess/tiny/metrics.jsonl").read_text().splitlines()]
-    assert [r["cohort_sampled"] for r in records] == [r["cohort_sampled"] for r in local_records]
+    diagnostics = [RunDirectory(tmp_path / where / "tiny").read_diagnostics() for where in ("flower", "inprocess")]
+    assert [r["cohort_sampled"] for r in diagnostics[0]] == [r["cohort_sampled"] for r in diagnostics[1]]
     assert set(records[0]) == set(local_records[0])  # the same results, written the same way

@@ -105,7 +105,9 @@ def test_ppsgd_spends_its_budget_then_reuses_the_model_on_public_data(tiny_emnis
     for k in released:
         assert torch.equal(released[k], result.params[k])
     assert "private_eval_accuracy" in result.final_metrics and "model_reuse/train_loss" in result.final_metrics
-    assert RunDirectory(tmp_path / "tiny").read_final_metrics() == pytest.approx(result.final_metrics)
+    stored = RunDirectory(tmp_path / "tiny").read_final_metrics()
+    assert stored.pop("evaluated_on") == "public users' test examples"  # data.public: its users' test examples
+    assert stored == pytest.approx(result.final_metrics)
     assert "model reuse" in (tmp_path / "tiny" / "summary.md").read_text()
 
 

@@ -117,11 +117,12 @@ def test_server_noise_has_std_zc_over_m_and_epsilon_is_dp_accountings(noise_off,
     assert float(noise.std()) == pytest.approx(expected_std, rel=0.02)
     assert abs(float(noise.mean())) < 5 * expected_std / math.sqrt(noise.numel())
     # and it is the draw of fedpub's seeded noise step, as the in-process engine makes it
-    params = model_params(build_experiment(config).new_model())
+    experiment = build_experiment(config)
+    params, privacy_seed = model_params(experiment.new_model()), experiment.strategy.seed
     ctx = RoundContext(
-        round=0, seed=config.seed, population=4, sampling_rate=0.5, expected_cohort=COHORT, cohort_size=COHORT
+        round=0, seed=privacy_seed, population=4, sampling_rate=0.5, expected_cohort=COHORT, cohort_size=COHORT
     )
-    step = gaussian_noise(Z, config.seed)
+    step = gaussian_noise(Z, privacy_seed)
     draw = step.update(tree.zeros_like(params), step.init(params), ctx=ctx, clip_norm=CLIP).updates
     torch.testing.assert_close(noise, torch.cat([v.flatten() for v in draw.values()]), rtol=0, atol=1e-6)
 

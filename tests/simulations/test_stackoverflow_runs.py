@@ -44,7 +44,7 @@ def test_tag_prediction_runs_and_reports_its_metrics(tmp_path, task, model, head
     result = run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name))
     records = [json.loads(x) for x in (cfg.output_dir / task / "metrics.jsonl").read_text().splitlines()]
     assert 0.0 <= records[-1][f"eval_{headline}"] <= 1.0
-    assert f"train_{headline}" in records[-1]
+    assert f"train_{headline}" in RunDirectory(cfg.output_dir / task).read_diagnostics()[-1]
     assert result.final_metrics[f"eval_{headline}"] == records[-1][f"eval_{headline}"]
     if task == "so_tag":
         assert "eval_precision" in records[-1]
@@ -79,9 +79,9 @@ def test_training_on_the_used_columns_gives_the_model_of_training_the_whole_weig
     cut switched off (every user trains the whole weight) the run ends at the same model."""
     extra = {"public": {"fraction": 0.2}} if strategy else {}  # public updates stay whole tensors
 
-    def final_params(name: str):
+    def final_params(where: str):  # the same run name: the same noise and cohorts
         raw = _config(tmp_path, "so_tag", "so_tag_logreg", **strategy).model_dump(mode="json")
-        raw["name"], raw["data"] = name, {**raw["data"], **extra}
+        raw["output_dir"], raw["data"] = str(tmp_path / where), {**raw["data"], **extra}
         cfg = parse_config(raw)
         experiment = build_experiment(cfg)
         lines: list[str] = []

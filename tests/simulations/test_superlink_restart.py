@@ -62,7 +62,9 @@ def test_a_deployment_resumes_after_its_superlink_is_killed(three_user_dir, tmp_
     Every other process stops or waits; the run directory keeps round 0. A SuperLink started again on the same port
     with the same database gets the same SuperNodes back, and `flwr run` again resumes from round 0's checkpoint:
     rounds 0 and 1 each released once, a ledger of 2 rounds equal to an uninterrupted run's."""
-    config_path = write_experiment(tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=ROUNDS)
+    config_path = write_experiment(  # reproducible: the test predicts the cohorts from the config
+        tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=ROUNDS, privacy={"randomness": "reproducible", "diagnostics": "on"}
+    )
     cfg = load_config(config_path)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
     assert _cohorts(cfg)[1], "round 1 must sample a user for a ClientApp to be training when the SuperLink dies"
@@ -99,7 +101,8 @@ def test_a_deployment_resumes_after_its_superlink_is_killed(three_user_dir, tmp_
         # the run directory as the kill left it: round 0 checkpointed and released, round 1 nowhere
         assert checkpointed() == 1
         (round_zero,) = run_dir.read_metrics()
-        assert round_zero["round"] == 0 and json.loads(json.dumps(run_dir.load_checkpoint()["record"])) == round_zero
+        assert round_zero["round"] == 0
+        assert json.loads(json.dumps(run_dir.load_checkpoint()["record"]["metrics"])) == round_zero
         ledger = json.loads(run_dir.ledger_path.read_text())
         assert ledger["rounds"] == 1
         assert ledger["epsilon"] == pytest.approx(fresh_epsilon(Q, DEPLOY_NOISE, 1), rel=1e-6)
@@ -120,7 +123,8 @@ def test_a_deployment_resumes_after_its_superlink_is_killed(three_user_dir, tmp_
     records = run_dir.read_metrics()
     assert [r["round"] for r in records] == list(range(ROUNDS))  # round 1 redone from the checkpoint, counted once
     assert records[0] == round_zero and "first round 1" in second.output  # resumed, not started over
-    assert [(r["cohort_sampled"], r["cohort_failed"]) for r in records] == [(len(c), 0) for c in _cohorts(cfg)]
+    diagnostics = run_dir.read_diagnostics()
+    assert [(r["cohort_sampled"], r["cohort_failed"]) for r in diagnostics] == [(len(c), 0) for c in _cohorts(cfg)]
     assert run_dir.load_checkpoint()["rounds_done"] == ROUNDS
     ledger = json.loads(run_dir.ledger_path.read_text())
     assert ledger["rounds"] == ROUNDS

@@ -24,7 +24,7 @@ def test_when_every_update_is_clipped_the_norm_grows_in_closed_form():
     result = step.update(_rows(10.0), step.init({}), ctx=CTX)
     # b̃ = 0 unclipped users: C_{t+1} = C · exp(η γ)
     assert result.state["clip_norm"] == pytest.approx(math.exp(0.2 * 0.5))
-    assert result.metrics["clipped_fraction"] == 1.0
+    assert result.diagnostics["clipped_fraction"] == 1.0
 
 
 def test_when_no_update_is_clipped_the_norm_shrinks_in_closed_form():

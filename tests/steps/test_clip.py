@@ -17,7 +17,7 @@ def test_rows_above_the_norm_are_scaled_to_it_and_the_rest_kept(params, stacked,
     # direction is kept
     cos = (small_w[1] * clipped_w[1]).sum() / (small_w[1].norm() * clipped_w[1].norm())
     assert math.isclose(float(cos), 1.0, rel_tol=1e-5)
-    assert result.metrics["clipped_fraction"] == 0.8
+    assert result.diagnostics["clipped_fraction"] == 0.8
     assert result.outputs["clip_norm"] == 2.0
 
 
@@ -26,7 +26,7 @@ def test_infinite_norm_clips_nothing(params, stacked, ctx):
     result = step.update(cohort(stacked), step.init(params), ctx=ctx)
     for k, value in result.updates.stacked().items():
         assert torch.equal(value, stacked[k])
-    assert result.metrics["clipped_fraction"] == 0.0
+    assert result.diagnostics["clipped_fraction"] == 0.0
 
 
 def test_zero_update_stays_zero(params, ctx):

@@ -67,7 +67,7 @@ def test_clips_to_c_t_and_hands_c_t_and_z_t_to_the_noise_step(params, stacked, c
     assert bool((norms <= 2.0 * (1 + 1e-6)).all())
     assert result.outputs == {"clip_norm": 2.0, "noise_multiplier": 1.5}
     assert result.metrics["next_clip_norm"] == 1.5 and result.metrics["public_norm"] == 0.0
-    assert result.metrics["clipped_fraction"] == float((cohort(stacked).norms() > 2.0).double().mean())
+    assert result.diagnostics["clipped_fraction"] == float((cohort(stacked).norms() > 2.0).double().mean())
 
 
 @pytest.mark.parametrize(

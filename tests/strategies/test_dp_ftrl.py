@@ -59,7 +59,7 @@ def test_the_noise_on_the_mean_is_divided_by_the_expected_cohort_whoever_replied
     m = POPULATION / (POPULATION // BLOCK)
     assert outcome.metrics["noise/noise_std"] == pytest.approx(Z * C / m)
     assert outcome.metrics["aggregate/expected_cohort"] == pytest.approx(m)
-    assert outcome.metrics["cohort_failed"] == 2
+    assert outcome.diagnostics["cohort_failed"] == 2
 
 
 def test_a_target_epsilon_is_calibrated_with_rdp_and_the_run_spends_it():

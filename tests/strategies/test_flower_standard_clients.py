@@ -79,7 +79,7 @@ def run_in_simulation(
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        run.strategy = make_strategy(lambda t, outcome, _, examples: run.rounds.append((t, outcome.metrics, examples)))
+        run.strategy = make_strategy(lambda t, outcome, _, examples: run.rounds.append((t, {**outcome.metrics, **outcome.diagnostics}, examples)))
         try:
             run.result = run.strategy.start(
                 grid, initial_arrays=ArrayRecord(initial_model()), num_rounds=rounds, timeout=120
