@@ -9,7 +9,7 @@ before a run directory exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dp_accounting
 import torch
@@ -70,9 +70,18 @@ class Experiment:
         return new_model(self.config, self.train.num_classes, self.device)
 
 
-def build_experiment(config: ExperimentConfig) -> Experiment:
-    """The experiment ``config`` describes: its users, its device, its private strategy, its local training."""
+def build_experiment(
+    config: ExperimentConfig,
+    *,
+    node_users: tuple[list[str], list[str] | None] | None = None,
+) -> Experiment:
+    """The experiment ``config`` describes: its users, its device, its private strategy, its local training.
+    ``node_users``: (private, public or None) users found as nodes (``flower.private_users: nodes``), replacing
+    the data's (None public: the data's, the server's pool); the strategy is built for their number."""
     data = load_data(config)
+    if node_users is not None:
+        private, public = node_users
+        data = replace(data, private_ids=list(private), public_ids=data.public_ids if public is None else list(public))
     device = resolve_device(config.device)
     built = build_experiment_strategy(config, data)
     return Experiment(
