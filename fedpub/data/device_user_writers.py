@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
+import h5py
 import numpy as np
 
 from fedpub.data.base import DatasetError
@@ -40,14 +41,23 @@ def write_image_folder(folder: Path, pixels: np.ndarray, labels: np.ndarray) -> 
     return folder
 
 
-def export_user(
-    source: Path, client_id: str, out: Path, *, kind: Literal["emnist", "stackoverflow"], fmt: DeviceFormat = "folder"
-) -> Path:
-    """Write user ``client_id`` of the TFF HDF5 file ``source`` to ``out``: a folder (images, or ``posts.jsonl``
-    with the count files copied from beside ``source``) or, with ``fmt="tff"``, a one-user HDF5 file ``out``."""
+def _is_emnist(source: Path) -> bool:
+    """Whether the TFF HDF5 file ``source`` holds EMNIST (``pixels``) rather than StackOverflow (``tokens``)."""
+    with h5py.File(source, "r") as f:
+        examples = f.get("examples")
+        first = next(iter(examples.values()), None) if isinstance(examples, h5py.Group) else None
+        if not isinstance(first, h5py.Group) or not ({"pixels", "tokens"} & set(first)):
+            raise DatasetError(f"{source} is not a TFF EMNIST or StackOverflow HDF5 file with users")
+        return "pixels" in first
+
+
+def export_user(source: Path, client_id: str, out: Path, *, fmt: DeviceFormat = "folder") -> Path:
+    """Write user ``client_id`` of the TFF HDF5 file ``source`` (EMNIST or StackOverflow) to ``out``: a folder
+    (images, or ``posts.jsonl`` with the count files copied from beside ``source``) or, with ``fmt="tff"``, a
+    one-user HDF5 file ``out`` (StackOverflow's count files must then be put beside it)."""
     if out.exists() and (out.is_file() or any(out.iterdir())):
         raise DatasetError(f"{out} exists and is not empty: export the user to a new path")
-    if kind == "emnist":
+    if _is_emnist(source):
         with EmnistH5(source) as emnist:
             data = emnist.client_data(client_id)
         pixels, labels = data.x.squeeze(1).numpy(), data.y.numpy()

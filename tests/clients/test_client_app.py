@@ -57,8 +57,7 @@ def test_a_device_node_holds_its_folders_user_and_declares_only_what_its_config_
     from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 
     write_synthetic_emnist(tmp_path / "world", SyntheticEmnistSpec(num_writers=2, min_examples=2, max_examples=4))
-    folder = export_user(tmp_path / "world" / "fed_emnist_digitsonly_train.h5", "f0000_01", tmp_path / "me",
-                         kind="emnist")
+    folder = export_user(tmp_path / "world" / "fed_emnist_digitsonly_train.h5", "f0000_01", tmp_path / "me")
     config = parse_config({"data": {"source": "emnist_h5", "path": str(tmp_path / "nowhere")}})
     rt, cid = node_runtime(_node({"data-path": str(folder), "client-id": "f0000_01"}), config)
     assert cid == "f0000_01" and rt.train.client_ids == [cid] and len(rt.client_data(cid)) > 0

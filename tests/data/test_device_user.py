@@ -44,7 +44,7 @@ def test_an_exported_emnist_user_reads_back_bit_for_bit(emnist_dir: Path, tmp_pa
         cid = population.client_ids[1]
         expected = population.client_data(cid)
     out = export_user(emnist_dir / TRAIN_FILE, cid, tmp_path / ("user" if fmt == "folder" else "user.h5"),
-                      kind="emnist", fmt=fmt)
+                      fmt=fmt)
     user = load_device_user(out, emnist_config(emnist_dir), client_id=cid if fmt == "folder" else None)
     assert user.client_id == cid and user.data.client_ids == [cid] and user.data.num_classes == 10
     assert_same(user.data.client_data(cid), expected)
@@ -94,7 +94,7 @@ def test_an_exported_stackoverflow_user_reads_back_as_the_task_sees_it(tmp_path:
     cid = population.train.client_ids[2]
     source = tmp_path / "so" / "stackoverflow_train.h5"
     out = export_user(source, cid, tmp_path / "device" / ("user" if fmt == "folder" else "user.h5"),
-                      kind="stackoverflow", fmt=fmt)
+                      fmt=fmt)
     if fmt == "tff":  # the public vocabularies go beside a one-user file
         for name in ("stackoverflow.word_count", "stackoverflow.tag_count"):
             (out.parent / name).write_bytes((tmp_path / "so" / name).read_bytes())

@@ -83,8 +83,8 @@ def test_devices_with_their_own_folders_and_a_registry_refusing_a_duplicate_and_
     registry.write_text(yaml.safe_dump({"users": {
         cid: {"public": False, "key": keys[cid].public.read_text().strip()} for cid in PRIVATE
     }}))
-    folders = {cid: export_user(world / f"{STEM}_train.h5", cid, devices / cid, kind="emnist") for cid in PRIVATE}
-    folders[INTRUDER] = export_user(world / f"{STEM}_train.h5", EVAL_ONLY, devices / INTRUDER, kind="emnist")
+    folders = {cid: export_user(world / f"{STEM}_train.h5", cid, devices / cid) for cid in PRIVATE}
+    folders[INTRUDER] = export_user(world / f"{STEM}_train.h5", EVAL_ONLY, devices / INTRUDER)
 
     def node(cid: str, extra: str = "") -> str:
         return f'data-path="{folders[cid]}" private-key="{keys[cid].private}"{extra}'
