@@ -2,14 +2,24 @@
 config, runs the shared local-training function and replies with the update and metrics (the message protocol
 is :mod:`fedpub.protocol`).
 
-Which user a node holds: ``node_config["client-id"]`` if given, else the ``partition-id``-th of the
-experiment's node users (the training file's client ids in TFF's sorted order, then StackOverflow's held-out
-public users when they are the public pool), which is what Flower simulation sets. A public user trains with
-the generator and preconditioner the in-process engine gives public users, so both backends agree.
-The experiment config is bound into the app (simulation) or read from the run config key
-``config`` under ``flwr run``: a YAML path, absolute or relative to the app's directory (``pyproject.toml``
-names the bundled quick-start as the default). Each process keeps one resident model and its datasets open,
-keyed by the config.
+The node config (``flower-supernode --node-config``; docs/deployment.md):
+
+- ``data-path``: the user's own data on this device (a one-user TFF file or a plain folder,
+  :mod:`fedpub.data.device_user`); the node then reads nothing of the experiment's ``data.path``.
+- ``client-id``: the user's id (picks the user of a several-user file; names a folder's user). Without
+  ``data-path`` and ``client-id``, ``partition-id`` picks the user among the experiment's node users (the training
+  file's client ids in TFF's sorted order, then StackOverflow's held-out public users when they are the public
+  pool), which is what Flower simulation sets.
+- ``public``: the device's own declaration, true or false; without it the node declares nothing and the server
+  decides (the node never guesses its flag from a partial file).
+- ``private-key``: the node's EC private key (the one ``flower-supernode --auth-supernode-private-key`` uses),
+  with which it signs its user id for a server that keeps a user registry (:mod:`fedpub.node_identity`).
+
+A node trains as the TRAIN message says (a public user with the generator and preconditioner the in-process engine
+gives public users, so both backends agree). The experiment config is bound into the app (simulation) or read
+from the run config key ``config`` under ``flwr run``: a YAML path, absolute or relative to the app's directory
+(``pyproject.toml`` names the bundled quick-start as the default). Each process keeps one resident model and its
+datasets open, keyed by the config (and the device's data).
 """
 
 from __future__ import annotations
@@ -28,8 +38,10 @@ from clients.device import resolve_device
 from clients.local_training import ClientResult, LocalTrainingConfig, train_client
 from fedpub.config import ConfigError, ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.data.base import ClientData, FederatedDataset
+from fedpub.data.device_user import load_device_user
 from fedpub.data.registry import load_data
 from fedpub.models import build_model
+from fedpub.node_identity import load_private_key, sign_identity
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
 from fedpub.types import Params, Updates
@@ -89,41 +101,89 @@ def runtime(config: ExperimentConfig) -> ClientRuntime:
     return _runtime_for(dump_config(config))
 
 
+@lru_cache(maxsize=4)
+def _device_runtime_for(resolved_config: str, data_path: str, client_id: str | None) -> ClientRuntime:
+    config = parse_config(yaml.safe_load(resolved_config))
+    user = load_device_user(data_path, config, client_id).data
+    model = build_model(config.model.name, user.num_classes).to(resolve_device(config.device))
+    return ClientRuntime(
+        config, user, user, model, LocalTrainingConfig(**config.client.local_training_fields()), get_task(config.task),
+        frozenset(),
+    )
+
+
+def node_runtime(context: Context, config: ExperimentConfig) -> tuple[ClientRuntime, str]:
+    """This node's runtime and user: the device's own data (``data-path``) or one of the experiment's users."""
+    node_config = context.node_config
+    if "data-path" in node_config:
+        client_id = str(node_config["client-id"]) if "client-id" in node_config else None
+        rt = _device_runtime_for(dump_config(config), str(node_config["data-path"]), client_id)
+        return rt, rt.train.client_ids[0]
+    rt = runtime(config)
+    return rt, node_client_id(context, rt)
+
+
 def node_client_id(context: Context, rt: ClientRuntime) -> str:
     node_config = context.node_config
     if "client-id" in node_config:
         return str(node_config["client-id"])
-    return rt.node_users[int(node_config["partition-id"])]
+    if "partition-id" not in node_config:
+        raise ConfigError("the node config names no user: give `data-path`, `client-id` or `partition-id`")
+    users, partition = rt.node_users, int(node_config["partition-id"])
+    if not 0 <= partition < len(users):
+        raise ConfigError(
+            f"node config partition-id={partition} is out of range: the experiment's data has {len(users)} node "
+            f"users (partition ids 0..{len(users) - 1})"
+        )
+    return users[partition]
+
+
+def declared_public(context: Context) -> bool | None:
+    """The node config's ``public`` declaration (true/false), or None when it declares nothing."""
+    value = context.node_config.get("public")
+    if value is None or isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "false"):
+        return str(value).lower() == "true"
+    raise ConfigError(f"node config public={value!r}: expected true or false")
 
 
 def query_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
-    """Tell the server which user this node holds and whether that user opted out of privacy."""
-    rt = runtime(config)
-    cid = node_client_id(context, rt)
-    return flower_protocol.query_reply(msg, client_id=cid, public=cid in rt.public_ids)
+    """Tell the server which user this node holds, its own public declaration (if any) and, with a private key,
+    the signature binding the user id to the node's key."""
+    _, cid = node_runtime(context, config)
+    key_path = context.node_config.get("private-key")
+    nonce = flower_protocol.query_nonce(msg)
+    signature = sign_identity(load_private_key(str(key_path)), nonce, cid) if key_path and nonce else None
+    return flower_protocol.query_reply(msg, client_id=cid, public=declared_public(context), signature=signature)
 
 
 def train_user(
-    rt: ClientRuntime, client_id: str, params: Params, round_index: int, *, preconditioner: Updates | None = None
+    rt: ClientRuntime,
+    client_id: str,
+    params: Params,
+    round_index: int,
+    *,
+    public: bool = False,
+    preconditioner: Updates | None = None,
 ) -> ClientResult:
     """Train ``client_id`` from ``params`` with the generator every backend gives it (seed, round, purpose, user:
     ``public_client`` for a public user, ``client`` for a private one) and the round's local preconditioner."""
-    purpose = "public_client" if client_id in rt.public_ids else "client"
     return train_client(
         rt.model, params, rt.client_data(client_id), rt.local_training,
-        torch_generator(rt.config.seed, round_index, purpose, client_id), rt.task, preconditioner=preconditioner,
+        torch_generator(rt.config.seed, round_index, "public_client" if public else "client", client_id), rt.task,
+        preconditioner=preconditioner,
     )
 
 
 def train_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
-    """Train this node's user from the received global model (with the preconditioner, when the message carries
-    one); reply with Δ and metrics."""
-    rt = runtime(config)
-    cid = node_client_id(context, rt)
+    """Train this node's user from the received global model (as public or private, as the server says; with the
+    preconditioner, when the message carries one); reply with Δ and metrics."""
+    rt, cid = node_runtime(context, config)
     task = flower_protocol.read_train(msg)
     if task.client_id != cid:
         raise ValueError(f"the server asked for user {task.client_id}, but this node holds {cid}")
-    result = train_user(rt, cid, task.params, task.round, preconditioner=task.preconditioner)
+    result = train_user(rt, cid, task.params, task.round, public=task.public, preconditioner=task.preconditioner)
     return flower_protocol.update_reply(
         msg, dict(result.update), result.num_examples, result.metrics, preconditioned=task.preconditioner is not None
     )

@@ -58,10 +58,22 @@ def read_train(msg: Message) -> TrainInstruction:
     )
 
 
-def query_reply(msg: Message, *, client_id: str, public: bool) -> Message:
-    """The answer to the server's QUERY: the user this node holds and whether it opted out of privacy."""
-    return Message(RecordDict({key.INFO: ConfigRecord({key.CLIENT_ID: client_id, key.IS_PUBLIC: public})}),
-                   reply_to=msg)
+def query_nonce(msg: Message) -> bytes:
+    """The nonce of the server's QUERY (what a node signs with its user id; empty from an older server)."""
+    config = msg.content[key.QUERY_CONFIG] if key.QUERY_CONFIG in msg.content else {}
+    return bytes(config.get(key.NONCE, b""))
+
+
+def query_reply(msg: Message, *, client_id: str, public: bool | None, signature: bytes | None = None) -> Message:
+    """The answer to the server's QUERY: the user this node holds, whether it declares the user public (None:
+    no declaration, the server decides) and the signature binding the user id to the node's key
+    (:func:`fedpub.node_identity.sign_identity` over :func:`query_nonce`)."""
+    info: dict[str, Any] = {key.CLIENT_ID: client_id}
+    if public is not None:
+        info[key.IS_PUBLIC] = public
+    if signature is not None:
+        info[key.SIGNATURE] = signature
+    return Message(RecordDict({key.INFO: ConfigRecord(info)}), reply_to=msg)
 
 
 def update_reply(

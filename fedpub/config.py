@@ -407,6 +407,35 @@ class FlowerConfig(_Section):
         description="where a recipe's public users train: `server`, a pool the ServerApp holds and trains itself; "
         "`nodes`, their own SuperNodes that declare themselves public (sent TRAIN messages like the private cohort)",
     )
+    private_users: Literal["data", "nodes"] = Field(
+        "data",
+        description="who the private users are on Flower: `data`, the training file's users (the server holds the "
+        "population's data and waits for a node per private user); `nodes`, the nodes that register as private "
+        "(a deployment: the server holds no private data, N is their number when discovery ends)",
+    )
+    expected_private_nodes: int | None = Field(
+        None, ge=1, description="with private_users `nodes`: the private nodes to wait for (discovery ends when "
+        "all are there; more is an error)",
+    )
+    min_private_nodes: int | None = Field(
+        None, ge=1, description="with private_users `nodes`: after node_wait_timeout, run with at least this many "
+        "private nodes (fewer is an error); null = expected_private_nodes",
+    )
+    user_registry: FilePath | None = Field(
+        None, description="YAML registry of user id -> {public, key}: a node must sign its user id with the key "
+        "registered for it; unregistered ids, bad signatures and a second node claiming a taken id are refused "
+        "(null = no registry: a duplicate id stops discovery)",
+    )
+
+    @model_validator(mode="after")
+    def _private_nodes(self) -> FlowerConfig:
+        if self.private_users == "nodes" and self.expected_private_nodes is None:
+            raise ValueError("private_users `nodes` needs expected_private_nodes (the private population to wait for)")
+        if self.private_users == "data" and (self.expected_private_nodes or self.min_private_nodes):
+            raise ValueError("expected_private_nodes and min_private_nodes go with private_users `nodes`")
+        if self.min_private_nodes is not None and self.min_private_nodes > (self.expected_private_nodes or 0):
+            raise ValueError("min_private_nodes cannot exceed expected_private_nodes")
+        return self
 
 
 class ExperimentConfig(_Section):
@@ -434,6 +463,12 @@ class ExperimentConfig(_Section):
 
 def _check_task_and_data(config: ExperimentConfig) -> None:
     stackoverflow = config.data.source in ("stackoverflow", "synthetic_stackoverflow")
+    if config.flower.private_users == "nodes" and (config.data.source.startswith("synthetic")
+                                                   or config.data.uniform_users is not None):
+        raise ConfigError(
+            "flower.private_users `nodes` reads no private data on the server: data.source cannot be synthetic (the "
+            "server would generate every user) and data.uniform_users cannot pool the users' examples"
+        )
     if config.data.public.pool == "heldout" and not stackoverflow:
         raise ConfigError("data.public.pool `heldout` needs StackOverflow data (its held-out split)")
     if stackoverflow != config.task.startswith("so_"):

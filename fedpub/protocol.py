@@ -2,9 +2,11 @@
 
 Plain strings, so the core stays framework-free and the strategy and the ClientApps share one spelling.
 
-QUERY (server → node, at start): an empty ``config`` record. A fedpub node replies ``info`` with
-``client-id`` (its user) and ``is-public`` (the user opted out of privacy). A node whose ClientApp has no query
-handler (a standard Flower ClientApp) is a private user named by its node id.
+QUERY (server → node, at start): a ``config`` record with ``nonce`` (fresh random bytes). A fedpub node replies
+``info`` with ``client-id`` (its user), ``is-public`` only when the node declares it (the user opted out of
+privacy, or not; absent: the server decides) and, when it has a private key, ``signature`` over (nonce, user id)
+(:mod:`fedpub.node_identity`). A node whose ClientApp has no query handler (a standard Flower ClientApp) is a
+private user named by its node id.
 
 TRAIN (server → node, each round): ``arrays`` the global model; ``config`` with ``round`` (fedpub's round
 index, from 0), ``client-id`` and ``public``; ``preconditioner`` (only when the round sends one, AdaDPS client
@@ -22,6 +24,8 @@ QUERY_CONFIG = "config"
 INFO = "info"
 CLIENT_ID = "client-id"
 IS_PUBLIC = "is-public"
+NONCE = "nonce"
+SIGNATURE = "signature"
 
 ARRAYS = "arrays"
 CONFIG = "config"

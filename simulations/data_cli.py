@@ -3,6 +3,7 @@
     fedpub data info PATH               layout, clients, examples, classes and size of one file
     fedpub data verify PATH_OR_DIR      registry checksums (where published) and structural checks; exit 1 on a problem
     fedpub data download NAME [--dir]   resumable, verified download of a file from the registry (fedpub.data.download)
+    fedpub data export-user FILE ID OUT one user of a TFF HDF5 file as a device's data: a folder or a one-user file
 
 Layouts recognised (shared/reference/datasets.md §1-2): federated EMNIST as TFF HDF5 files, as TFF's SQLite
 database or its ``.sqlite.lzma``; federated StackOverflow as HDF5 files or SQLite (recognised by structure, counts
@@ -17,7 +18,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, cast
 
 import h5py
 import numpy as np
@@ -26,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from fedpub.data.base import DatasetError
+from fedpub.data.device_user_writers import DeviceFormat, export_user
 from fedpub.data.download import (
     CHUNK,
     REGISTRY,
@@ -404,3 +406,23 @@ def download_command(
     console.print(f"{entry.name}: {entry.checksum_note()}", highlight=False, soft_wrap=True)
     for file in files:
         console.print(f"  {file} ({_size(os.path.getsize(file))})", highlight=False, soft_wrap=True)
+
+
+@data_app.command("export-user")
+def export_user_command(
+    source: Annotated[Path, typer.Argument(help="a TFF HDF5 file (EMNIST or StackOverflow)")],
+    client_id: Annotated[str, typer.Argument(help="the user to export")],
+    out: Annotated[Path, typer.Argument(help="a new folder, or with --format tff a new .h5 file")],
+    fmt: Annotated[str, typer.Option("--format", help="folder (PNG images or posts.jsonl) or tff (one-user HDF5)")] = (
+        "folder"
+    ),
+) -> None:
+    """Write one user of a TFF file as the data a device holds (its SuperNode's ``data-path``): EMNIST as
+    ``OUT/<label>/<n>.png``, StackOverflow as ``OUT/posts.jsonl`` with the count files; or a one-user TFF file."""
+    if fmt not in ("folder", "tff"):
+        _fail(ValueError(f"--format must be folder or tff, got {fmt!r}"))
+    try:
+        written = export_user(source, client_id, out, fmt=cast(DeviceFormat, fmt))
+    except (DatasetError, KeyError, OSError) as error:
+        _fail(error)
+    console.print(f"user {client_id} written to {written}", highlight=False, soft_wrap=True)

@@ -85,11 +85,21 @@ class Experiment:
         return new_model(self.config, self.train.num_classes, self.device)
 
 
-def build_experiment(config: ExperimentConfig, *, deployment: bool = False) -> Experiment:
+def build_experiment(
+    config: ExperimentConfig,
+    *,
+    deployment: bool = False,
+    node_users: tuple[list[str], list[str] | None] | None = None,
+) -> Experiment:
     """The experiment ``config`` describes: its users, its device, its private strategy, its local training.
     ``deployment`` (``flwr run``): ``privacy.randomness`` and ``privacy.diagnostics`` ``auto`` mean a secret privacy
-    seed and no diagnostics (in a simulation: reproducible, with diagnostics)."""
+    seed and no diagnostics (in a simulation: reproducible, with diagnostics). ``node_users``: (private, public or
+    None) users found as nodes (``flower.private_users: nodes``), replacing the data's (None public: the data's,
+    the server's pool); the strategy is built for their number."""
     data = load_data(config)
+    if node_users is not None:
+        private, public = node_users
+        data = replace(data, private_ids=list(private), public_ids=data.public_ids if public is None else list(public))
     device = resolve_device(config.device)
     randomness = resolve_randomness(
         config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name

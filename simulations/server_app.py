@@ -1,7 +1,9 @@
 """The Flower ``ServerApp``: builds the experiment, restores or starts its run directory and runs
 fedpub's strategy over the connected nodes, writing results exactly as the in-process engine does.
 
-Every recipe runs here: the round driver is the session's (the same sampling, public schedule, budget rule and
+The private users are the training file's (``flower.private_users: data``) or, in a deployment, the nodes that
+register as private (``nodes``: the server reads no private data; the strategy, its noise calibrated to a target ε
+and q = m/N, is built for the N nodes found). Every recipe runs here: the round driver is the session's (the same sampling, public schedule, budget rule and
 ledger as in-process); the public users train in a pool the server holds (``flower.public_users: server``, the
 default) or on their own nodes (``nodes``). Under ``flwr run`` the experiment is the YAML named by the run config
 key ``config`` (as the ClientApp reads it; pyproject.toml's default is the bundled quick-start); the simulation
@@ -24,7 +26,8 @@ from fedpub.config import ExperimentConfig
 from simulations.experiment import Experiment, build_experiment
 from simulations.run_dir import RunDirectory
 from simulations.session import RunResult, RunSession
-from strategies.flower import FedpubStrategy, to_array_record
+from fedpub.node_identity import UserRegistry
+from strategies.flower import FedpubStrategy, NodeMap, discover_nodes, to_array_record
 
 
 def server_public_pool(experiment: Experiment, session: RunSession) -> ServerPublicPool | None:
@@ -37,6 +40,19 @@ def server_public_pool(experiment: Experiment, session: RunSession) -> ServerPub
     return ServerPublicPool(trainer, experiment.public_data, experiment.public_ids, cfg.seed)
 
 
+def discover_private_nodes(grid: Grid, config: ExperimentConfig, registry: UserRegistry | None) -> NodeMap:
+    """The nodes that register as private (``flower.expected_private_nodes``, or at least
+    ``flower.min_private_nodes`` after ``flower.node_wait_timeout``) and, when public users are nodes, the public
+    ones the recipe trains each round."""
+    flower = config.flower
+    assert flower.expected_private_nodes is not None  # the config requires it with private_users `nodes`
+    public_nodes = config.strategy.public_clients_per_round if flower.public_users == "nodes" else 0
+    return discover_nodes(
+        grid, population=flower.expected_private_nodes, private_ids=None, public_population=public_nodes,
+        node_wait_timeout=flower.node_wait_timeout, min_population=flower.min_private_nodes, registry=registry,
+    )
+
+
 def run_on_grid(
     grid: Grid,
     config: ExperimentConfig,
@@ -46,10 +62,18 @@ def run_on_grid(
     deployment: bool = False,
 ) -> RunResult:
     """Run (or resume) ``config`` over the nodes of ``grid``; results go to the run directory. ``deployment``
-    (``flwr run``): the privacy seed is secret and diagnostics are off unless the config says otherwise."""
+    (``flwr run``): the privacy seed is secret and diagnostics are off unless the config says otherwise. With
+    ``flower.private_users: nodes`` the private users are the nodes that register as private (checked against
+    ``flower.user_registry`` when set), found before the strategy is built for their number."""
+    flower = config.flower
+    registry = UserRegistry.load(flower.user_registry) if flower.user_registry is not None else None
+    nodes = discover_private_nodes(grid, config, registry) if flower.private_users == "nodes" else None
+    node_users = None if nodes is None else (
+        sorted(nodes.private), sorted(nodes.public) if flower.public_users == "nodes" else None
+    )
     session = RunSession(
-        build_experiment(config, deployment=deployment), RunDirectory(config.output_dir / config.name), fresh=fresh,
-        checkpoint_each_round=True,
+        build_experiment(config, deployment=deployment, node_users=node_users),
+        RunDirectory(config.output_dir / config.name), fresh=fresh, checkpoint_each_round=True,
     )
     experiment = session.experiment
     log(INFO, "fedpub: randomness %s", experiment.randomness.statement())
@@ -70,6 +94,8 @@ def run_on_grid(
         first_round=session.rounds_done,
         node_wait_timeout=config.flower.node_wait_timeout,
         on_round=record_round,
+        nodes=nodes,
+        registry=registry,
     )
     session.start_round()
     strategy.start(

@@ -76,6 +76,12 @@ class RunSession:
         if checkpoint is not None:
             if "privacy_randomness" not in checkpoint:
                 raise RunDirectoryError(f"{run_dir.checkpoint_path} was written by an older fedpub; use --fresh")
+            if checkpoint["population"] != experiment.strategy.population:
+                raise RunDirectoryError(
+                    f"{run_dir.root} was checkpointed with N = {checkpoint['population']} private users, but "
+                    f"{experiment.strategy.population} take part now (nodes that registered): its sampling rate and "
+                    "accounting assume the first N; bring the same nodes back, or start a new run (--fresh)"
+                )
             experiment = experiment.with_randomness(PrivacyRandomness.from_dict(checkpoint["privacy_randomness"]))
         self.experiment, self.run_dir = experiment, run_dir
         """The experiment, with a resumed run's privacy randomness (its checkpoint's)."""
@@ -228,6 +234,7 @@ class RunSession:
                 "accountant": self.accountant.to_dict(),
                 "model_average": self.average,
                 "privacy_randomness": self.experiment.randomness.to_dict(),
+                "population": self.experiment.strategy.population,
                 "torch_version": torch.__version__,
                 "record": records,
             }

@@ -23,7 +23,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import Any, Protocol
 
 import torch
@@ -35,6 +35,7 @@ from flwr.serverapp.strategy import Strategy
 
 from fedpub import protocol as key
 from fedpub.config import PrivacyConfig, StrategyConfig
+from fedpub.node_identity import IdentityError, UserRegistry
 from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.strategy import RoundOutcome, StrategyCore
@@ -73,10 +74,11 @@ class PublicPool(Protocol):
 
 @dataclass
 class NodeMap:
-    """Which node holds which user."""
+    """Which node holds which user (and the nodes refused, with why)."""
 
     private: dict[str, int] = field(default_factory=dict)
     public: dict[str, int] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)
 
     def user_of(self) -> dict[int, tuple[str, bool]]:
         """node id → (user id, is public)."""
@@ -85,12 +87,16 @@ class NodeMap:
             **{node: (cid, True) for cid, node in self.public.items()},
         }
 
+    def holder(self, client_id: str) -> int | None:
+        return self.private.get(client_id, self.public.get(client_id))
 
-def _ask_nodes(grid: Grid, nodes: Sequence[int], timeout: float) -> list[tuple[int, Message]]:
-    """(node, its reply) for the QUERY sent to each of ``nodes``. A reply is matched to the node it was sent to,
-    not to its sender: when a node is gone, the SuperLink answers in its place."""
+
+def _ask_nodes(grid: Grid, nodes: Sequence[int], timeout: float, nonce: bytes) -> list[tuple[int, Message]]:
+    """(node, its reply) for the QUERY (with ``nonce``) sent to each of ``nodes``. A reply is matched to the node it
+    was sent to, not to its sender: when a node is gone, the SuperLink answers in its place."""
     queries = [
-        Message(RecordDict({key.QUERY_CONFIG: ConfigRecord({})}), dst_node_id=node, message_type=MessageType.QUERY)
+        Message(RecordDict({key.QUERY_CONFIG: ConfigRecord({key.NONCE: nonce})}), dst_node_id=node,
+                message_type=MessageType.QUERY)
         for node in nodes
     ]
     replies = list(grid.send_and_receive(queries, timeout=timeout))
@@ -104,6 +110,46 @@ def has_no_query_handler(reply: Message) -> bool:
     return error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION and "No query function registered" in error.reason
 
 
+class RefusedNode(ValueError):
+    """A node's claim the server does not accept (the message names the node and the user)."""
+
+
+def node_is_public(
+    node: int,
+    info: Mapping[str, Any],
+    found: NodeMap,
+    *,
+    nonce: bytes,
+    registry: UserRegistry | None,
+    known_public: Sequence[str] | None,
+) -> tuple[str, bool]:
+    """(the user ``node`` answers for, whether it is public). The registry, when there is one, must hold the user
+    and the node's signature must match its key. The flag comes from the server's own split (``known_public``: its
+    public users, None when the server has no split), the registry and the node's declaration; those that say
+    something must agree (none: private). A disagreement, or a user another node already holds, raises
+    :class:`RefusedNode`."""
+    cid = str(info[key.CLIENT_ID])
+    holder = found.holder(cid)
+    if holder is not None:
+        raise RefusedNode(f"two nodes ({holder} and {node}) claim user {cid}: node {node} is refused")
+    said: dict[str, bool] = {}
+    if known_public is not None:
+        said["the server's data split"] = cid in known_public
+    if registry is not None:
+        try:
+            said[f"the registry {registry.path}"] = registry.verify(cid, nonce, info.get(key.SIGNATURE)).public
+        except IdentityError as error:
+            raise RefusedNode(f"node {node} claims user {cid}: {error}") from None
+    if key.IS_PUBLIC in info:
+        said[f"node {node}'s declaration"] = bool(info[key.IS_PUBLIC])
+    if len(set(said.values())) > 1:
+        raise RefusedNode(
+            f"user {cid} (node {node}): "
+            + ", ".join(f"{source} says {'public' if flag else 'private'}" for source, flag in said.items())
+        )
+    return cid, any(said.values())
+
+
 def discover_nodes(
     grid: Grid,
     *,
@@ -112,57 +158,74 @@ def discover_nodes(
     public_ids: Sequence[str] = (),
     public_population: int = 0,
     node_wait_timeout: float,
+    min_population: int | None = None,
+    registry: UserRegistry | None = None,
+    known_public: Sequence[str] | None = None,
 ) -> NodeMap:
     """Ask every node which user it holds until the population is there, or ``node_wait_timeout`` passes.
 
-    With ``private_ids`` (a fedpub experiment): every one of them, and every one of ``public_ids``, needs a node;
-    nodes of other users are left alone. Without: the ``population`` private nodes (more at once is an error) and
-    at least ``public_population`` public ones connected when discovery ends; nodes that connect later are not
-    users of the run. A node whose ClientApp has no query handler (a standard Flower ClientApp) is a private user
-    named by its node id; a node that fails otherwise (gone, or its query handler raised) is asked again."""
+    With ``private_ids`` (a fedpub experiment over its data): every one of them, and every one of ``public_ids``,
+    needs a node; nodes of other users are left alone; the server's split says who is public. Without: the
+    ``population`` private nodes (more at once is an error), or at least ``min_population`` of them (default:
+    ``population``) when the timeout passes, and at least ``public_population`` public ones; nodes that connect
+    later are not users of the run. A node whose ClientApp has no query handler (a standard Flower ClientApp) is a
+    private user named by its node id; a node that fails otherwise (gone, or its query handler raised) is asked
+    again. ``known_public``: the public users of the server's own split (with ``private_ids``).
+
+    A node's claim is checked by :func:`node_is_public`: with a ``registry`` a refused node is logged and left out
+    (the run goes on without it); without one, a refused claim (two nodes for one user, a contrary declaration)
+    stops discovery with :class:`NodeDiscoveryError`."""
     deadline = time.monotonic() + node_wait_timeout
+    nonce = secrets.token_bytes(32)
     found = NodeMap()
     answered: set[int] = set()
+    least = population if min_population is None else min_population
     while True:
         new = [n for n in grid.get_node_ids() if n not in answered]
-        for node, reply in _ask_nodes(grid, new, max(1.0, deadline - time.monotonic())) if new else []:
+        for node, reply in _ask_nodes(grid, new, max(1.0, deadline - time.monotonic()), nonce) if new else []:
             if reply.has_error():
-                if private_ids is None and has_no_query_handler(reply):
+                if private_ids is None and registry is None and has_no_query_handler(reply):
                     found.private[str(node)] = node
                     answered.add(node)
                 continue
             answered.add(node)
-            info = reply.content[key.INFO]
-            cid = str(info[key.CLIENT_ID])
-            if cid in found.private or cid in found.public:
-                raise NodeDiscoveryError(
-                    f"two nodes ({(found.private | found.public)[cid]} and {node}) say they hold user {cid}"
+            try:
+                cid, public = node_is_public(
+                    node, reply.content[key.INFO], found, nonce=nonce, registry=registry, known_public=known_public
                 )
-            (found.public if bool(info[key.IS_PUBLIC]) else found.private)[cid] = node
+            except RefusedNode as refused:
+                if registry is None:
+                    raise NodeDiscoveryError(str(refused)) from None
+                log(ERROR, "fedpub: refused: %s", refused)
+                found.refused[node] = str(refused)
+                continue
+            (found.public if public else found.private)[cid] = node
         if private_ids is None:
             if len(found.private) > population:
                 raise NodeDiscoveryError(
                     f"{len(found.private)} private nodes connected, but the strategy was built for a population of "
                     f"{population}: the sampling rate and the accounting assume exactly that many"
                 )
-            missing = [f"{population - len(found.private)} private users"] if len(found.private) < population else []
+            short = (least if time.monotonic() > deadline else population) - len(found.private)
+            missing = [f"{short} private users"] if short > 0 else []
             if len(found.public) < public_population:
                 missing.append(f"{public_population - len(found.public)} public users")
         else:
-            missing = [c for c in [*private_ids, *public_ids] if c not in found.private and c not in found.public]
+            missing = [c for c in [*private_ids, *public_ids] if found.holder(c) is None]
         if not missing:
             break
         if time.monotonic() > deadline:
             raise NodeDiscoveryError(
                 f"{len(missing)} expected users have no node after {node_wait_timeout:g} s (first: {missing[:3]}); "
                 f"{len(list(grid.get_node_ids()))} nodes connected, answering for {len(found.private)} private and "
-                f"{len(found.public)} public users"
+                f"{len(found.public)} public users, {len(found.refused)} refused"
             )
         time.sleep(0.5)
     if private_ids is not None:  # only the users the run expects
         found.private = {c: found.private[c] for c in private_ids}
         found.public = {c: found.public[c] for c in public_ids}
-    log(INFO, "fedpub: %d private and %d public nodes", len(found.private), len(found.public))
+    log(INFO, "fedpub: %d private and %d public nodes, %d refused", len(found.private), len(found.public),
+        len(found.refused))
     return found
 
 
@@ -204,7 +267,9 @@ class FedpubStrategy(Strategy):
     declare themselves public) supply the public cohort of a recipe that has one; ``state`` is the strategy
     state to start from (None: the core's initial state for the first model); ``first_round`` the round index of
     Flower's round 1 (a resumed run); ``public_population`` the public nodes to wait for when the users are
-    learnt from the nodes (default: the recipe's public cohort)."""
+    learnt from the nodes (default: the recipe's public cohort); ``nodes`` the users' nodes when they were
+    discovered before the strategy was built (a deployment whose private users are nodes), else the strategy
+    discovers them at its first round, checking their claims against ``registry`` when given."""
 
     def __init__(
         self,
@@ -217,6 +282,8 @@ class FedpubStrategy(Strategy):
         node_wait_timeout: float = 120.0,
         on_round: RoundCallback | None = None,
         public_population: int | None = None,
+        nodes: NodeMap | None = None,
+        registry: UserRegistry | None = None,
     ) -> None:
         core = driver.core
         if public_pool is not None and public_nodes:
@@ -236,8 +303,11 @@ class FedpubStrategy(Strategy):
         default_public = core.public_cohort if public_population is None else public_population
         self.public_population = default_public if public_nodes else 0
         """Public nodes to wait for when the users are not known in advance."""
+        self.registry = registry
         self.nodes: NodeMap | None = None
         self._user_of: dict[int, tuple[str, bool]] = {}
+        if nodes is not None:
+            self._use_nodes(nodes)
         self._params: Params = {}
         self._plan: RoundPlan | None = None
 
@@ -310,16 +380,20 @@ class FedpubStrategy(Strategy):
         the driver's population when it was not known."""
         driver = self.driver
         expected_public = driver.public_ids if (self.public_nodes and driver.private_ids is not None) else ()
-        self.nodes = discover_nodes(
+        nodes = discover_nodes(
             grid, population=driver.core.population, private_ids=driver.private_ids, public_ids=expected_public,
             public_population=self.public_population, node_wait_timeout=self.node_wait_timeout,
+            registry=self.registry, known_public=None if driver.private_ids is None else driver.public_ids,
         )
         if driver.private_ids is None:
             pool = list(self.public_pool.client_ids) if self.public_pool is not None else []
-            driver.bind_users(sorted(self.nodes.private), sorted(self.nodes.public) if self.public_nodes else pool)
+            driver.bind_users(sorted(nodes.private), sorted(nodes.public) if self.public_nodes else pool)
+        self._use_nodes(nodes)
+
+    def _use_nodes(self, nodes: NodeMap) -> None:
         if not self.public_nodes:
-            self.nodes.public = {}
-        self._user_of = self.nodes.user_of()
+            nodes.public = {}
+        self.nodes, self._user_of = nodes, nodes.user_of()
 
     # -- training ---------------------------------------------------------------------------
     def round_index(self, server_round: int) -> int:

@@ -84,3 +84,14 @@ def test_every_bundled_experiment_config_is_valid():
     assert len(configs) >= 4
     tasks = {load_config(path).task for path in configs}
     assert tasks == {"classification", "so_tag", "so_tag_single", "so_nwp"}
+
+
+def test_private_users_as_nodes_needs_a_population_and_real_files():
+    nodes = {"private_users": "nodes", "expected_private_nodes": 3}
+    with pytest.raises(ConfigError, match="private_users `nodes` needs expected_private_nodes"):
+        parse_config({"flower": {"private_users": "nodes"}})
+    with pytest.raises(ConfigError, match="min_private_nodes cannot exceed expected_private_nodes"):
+        parse_config({"data": {"source": "emnist_h5"}, "flower": {**nodes, "min_private_nodes": 4}})
+    with pytest.raises(ConfigError, match="data.source cannot be synthetic"):
+        parse_config({"flower": nodes})
+    assert parse_config({"data": {"source": "emnist_h5"}, "flower": nodes}).flower.expected_private_nodes == 3

@@ -15,7 +15,7 @@ from fedpub.data.cache import CachedClients
 from fedpub.data.emnist import load_emnist_split
 from fedpub.data.emnist_sqlite import load_emnist_sqlite
 from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
-from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, open_stackoverflow
+from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, StackOverflowReader, open_stackoverflow
 from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, load_vocabularies
 from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure_synthetic_stackoverflow
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
@@ -35,7 +35,9 @@ class FederatedData:
 
 def load_data(config: ExperimentConfig) -> FederatedData:
     """The training and test users, and which users are public (DESIGN.md §5: never in N); the training and
-    public users are read through a :class:`~fedpub.data.cache.CachedClients` of ``data.cache_mb``."""
+    public users are read through a :class:`~fedpub.data.cache.CachedClients` of ``data.cache_mb``. With
+    ``flower.private_users: nodes`` the private users are nodes, not data: every user of the server's files is
+    public (its server-held pool) and ``private_ids`` is empty."""
     public = config.data.public
     if config.task.startswith("so_"):
         train, test, *heldout = load_stackoverflow(config)
@@ -43,9 +45,13 @@ def load_data(config: ExperimentConfig) -> FederatedData:
         train, test = load_emnist(config)
     cache_bytes = config.data.cache_mb * 2**20
     train = CachedClients(train, cache_bytes)
+    nodes = config.flower.private_users == "nodes"  # the private users are nodes: the server's users are public
     if public.pool == "heldout":
         private_ids, public_ids = heldout_as_public(train.client_ids, heldout[0].client_ids)
+        private_ids = [] if nodes else private_ids
         return FederatedData(train, test, CachedClients(heldout[0], cache_bytes), private_ids, public_ids)
+    if nodes:
+        return FederatedData(train, test, train, [], list(train.client_ids))
     private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
     return FederatedData(train, test, train, private_ids, public_ids)
 
@@ -82,13 +88,31 @@ def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, ...]
             SyntheticStackOverflowSpec(num_clients=synthetic.test_clients, seed=synthetic.seed + 2, **shared),
         )
     root = Path(data.path)
-    words, tags = load_vocabularies(root / WORD_COUNT_FILE, root / TAG_COUNT_FILE, tag_vocab_size=so.tag_vocab_size)
     splits = ["train", so.test_split] + (["heldout"] if data.public.pool == "heldout" else [])
-    readers = [open_stackoverflow(root, split) for split in splits]
+    vocabularies = load_vocabularies(
+        root / WORD_COUNT_FILE, root / TAG_COUNT_FILE, tag_vocab_size=so.tag_vocab_size
+    )
+    return tuple(stackoverflow_view(config, open_stackoverflow(root, split), vocabularies) for split in splits)
+
+
+def stackoverflow_view(
+    config: ExperimentConfig,
+    reader: StackOverflowReader,
+    vocabularies: Path | tuple[list[str], list[str]],
+    *,
+    client_ids: list[str] | None = None,
+) -> TagPrediction | NextWordPrediction:
+    """The task view of ``config`` over ``reader`` (restricted to ``client_ids``), with the (word, tag)
+    vocabularies, or those of the two count files in the directory ``vocabularies``."""
+    so = config.data.stackoverflow
+    if isinstance(vocabularies, Path):
+        vocabularies = load_vocabularies(
+            vocabularies / WORD_COUNT_FILE, vocabularies / TAG_COUNT_FILE, tag_vocab_size=so.tag_vocab_size
+        )
+    words, tags = vocabularies
     if config.task == "so_nwp":
-        return tuple(NextWordPrediction(r, words, max_elements=so.max_elements) for r in readers)
-    single = config.task == "so_tag_single"
-    return tuple(
-        TagPrediction(r, words, tags, normalization=so.normalization, single_label=single, max_elements=so.max_elements)
-        for r in readers
+        return NextWordPrediction(reader, words, max_elements=so.max_elements, client_ids=client_ids)
+    return TagPrediction(
+        reader, words, tags, normalization=so.normalization, single_label=config.task == "so_tag_single",
+        max_elements=so.max_elements, client_ids=client_ids,
     )

@@ -34,3 +34,33 @@ def test_a_run_config_naming_no_experiment_is_refused():
     for run_config in ({}, {"config": ""}):
         with pytest.raises(ConfigError, match="the run config names no experiment: set its key `config`"):
             experiment_config(_context(run_config))
+
+
+def _node(node_config: dict) -> Context:
+    return Context(run_id=1, node_id=1, node_config=node_config, state=RecordDict(), run_config={})
+
+
+def test_a_partition_id_out_of_range_is_a_clear_error(tmp_path: Path):
+    from clients.client_app import node_runtime
+    from fedpub.config import parse_config
+
+    config = parse_config({"data": {"path": str(tmp_path), "synthetic": {"num_writers": 3, "min_examples": 2, "max_examples": 4}}})
+    assert node_runtime(_node({"partition-id": 2}), config)[1] == "f0000_02"
+    with pytest.raises(ConfigError, match=r"partition-id=3 is out of range: .* 3 node users \(partition ids 0\.\.2\)"):
+        node_runtime(_node({"partition-id": 3}), config)
+
+
+def test_a_device_node_holds_its_folders_user_and_declares_only_what_its_config_says(tmp_path: Path):
+    from clients.client_app import declared_public, node_runtime
+    from fedpub.config import parse_config
+    from fedpub.data.device_user_writers import export_user
+    from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
+
+    write_synthetic_emnist(tmp_path / "world", SyntheticEmnistSpec(num_writers=2, min_examples=2, max_examples=4))
+    folder = export_user(tmp_path / "world" / "fed_emnist_digitsonly_train.h5", "f0000_01", tmp_path / "me")
+    config = parse_config({"data": {"source": "emnist_h5", "path": str(tmp_path / "nowhere")}})
+    rt, cid = node_runtime(_node({"data-path": str(folder), "client-id": "f0000_01"}), config)
+    assert cid == "f0000_01" and rt.train.client_ids == [cid] and len(rt.client_data(cid)) > 0
+    assert [declared_public(_node(c)) for c in ({}, {"public": True}, {"public": "false"})] == [None, True, False]
+    with pytest.raises(ConfigError, match="node config public='maybe': expected true or false"):
+        declared_public(_node({"public": "maybe"}))

@@ -224,3 +224,19 @@ def test_download_command_errors(tmp_path: Path) -> None:
     code, out = invoke("download", "fed_emnist.tar.bz2", "--dir", str(tmp_path), "--url", closed_port_url())
     assert code == 2 and "error:" in out and "Manual alternative" in out and f"fedpub data verify {tmp_path}" in out
     assert REGISTRY["fed_emnist.tar.bz2"].sha256 is not None
+
+
+def test_export_user_writes_a_device_folder_that_reads_back_as_the_user(emnist_dir: Path, tmp_path: Path) -> None:
+    from fedpub.config import parse_config
+    from fedpub.data.device_user import load_device_user
+
+    train, _ = load_emnist_split(emnist_dir, only_digits=True)
+    cid = train.client_ids[0]
+    result = runner.invoke(data_app, ["export-user", str(train.path), cid, str(tmp_path / "me")])
+    assert result.exit_code == 0, result.output
+    user = load_device_user(tmp_path / "me", parse_config({"data": {"source": "emnist_h5"}}), client_id=cid)
+    assert np.array_equal(user.data.client_data(cid).x.numpy(), train.client_data(cid).x.numpy())
+    again = runner.invoke(data_app, ["export-user", str(train.path), cid, str(tmp_path / "me")])
+    assert again.exit_code == 2 and "exists and is not empty" in again.output
+    unknown = runner.invoke(data_app, ["export-user", str(train.path), "nobody", str(tmp_path / "x")])
+    assert unknown.exit_code == 2 and "nobody" in unknown.output
