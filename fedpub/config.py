@@ -374,6 +374,13 @@ class PrivacyConfig(_Section):
         description="rounds between ε reports in metrics.jsonl (a PLD evaluation costs 0.1-0.4 s); null = on "
         "evaluation rounds and the last round. With budget_epsilon every round is priced anyway and reported",
     )
+    noise_sampler: Literal["torch", "opendp"] = Field(
+        "torch",
+        description="who draws the server's Gaussian noise: `torch`, torch's seeded textbook floating-point sampler "
+        "(reproducible; not hardened against floating-point attacks); `opendp`, OpenDP's exact discrete-Gaussian "
+        "mechanism from the OS's randomness (pip install 'fedpub[secure-noise]'; not reproducible, ~20k draws/s; "
+        "not with tree_aggregation). docs/privacy.md",
+    )
 
 
 class FlowerConfig(_Section):
