@@ -392,6 +392,13 @@ class PrivacyConfig(_Section):
         "failures, update norms, clipped fraction, training loss): outside the DP guarantee; `auto`, on in a "
         "simulation, off in a deployment",
     )
+    noise_sampler: Literal["torch", "opendp"] = Field(
+        "torch",
+        description="who draws the server's Gaussian noise: `torch`, torch's seeded textbook floating-point sampler "
+        "(reproducible; not hardened against floating-point attacks); `opendp`, OpenDP's exact discrete-Gaussian "
+        "mechanism from the OS's randomness (pip install 'fedpub[secure-noise]'; not reproducible, ~20k draws/s; "
+        "not with tree_aggregation). docs/privacy.md",
+    )
 
 
 class FlowerConfig(_Section):

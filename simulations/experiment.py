@@ -104,7 +104,7 @@ def build_experiment(
     randomness = resolve_randomness(
         config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name
     )
-    built = build_experiment_strategy(config, data, privacy_seed=randomness.seed)
+    built = build_experiment_strategy(config, data, randomness=randomness)
     return Experiment(
         config=config,
         train=data.train,

@@ -75,6 +75,7 @@ from simulations.evaluation import EvaluationSet, evaluate
 from simulations.experiment import Experiment, build_experiment
 from simulations.flower_env import offline_flower_environment
 from simulations.flower_simulation import backend_config
+from strategies.common import secure_noise_sampler
 from strategies.compose import strategy_steps
 from strategies.flower import discover_nodes
 
@@ -274,8 +275,9 @@ class SecAggDpStrategy(Strategy):
         self.core = experiment.strategy
         self.model = experiment.new_model()
         self.params = model_params(self.model)
+        secure = secure_noise_sampler(config.privacy.noise_sampler, reproducible=not experiment.randomness.secret)
         steps = dict(strategy_steps(config.strategy, experiment.noise_multiplier, self.core.seed, config.rounds, None,
-                                    self.core.sampling))
+                                    self.core.sampling, secure_sampler=secure))
         self.noise, self.server_opt = steps["noise"], steps["server_opt"]
         self.noise_state, self.opt_state = self.noise.init(self.params), self.server_opt.init(self.params)
         self.driver = experiment.round_driver(experiment.new_accountant())

@@ -27,10 +27,11 @@ from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_
 from fedpub.privacy.calibration import calibrate
 from fedpub.privacy.errors import PrivacyError
 from fedpub.privacy.events import CohortRule, neighboring_relation
+from fedpub.privacy.randomness import PrivacyRandomness
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
 from strategies import adadps
-from strategies.common import make_sampling
+from strategies.common import make_sampling, secure_noise_sampler
 from strategies.compose import build_strategy
 
 
@@ -76,17 +77,20 @@ def build_private_strategy(
     population: int,
     rounds: int,
     seed: int,
+    reproducible: bool,
     side_information: Updates | None = None,
 ) -> PrivateStrategy:
     """The recipe of ``strategy`` over ``population`` private users for ``rounds`` rounds, its noise and cohorts
-    drawn from the privacy ``seed`` (:mod:`fedpub.privacy.randomness`). Raises (naming the
+    drawn from the privacy ``seed`` (:mod:`fedpub.privacy.randomness`; ``reproducible`` when whoever holds the
+    config knows it, which rules out the secure noise sampler). Raises (naming the
     field) when the accountant cannot price the planned run or its first round alone exceeds the budget."""
     sampling = make_sampling(strategy.sampling, population)
+    secure = secure_noise_sampler(privacy.noise_sampler, reproducible=reproducible)
 
     def core_for(noise_multiplier: float, privacy_seed: int = seed) -> StrategyCore:
         return build_strategy(
             strategy, sampling=sampling, population=population, noise_multiplier=noise_multiplier,
-            seed=privacy_seed, rounds=rounds, side_information=side_information,
+            seed=privacy_seed, rounds=rounds, side_information=side_information, secure_sampler=secure,
         )
 
     def planned(noise_multiplier: float) -> dp_accounting.DpEvent:
@@ -128,13 +132,16 @@ def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updat
     return adadps.token_frequency_side_information(precondition, params, list(counts.values()))
 
 
-def build_experiment_strategy(config: ExperimentConfig, data: FederatedData, *, privacy_seed: int) -> PrivateStrategy:
+def build_experiment_strategy(
+    config: ExperimentConfig, data: FederatedData, *, randomness: PrivacyRandomness
+) -> PrivateStrategy:
     """The recipe of ``config`` over the private users of ``data`` for ``config.rounds`` rounds, with its side
-    information, its noise and cohorts drawn from ``privacy_seed``. Raises (naming the field) as
+    information, its noise and cohorts drawn from ``randomness``. Raises (naming the field) as
     :func:`build_private_strategy` does, and when the recipe trains public users the data does not have."""
     strategy = config.strategy
     built = build_private_strategy(
-        strategy, config.privacy, population=len(data.private_ids), rounds=config.rounds, seed=privacy_seed,
+        strategy, config.privacy, population=len(data.private_ids), rounds=config.rounds, seed=randomness.seed,
+        reproducible=not randomness.secret,
         side_information=side_information(config, data.train),
     )
     if built.core.public_cohort and not data.public_ids:

@@ -26,3 +26,18 @@ def make_sampling(config: SamplingConfig, population: int) -> CohortRule:
     if config.kind == "epoch_blocks":
         return EpochBlocks(population=population, block_size=int(m))
     return FixedSizeSampling(population=population, cohort_size=int(m))
+
+
+def secure_noise_sampler(noise_sampler: str, *, reproducible: bool) -> bool:
+    """Whether ``privacy.noise_sampler`` asks for the secure sampler (``opendp``: OpenDP's Gaussian mechanism,
+    ``fedpub.privacy.secure_noise``), to pass as ``secure_sampler`` to the strategy builders. Refuses ``opendp``
+    for a run that must be reproducible: it draws from the operating system's randomness and cannot be seeded."""
+    if noise_sampler == "torch":
+        return False
+    if noise_sampler != "opendp":
+        raise ValueError(f"privacy.noise_sampler must be torch or opendp, got {noise_sampler!r}")
+    if reproducible:
+        raise ValueError("privacy.noise_sampler `opendp` draws its noise from the operating system's randomness, "
+                         "which no seed reproduces: it cannot serve a reproducible run; use privacy.noise_sampler: "
+                         "torch to reproduce a run from its seed")
+    return True

@@ -5,6 +5,7 @@ public schedule (PPSGD) → aggregate (÷ m) → Gaussian noise | tree noise (DP
 mirror mix (PDA-DPMD) → server optimizer. Every part but the private mean is optional, so a config may
 combine them (e.g. warm start + DOPE + AdaDPS + mirror). The private mean, its sensitivity C_t and
 its accounting are DP-FedAvg's (DP-FTRL's with ``tree_aggregation``) whatever is composed around it.
+``secure_sampler`` draws the private mean's Gaussian noise with OpenDP (``privacy.noise_sampler: opendp``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def strategy_steps(
     rounds: int,
     side_information: Updates | None,
     sampling: CohortRule,
+    *,
+    secure_sampler: bool = False,
 ) -> list[tuple[str, Step]]:
     """The named steps of ``config`` in chain order (the private mean's are ``clip``, ``aggregate``, ``noise``)."""
     before, after = dope.recentering_steps(config.recenter) if config.recenter is not None else ([], [])
@@ -52,9 +55,11 @@ def strategy_steps(
         schedule = budget_schedule(boosted_rounds(config, rounds), boosted_z)
         steps.append(("budget_schedule", schedule))
     if config.tree_aggregation is not None:
-        steps += dp_ftrl.private_mean_steps(config, noise_multiplier, seed, sampling, rounds) + after
+        noised = dp_ftrl.private_mean_steps(config, noise_multiplier, seed, sampling, rounds,
+                                            secure_sampler=secure_sampler)
     else:
-        steps += private_mean_steps(config, noise_multiplier, seed) + after
+        noised = private_mean_steps(config, noise_multiplier, seed, secure_sampler=secure_sampler)
+    steps += noised + after
     if config.mirror is not None:
         steps += pda_dpmd.mirror_steps(config.mirror, rounds)
     return steps + [("server_opt", server_optimizer(config.server_optimizer))]
@@ -69,9 +74,12 @@ def build_strategy(
     seed: int,
     rounds: int,
     side_information: Updates | None = None,
+    secure_sampler: bool = False,
 ) -> StrategyCore:
-    """The StrategyCore of ``config``; ``side_information`` is AdaDPS's fixed A, if any."""
-    steps = strategy_steps(config, noise_multiplier, seed, rounds, side_information, sampling)
+    """The StrategyCore of ``config``; ``side_information`` is AdaDPS's fixed A, if any; ``secure_sampler``, the
+    noise from OpenDP (:func:`strategies.common.secure_noise_sampler` says whether the config asks for it)."""
+    steps = strategy_steps(config, noise_multiplier, seed, rounds, side_information, sampling,
+                           secure_sampler=secure_sampler)
     precondition = config.precondition
     local = precondition is not None and precondition.placement == "client"
     return StrategyCore(

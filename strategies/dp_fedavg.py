@@ -4,7 +4,9 @@ the expected cohort m = qN, then the server optimizer (SGD+momentum = DP-FedAvgM
 DP-FedAdam, Reddi et al. 2021). Optionally C adapts to a quantile of the norms (Andrew et al. 2021);
 its noisy count is a second Gaussian release on the same cohort, so a round costs one Gaussian of
 z_eff = (z⁻² + σ_b⁻²)^(−1/2) (the steps declare both releases; a target ε calibrates the sum's z with the
-count's noise in the plan). Every recipe shares this private mean (``strategies/compose.py``)."""
+count's noise in the plan). Every recipe shares this private mean (``strategies/compose.py``). With
+``secure_sampler`` (``privacy.noise_sampler: opendp``, see :func:`strategies.common.secure_noise_sampler`) both
+Gaussian releases are drawn by OpenDP instead of torch."""
 
 from __future__ import annotations
 
@@ -24,22 +26,25 @@ def server_optimizer(config: ServerOptimizerConfig) -> Step:
     return server_sgd(config.lr, config.momentum)
 
 
-def clip_step(config: StrategyConfig, noise_multiplier: float, seed: int) -> Step:
+def clip_step(config: StrategyConfig, noise_multiplier: float, seed: int, *, secure_sampler: bool = False) -> Step:
     """Fixed C, or C adapted to a quantile (Andrew et al.), or C and z steered by public users (PPSGD)."""
     adaptive = config.adaptive_clip
     if config.public_schedule is not None:
         return ppsgd.schedule_step(config.public_schedule, config.clip_norm, noise_multiplier)
     if adaptive is not None:
         return adaptive_clip(
-            config.clip_norm, adaptive.target_quantile, adaptive.learning_rate, adaptive.count_noise_std, seed
+            config.clip_norm, adaptive.target_quantile, adaptive.learning_rate, adaptive.count_noise_std, seed,
+            secure_sampler=secure_sampler,
         )
     return clip(config.clip_norm)
 
 
-def private_mean_steps(config: StrategyConfig, noise_multiplier: float, seed: int) -> list[tuple[str, Step]]:
+def private_mean_steps(
+    config: StrategyConfig, noise_multiplier: float, seed: int, *, secure_sampler: bool = False
+) -> list[tuple[str, Step]]:
     """clip → aggregate (÷ m) → Gaussian noise: the private mean every recipe shares."""
     return [
-        ("clip", clip_step(config, noise_multiplier, seed)),
+        ("clip", clip_step(config, noise_multiplier, seed, secure_sampler=secure_sampler)),
         ("aggregate", aggregate()),
-        ("noise", gaussian_noise(noise_multiplier, seed)),
+        ("noise", gaussian_noise(noise_multiplier, seed, secure_sampler=secure_sampler)),
     ]

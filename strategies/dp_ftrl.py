@@ -21,9 +21,20 @@ from fedpub.steps.tree_noise import tree_noise
 
 
 def private_mean_steps(
-    config: StrategyConfig, noise_multiplier: float, seed: int, sampling: CohortRule, rounds: int
+    config: StrategyConfig,
+    noise_multiplier: float,
+    seed: int,
+    sampling: CohortRule,
+    rounds: int,
+    *,
+    secure_sampler: bool = False,
 ) -> list[tuple[str, Step]]:
-    """clip → aggregate (÷ m) → tree noise, the tree restarting every epoch of ``sampling``'s blocks."""
+    """clip → aggregate (÷ m) → tree noise, the tree restarting every epoch of ``sampling``'s blocks. The tree
+    has no secure sampler: its release adds stored node noise to the mean in float arithmetic, the very thing
+    the secure sampler avoids, so ``secure_sampler`` is refused (docs/privacy.md)."""
+    if secure_sampler:
+        raise ValueError("privacy.noise_sampler `opendp` does not cover strategy.tree_aggregation: DP-FTRL's release "
+                         "adds stored tree noise to the mean in floating point; use privacy.noise_sampler: torch")
     if not isinstance(sampling, EpochBlocks):
         raise ValueError(f"strategy.tree_aggregation needs each user at most once per tree: strategy.sampling.kind "
                          f"must be epoch_blocks, got {type(sampling).__name__}")

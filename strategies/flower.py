@@ -349,7 +349,8 @@ class FedpubStrategy(Strategy):
             )
         built = build_private_strategy(
             strategy_cfg, privacy_cfg, population=population, rounds=rounds,
-            seed=secrets.randbits(63) if seed is None else seed, side_information=side_information,
+            seed=secrets.randbits(63) if seed is None else seed, reproducible=seed is not None,
+            side_information=side_information,
         )
         driver = RoundDriver(
             built.core, built.new_accountant(), private_ids=None, delta=privacy_cfg.delta,

@@ -165,7 +165,9 @@ def test_target_epsilon_calibrates_the_noise():
 
     sampling = PoissonSampling(0.1)
     cfg = StrategyConfig(target_epsilon=3.0, sampling={"sampling_rate": 0.1})
-    z = build_private_strategy(cfg, PrivacyConfig(delta=1e-5), population=100, rounds=20, seed=0).noise_multiplier
+    z = build_private_strategy(
+        cfg, PrivacyConfig(delta=1e-5), population=100, rounds=20, seed=0, reproducible=True
+    ).noise_multiplier
     assert epsilon_for(sampling, z, 20, 1e-5) <= 3.0
     assert epsilon_for(sampling, z * 0.98, 20, 1e-5) > 3.0
 
@@ -197,9 +199,11 @@ def test_adaptive_clipping_calibrated_to_a_target_spends_exactly_that_budget():
     sampling = PoissonSampling(0.1)
     privacy = PrivacyConfig(delta=1e-5)
     plain = StrategyConfig(target_epsilon=3.0, sampling={"sampling_rate": 0.1})
-    z_round = build_private_strategy(plain, privacy, population=100, rounds=20, seed=0).noise_multiplier
+    z_round = build_private_strategy(
+        plain, privacy, population=100, rounds=20, seed=0, reproducible=True
+    ).noise_multiplier
     cfg = StrategyConfig(target_epsilon=3.0, sampling={"sampling_rate": 0.1}, adaptive_clip={"count_noise_std": 5.0})
-    built = build_private_strategy(cfg, privacy, population=100, rounds=20, seed=0)
+    built = build_private_strategy(cfg, privacy, population=100, rounds=20, seed=0, reproducible=True)
     z_sum = built.noise_multiplier
     assert z_sum > z_round
     z_eff = (z_sum**-2 + 5.0**-2) ** -0.5
@@ -210,7 +214,7 @@ def test_adaptive_clipping_calibrated_to_a_target_spends_exactly_that_budget():
     assert epsilon_for(sampling, z_eff, 20, 1e-5) <= 3.0 + 1e-9
     with pytest.raises(ValueError, match=r"a noisy count\) alone already spend"):
         build_private_strategy(cfg.model_copy(update={"adaptive_clip": cfg.adaptive_clip.model_copy(
-            update={"count_noise_std": 0.3})}), privacy, population=100, rounds=20, seed=0)
+            update={"count_noise_std": 0.3})}), privacy, population=100, rounds=20, seed=0, reproducible=True)
 
 
 def _dope(clip_norm, z, population, center_clip=math.inf, seed=0):

@@ -5,6 +5,8 @@ Each round clips to C_t, releases the noisy count of users whose update norm was
 (sensitivity 1 under add/remove, Gaussian noise of std σ_b: ``GaussianDpEvent(σ_b)``) and moves
 the norm geometrically: C_{t+1} = C_t · exp(−η (b̃_t − γ)), with b̃_t the noisy unclipped fraction
 (count ÷ the expected cohort m). The round's noise uses C_t (the ``clip_norm`` output), not C_{t+1}.
+With ``secure_sampler`` the count's noise is added by OpenDP (:mod:`fedpub.privacy.secure_noise`), like the
+mean's in :mod:`fedpub.steps.gaussian_noise`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import dp_accounting
 import torch
 
 from fedpub.cohort_updates import Cohort
+from fedpub.privacy.secure_noise import add_secure_gaussian, require_secure_sampler
 from fedpub.seeding import torch_generator
 from fedpub.step import Releases, Step
 from fedpub.steps.clip import clip_factors, norm_diagnostics
@@ -35,8 +38,11 @@ def adaptive_clip(
     learning_rate: float,
     count_noise_std: float,
     seed: int,
+    *,
+    secure_sampler: bool = False,
 ) -> Step:
-    """Clip to C_t and adapt C towards the ``target_quantile`` γ of the update norms."""
+    """Clip to C_t and adapt C towards the ``target_quantile`` γ of the update norms (the count noised by OpenDP
+    with ``secure_sampler``)."""
     if not (initial_clip_norm > 0 and math.isfinite(initial_clip_norm)):
         raise ValueError(f"initial_clip_norm must be a finite number > 0, got {initial_clip_norm}")
     if not 0 <= target_quantile <= 1 or not learning_rate > 0 or not count_noise_std >= 0:
@@ -44,6 +50,8 @@ def adaptive_clip(
             "adaptive clipping needs 0 <= target_quantile <= 1, learning_rate > 0, count_noise_std >= 0; got "
             f"{target_quantile}, {learning_rate}, {count_noise_std}"
         )
+    if secure_sampler:
+        require_secure_sampler()
 
     def init(params: Params) -> AdaptiveClipState:
         rng = torch_generator(seed, "adaptive_clip").get_state()
@@ -54,8 +62,12 @@ def adaptive_clip(
         norms = updates.norms()
         gen = torch.Generator()
         gen.set_state(state["rng"])
-        noise = float(torch.normal(0.0, 1.0, size=(), generator=gen)) * count_noise_std
-        unclipped_fraction = (float((norms <= c).sum()) + noise) / ctx.expected_cohort
+        count = float((norms <= c).sum())
+        if secure_sampler:
+            noisy_count = float(add_secure_gaussian(torch.tensor([count], dtype=torch.float64), count_noise_std))
+        else:
+            noisy_count = count + float(torch.normal(0.0, 1.0, size=(), generator=gen)) * count_noise_std
+        unclipped_fraction = noisy_count / ctx.expected_cohort
         next_c = c * math.exp(-learning_rate * (unclipped_fraction - target_quantile))
         metrics = {"clip_norm": c, "next_clip_norm": next_c, "noisy_unclipped_fraction": unclipped_fraction}
         return StepResult(

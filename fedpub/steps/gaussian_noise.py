@@ -8,6 +8,11 @@ declared ``noise_multiplier`` or the factory's value). Its randomness
 comes from a torch generator whose state is the step's state, so a seed reproduces the noise on
 any backend and a checkpoint resumes it exactly. Noise for a model on a GPU is drawn there, from a generator of
 that device seeded by the step's generator (:func:`standard_normal`), not on the host and copied over.
+
+With ``secure_sampler`` the noise is added by OpenDP's Gaussian mechanism instead
+(:func:`fedpub.privacy.secure_noise.add_secure_gaussian`: exact discrete sampling from the OS's randomness, not
+the textbook floating-point sampler): same std, same event, but not seeded, so not reproducible; the generator's
+state is carried unchanged.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TypedDict
 import dp_accounting
 import torch
 
+from fedpub.privacy.secure_noise import add_secure_gaussian, require_secure_sampler
 from fedpub.seeding import torch_generator
 from fedpub.step import Releases, Step
 from fedpub.types import Params, RoundContext, StepResult, Updates
@@ -49,10 +55,13 @@ def standard_normal(
     return torch.empty(shape, dtype=dtype, device=device).normal_(generator=on_device)
 
 
-def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
+def gaussian_noise(noise_multiplier: float, seed: int, *, secure_sampler: bool = False) -> Step:
     """Add noise of std z·C / m to the mean update (z·C on the sum); z is the ``noise_multiplier`` input
-    when a step supplies one this round, else the factory's ``noise_multiplier``."""
+    when a step supplies one this round, else the factory's ``noise_multiplier``. ``secure_sampler``: draw it
+    with OpenDP from the OS's randomness (needs the ``secure-noise`` extra, checked here)."""
     _check_noise_multiplier(noise_multiplier)
+    if secure_sampler:
+        require_secure_sampler()
     default_noise_multiplier = noise_multiplier
 
     def init(params: Params) -> NoiseState:
@@ -74,9 +83,13 @@ def gaussian_noise(noise_multiplier: float, seed: int) -> Step:
         std_on_mean = std_on_sum / ctx.expected_cohort
         gen = torch.Generator()
         gen.set_state(state["rng"])
-        noisy = {}
-        for name, value in updates.items():
-            noisy[name] = standard_normal(value.shape, value.dtype, value.device, gen).mul_(std_on_mean).add_(value)
+        if secure_sampler:
+            noisy = {name: add_secure_gaussian(value, std_on_mean) for name, value in updates.items()}
+        else:
+            noisy = {
+                name: standard_normal(value.shape, value.dtype, value.device, gen).mul_(std_on_mean).add_(value)
+                for name, value in updates.items()
+            }
         metrics = {"noise_multiplier": z, "noise_std": std_on_mean}
         event = dp_accounting.GaussianDpEvent(z)
         return StepResult(noisy, NoiseState(rng=gen.get_state()), metrics, (event,))

@@ -1,3 +1,4 @@
+import importlib.util
 import math
 
 import dp_accounting
@@ -41,15 +42,28 @@ def test_the_round_clips_and_noises_with_c_t_not_c_t_plus_1():
     assert torch.allclose(result.updates.norms(), torch.full((5,), 2.0, dtype=torch.float64))
 
 
-def test_the_noisy_count_is_a_gaussian_release_with_sensitivity_one():
-    step = adaptive_clip(1.0, 0.5, 0.2, count_noise_std=4.0, seed=7)
+def _noisy_fractions(step, draws: int = 2000):
+    """The noisy unclipped fraction of ``draws`` rounds of 5 unclipped users at C = 1, and the last result."""
     state = step.init({})
     fractions = []
-    for _ in range(2000):
+    for _ in range(draws):
         result = step.update(_rows(0.5), state, ctx=CTX)
         state = {**result.state, "clip_norm": 1.0}  # keep C fixed to sample the noisy count
         fractions.append(result.metrics["noisy_unclipped_fraction"])
-    measured = torch.tensor(fractions, dtype=torch.float64)
+    return torch.tensor(fractions, dtype=torch.float64), result
+
+
+def test_the_noisy_count_is_a_gaussian_release_with_sensitivity_one():
+    measured, result = _noisy_fractions(adaptive_clip(1.0, 0.5, 0.2, count_noise_std=4.0, seed=7))
     assert measured.mean().item() == pytest.approx(1.0, abs=0.05)  # 5 unclipped / m = 5
     assert measured.std().item() == pytest.approx(4.0 / 5.0, rel=0.05)
+    assert result.events == (dp_accounting.GaussianDpEvent(4.0),)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("opendp") is None, reason="OpenDP (the secure-noise extra) is missing")
+def test_the_secure_sampler_noises_the_count_alike():
+    measured, result = _noisy_fractions(adaptive_clip(1.0, 0.5, 0.2, count_noise_std=4.0, seed=7, secure_sampler=True))
+    # unseeded: bounds of about 5.6 and 6.3 standard errors (0.8/sqrt(2000) on the mean, 1/sqrt(4000) on the std)
+    assert measured.mean().item() == pytest.approx(1.0, abs=0.1)
+    assert measured.std().item() == pytest.approx(4.0 / 5.0, rel=0.1)
     assert result.events == (dp_accounting.GaussianDpEvent(4.0),)

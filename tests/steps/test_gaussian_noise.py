@@ -1,3 +1,5 @@
+import importlib.util
+
 import dp_accounting
 import pytest
 import torch
@@ -81,3 +83,19 @@ def test_noise_for_a_model_on_the_gpu_is_drawn_there_with_the_measured_std_and_r
     noise = first.updates["w"]
     assert noise.device.type == "cuda" and torch.equal(noise, again.updates["w"])
     assert abs(noise.double().std().item() / (z * c / m) - 1) < 0.01
+
+
+@pytest.mark.skipif(importlib.util.find_spec("opendp") is None, reason="OpenDP (the secure-noise extra) is missing")
+def test_the_secure_sampler_gives_the_same_std_on_the_mean_and_the_same_event():
+    z, c, m, n = 1.3, 0.9, 20.0, 40_000
+    params = {"w": torch.zeros(n)}
+    ctx = RoundContext(round=0, seed=0, population=200, sampling_rate=0.1, expected_cohort=m, cohort_size=19)
+    step = gaussian_noise(z, seed=3, secure_sampler=True)
+    state = step.init(params)
+    result = step.update(params, state, ctx=ctx, clip_norm=c)
+    expected = z * c / m
+    # relative standard error of the sample std 1/sqrt(2n) = 0.35%: 2% is 5.7 of them
+    assert abs(result.updates["w"].double().std().item() / expected - 1) < 0.02
+    assert result.metrics["noise_std"] == pytest.approx(expected)
+    assert result.events == (dp_accounting.GaussianDpEvent(z),) == step.releases(0).events
+    assert torch.equal(result.state["rng"], state["rng"])  # the seeded generator is not used

@@ -66,7 +66,7 @@ def test_a_target_epsilon_is_calibrated_with_rdp_and_the_run_spends_it():
     """Checked against dp_accounting's RDP accountant composing the trees directly (replace-special)."""
     config = _config(noise_multiplier=None, target_epsilon=3.0)
     built = build_private_strategy(config, PrivacyConfig(delta=DELTA, accountant="rdp"), population=POPULATION,
-                                   rounds=ROUNDS, seed=0)
+                                   rounds=ROUNDS, seed=0, reproducible=True)
     z = built.noise_multiplier
     accountant = rdp_privacy_accountant.RdpAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
@@ -84,7 +84,9 @@ def test_a_target_epsilon_is_calibrated_with_rdp_and_the_run_spends_it():
 def test_the_pld_accountant_is_refused_naming_the_field_and_the_allowed_value(target):
     config = _config(noise_multiplier=None if target else Z, target_epsilon=target)
     with pytest.raises(ValueError, match=r"privacy.accountant: the pld accountant .* accountant='rdp'"):
-        build_private_strategy(config, PrivacyConfig(delta=DELTA), population=POPULATION, rounds=ROUNDS, seed=0)
+        build_private_strategy(
+            config, PrivacyConfig(delta=DELTA), population=POPULATION, rounds=ROUNDS, seed=0, reproducible=True
+        )
 
 
 def test_with_public_recentering_the_chain_is_recenter_clip_aggregate_tree_noise_add_center():

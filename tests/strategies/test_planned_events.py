@@ -73,7 +73,7 @@ def test_the_boosted_rounds_plan_and_the_calibrated_target() -> None:
     config = StrategyConfig(target_epsilon=3.0, sampling={"clients_per_round": 8},
                             budget_schedule={"boosted_rounds": 2, "boosted_noise_ratio": 0.5})
     built = build_private_strategy(config, PrivacyConfig(delta=DELTA, accountant="rdp"), population=POPULATION,
-                                   rounds=ROUNDS, seed=0)
+                                   rounds=ROUNDS, seed=0, reproducible=True)
     z, q = built.noise_multiplier, 8 / POPULATION
     assert built.planned_event == dp_accounting.ComposedDpEvent([
         dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, G(0.5 * z)), 2),
@@ -88,4 +88,4 @@ def test_a_first_round_past_the_budget_is_refused_when_built() -> None:
                             budget_schedule={"boosted_rounds": 1, "boosted_noise_multiplier": 0.2})
     with pytest.raises(ValueError, match="a single round costs"):
         build_private_strategy(config, PrivacyConfig(delta=DELTA, budget_epsilon=1.0), population=POPULATION,
-                               rounds=ROUNDS, seed=0)
+                               rounds=ROUNDS, seed=0, reproducible=True)
