@@ -63,7 +63,8 @@ def test_a_deployment_resumes_after_its_superlink_is_killed(three_user_dir, tmp_
     with the same database gets the same SuperNodes back, and `flwr run` again resumes from round 0's checkpoint:
     rounds 0 and 1 each released once, a ledger of 2 rounds equal to an uninterrupted run's."""
     config_path = write_experiment(  # reproducible: the test predicts the cohorts from the config
-        tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=ROUNDS, privacy={"randomness": "reproducible", "diagnostics": "on"}
+        tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=ROUNDS,
+        privacy={"randomness": "reproducible", "diagnostics": "on"},
     )
     cfg = load_config(config_path)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
