@@ -1,9 +1,9 @@
 """A real Flower deployment on 127.0.0.1: flower-superlink, flower-supernode processes and `flwr run`.
 
-Two insecure runs of 2 rounds of DOPE (4 writers, 1 of them public, so N = 3 private users; ~45 s each on
-2 cores): with the public user in the ServerApp's server-held pool (``flower.public_users: server``; SuperNodes
-only for the 3 private users) and with the public user as its own SuperNode (``nodes``: 4 SuperNodes, the public
-one sent TRAIN messages). The TLS test checks SuperNode authentication (a registered key gets in, an unregistered
+An insecure run of 2 rounds of DOPE (4 writers, 1 of them public, so N = 3 private users; ~50 s on 2 cores) with
+the public user as its own SuperNode (``flower.public_users: nodes``: 4 SuperNodes named by ``partition-id``, the
+public one sent TRAIN messages). The server-held public pool (``server``) runs on a real SuperLink in
+``test_device_deployment.py``, whose private users hold their own data. The TLS test checks SuperNode authentication (a registered key gets in, an unregistered
 one is refused, ~10 s). A full DP-FedAvg run over TLS + authentication takes about as long as an insecure one and
 runs only when asked for: ``pytest -m deployment_tls``.
 """
@@ -229,17 +229,6 @@ def deploy_and_check(
     assert len(deployment.registry.seen_pids) > len(deployment.registry.processes)
     assert_all_stopped(deployment.registry)
     assert _sha256(REPO_ROOT / "pyproject.toml") == pyproject_before, "flwr run rewrote pyproject.toml"
-
-
-def test_dope_with_a_server_held_public_pool_on_a_real_superlink(four_user_dir: Path, tmp_path: Path) -> None:
-    """``flower.public_users: server``: the ServerApp holds and trains the public user; SuperNodes run only for
-    the 3 private users (named by ``client-id``), none for the public one, whose data stays on the server."""
-    config_path = dope_experiment(tmp_path, four_user_dir, "server", rounds=2)
-    users, private, public = users_of(load_config(config_path))
-    assert (len(users), public) == (4, ["f0000_01"]) and len(private) == USERS
-    node_configs = [f'client-id="{cid}"' for cid in private]
-    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=len(private), node_configs=node_configs, cwd=tmp_path)
-    deploy_and_check(deployment, config_path, rounds=2, num_nodes=len(private), public_nodes=0)
 
 
 def test_dope_with_public_users_on_their_own_supernodes(four_user_dir: Path, tmp_path: Path) -> None:
