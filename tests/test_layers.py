@@ -167,3 +167,16 @@ def test_importing_the_config_schema_loads_neither_torch_nor_the_data_libraries(
     code = f"import sys, fedpub.config; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]", f"import fedpub.config loaded {result.stdout.strip()}"
+
+
+def test_the_api_facade_names_only_the_api_module_above_the_core_and_imports_it_lazily():
+    """fedpub/__init__.py re-exports the Python API by name (``importlib`` on first use, invisible to the syntax
+    tree above): the only higher-layer module it may name is simulations.api, and ``import fedpub`` loads none."""
+    import fedpub
+
+    above = {module for module in fedpub._API.values() if module.partition(".")[0] != "fedpub"}
+    assert above == {"simulations.api"}
+    code = "import sys, fedpub; print(sorted(m for m in sys.modules if m.split('.')[0] in " \
+           "('simulations', 'strategies', 'clients', 'torch', 'flwr')))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", f"import fedpub loaded {result.stdout.strip()}"

@@ -1,0 +1,115 @@
+"""fedpub's Python API: build and run an experiment from a script or a notebook (README "Python API").
+
+::
+
+    import fedpub
+
+    config = fedpub.parse_config({"rounds": 10, "strategy": {"target_epsilon": 4.0}})  # or fedpub.load_config(path)
+    result = fedpub.run(config)                    # into <output_dir>/<name>/, resumed like `fedpub run`
+    result = fedpub.run(config, output_dir=None)   # nothing kept on disk
+    result.model, result.metrics, result.epsilon
+
+The names are reached through :mod:`fedpub`'s lazy facade (``fedpub.run`` imports this module on first use), so
+``import fedpub`` stays as light as the core. A run is the same as ``fedpub run``'s: the same engine or Flower
+simulation, the same files, the same resume; :func:`run` returns what the files hold, in memory.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clients.local_training import load_params_
+from fedpub.config import ExperimentConfig, load_config, parse_config
+from fedpub.types import Params
+from simulations.backends import Backend, check_backend, run_experiment
+from simulations.experiment import Experiment, build_experiment
+
+KEEP = "config"
+"""``output_dir`` default of :func:`run`: the config's own ``output_dir``."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished (or budget-stopped) run: the released model and what its run directory holds."""
+
+    model: torch.nn.Module
+    """The released model (after model reuse, if any), its parameters loaded, on the experiment's device."""
+    params: Params
+    metrics: list[dict[str, Any]]
+    """``metrics.jsonl``'s records: what DP covers, one per round."""
+    diagnostics: list[dict[str, Any]]
+    """``diagnostics.jsonl``'s records (un-noised statistics of private users; empty when diagnostics are off)."""
+    final_metrics: dict[str, float]
+    epsilon: float
+    delta: float
+    rounds_done: int
+    stopped_by_budget: bool
+    run_dir: Path | None
+    """Where the files are; None when the run kept nothing on disk."""
+
+
+def as_config(config: ExperimentConfig | Mapping[str, Any] | str | Path) -> ExperimentConfig:
+    """``config`` validated: a config object as is, a mapping (as read from YAML) or a YAML file's path. Raises
+    :class:`~fedpub.config.ConfigError` naming every bad field."""
+    if isinstance(config, ExperimentConfig):
+        return config
+    if isinstance(config, Mapping):
+        return parse_config(dict(config))
+    if isinstance(config, (str, Path)):
+        return load_config(Path(config))
+    raise TypeError(f"config must be an ExperimentConfig, a mapping or a YAML path, got {type(config).__name__}")
+
+
+def build(config: ExperimentConfig | Mapping[str, Any] | str | Path) -> Experiment:
+    """The experiment ``config`` describes (data, model, calibrated strategy, device), before anything is
+    written: its ``noise_multiplier``, ``strategy.population``, ``planned_event`` … can be inspected."""
+    return build_experiment(as_config(config))
+
+
+def run(
+    config: ExperimentConfig | Mapping[str, Any] | str | Path,
+    *,
+    output_dir: str | Path | None = KEEP,
+    backend: Backend = "inprocess",
+    fresh: bool = False,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+) -> Result:
+    """Run ``config`` (resuming a checkpointed run of the same name unless ``fresh``) and return its results.
+    ``output_dir``: where ``<name>/`` is written (default: the config's; ``None``: a temporary directory removed
+    afterwards); ``backend``: ``inprocess`` or ``flower``; ``on_round`` receives each round's record."""
+    cfg = as_config(config)
+    check_backend(backend)
+    if output_dir is None:
+        with tempfile.TemporaryDirectory(prefix="fedpub-") as scratch:
+            return _run(cfg.model_copy(update={"output_dir": Path(scratch)}), backend, fresh, on_round, keep=False)
+    if output_dir != KEEP:
+        cfg = cfg.model_copy(update={"output_dir": Path(output_dir)})
+    return _run(cfg, backend, fresh, on_round, keep=True)
+
+
+def _run(
+    cfg: ExperimentConfig, backend: Backend, fresh: bool, on_round: Callable[[dict[str, Any]], None] | None,
+    *, keep: bool,
+) -> Result:
+    experiment = build_experiment(cfg)
+    result = run_experiment(experiment, backend, fresh=fresh, on_round=on_round)
+    model = experiment.new_model()
+    load_params_(model, result.params)
+    return Result(
+        model=model,
+        params=result.params,
+        metrics=result.run_dir.read_metrics(),
+        diagnostics=result.run_dir.read_diagnostics(),
+        final_metrics=dict(result.final_metrics),
+        epsilon=result.epsilon,
+        delta=result.delta,
+        rounds_done=result.rounds_done,
+        stopped_by_budget=result.stopped_by_budget,
+        run_dir=result.run_dir.root if keep else None,
+    )
