@@ -468,6 +468,21 @@ class ExperimentConfig(_Section):
     flower: FlowerConfig = FlowerConfig()
 
 
+def _check_public_users(config: ExperimentConfig) -> None:
+    """A recipe that trains public users needs some: data.public (a fraction, or StackOverflow's held-out users), or
+    the server's own users when the private users are nodes."""
+    strategy, public = config.strategy, config.data.public
+    needs = [n for n in ("warm_start", "model_reuse") if getattr(strategy, n) is not None]
+    if strategy.public_clients_per_round:
+        needs.insert(0, f"public_clients_per_round ({strategy.public_clients_per_round})")
+    has_public = public.pool == "heldout" or public.fraction > 0 or config.flower.private_users == "nodes"
+    if needs and not has_public:
+        raise ConfigError(
+            f"strategy `{strategy.name}` trains public users (strategy.{', strategy.'.join(needs)}), but the data has "
+            "none: set data.public.fraction (e.g. 0.02) or data.public.pool: heldout (StackOverflow)"
+        )
+
+
 def _check_task_and_data(config: ExperimentConfig) -> None:
     stackoverflow = config.data.source in ("stackoverflow", "synthetic_stackoverflow")
     if config.flower.private_users == "nodes" and (config.data.source.startswith("synthetic")
@@ -527,6 +542,7 @@ def parse_config(raw: Any, source: str = "<config>") -> ExperimentConfig:
         raise ConfigError(f"{source}: invalid configuration\n{lines}") from None
     try:
         _check_task_and_data(config)
+        _check_public_users(config)
     except ConfigError as error:
         raise ConfigError(f"{source}: invalid configuration\n  - {error}") from None
     return config

@@ -203,6 +203,9 @@ def calibrate(
 
     if accountant not in ("pld", "rdp"):
         _fail(ValueError(f"--accountant must be pld or rdp, got {accountant!r}"))
+    if accountant == "pld" and q is None and (population is not None or cohort is not None):
+        _fail(ValueError("fixed-size sampling (--population, --cohort) is accounted by RDP only (replace-one "
+                         "neighbours): add --accountant rdp"))
     try:
         z = calibrate_noise_multiplier(target_epsilon, delta, _sampling(q, population, cohort), rounds, accountant=accountant)
     except USER_ERRORS as error:

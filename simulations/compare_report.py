@@ -63,6 +63,8 @@ class ComparedRun:
     curve: Curve
     headline: str
     """The task's headline metric (``Task.headline``), e.g. ``accuracy``."""
+    setting: str = ""
+    """The run's data and rounds in words (runs of one sweep share them; ``fedpub report`` says when they differ)."""
 
 
 class ReportError(ValueError):
@@ -71,6 +73,8 @@ class ReportError(ValueError):
 
 def _stored_config(run_dir: RunDirectory) -> dict[str, Any]:
     """The run's resolved config as a plain mapping (read raw: older runs need not fit today's schema)."""
+    if not run_dir.root.is_dir():
+        raise ReportError(f"{run_dir.root} does not exist")
     text = run_dir.stored_config()
     if text is None or not run_dir.ledger_path.exists():
         raise ReportError(f"{run_dir.root} is not a finished run: it has no config.yaml or ledger.json")
@@ -115,7 +119,9 @@ def read_run(
         **{k: float(final_metrics[k]) for k in _metric_keys([final_metrics], headline)},
         "wall_time_s": sum(float(r["wall_time"]) for r in diagnostics) if diagnostics else None,
     }
-    return ComparedRun(row, eval_curve(records, headline), headline)
+    data = config["data"]
+    setting = f"data {data['source']} at {data['path']}, {config['rounds']} rounds"
+    return ComparedRun(row, eval_curve(records, headline), headline, setting)
 
 
 def eval_curve(records: Sequence[Mapping[str, Any]], headline: str) -> Curve:
@@ -208,6 +214,10 @@ def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
         "last private model before model reuse), or the run wrote no diagnostics (wall time).",
         f"Evaluated on {evaluated_on(runs)}.",
     ]
+    settings = sorted({r.setting for r in runs if r.setting})
+    if len(settings) > 1:
+        lines.append("**The runs differ in their data or rounds**, so their rows are not like for like: "
+                     + "; ".join(settings) + ".")
     if any(r.row["target_epsilon"] is None for r in runs):
         lines.append("Runs with a fixed noise multiplier are listed at the ε they achieved (3 digits).")
     return "\n".join(lines) + "\n"

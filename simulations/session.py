@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import yaml
 
 from fedpub.config import PublicTrainingConfig, dump_config
 from fedpub.models.seeded import model_params
@@ -51,6 +52,14 @@ class RunResult:
     final_metrics: dict[str, Any]
 
 
+def changed_keys(stored: Any, resolved: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configs (as mappings)."""
+    if not (isinstance(stored, dict) and isinstance(resolved, dict)):
+        return [] if stored == resolved else [prefix.rstrip(".") or "(the whole config)"]
+    keys = list(dict.fromkeys([*stored, *resolved]))
+    return [k for key in keys for k in changed_keys(stored.get(key), resolved.get(key), f"{prefix}{key}.")]
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
@@ -69,8 +78,10 @@ class RunSession:
         resolved = dump_config(cfg)
         stored = run_dir.stored_config()
         if not fresh and stored is not None and stored != resolved:
+            changed = ", ".join(changed_keys(yaml.safe_load(stored), yaml.safe_load(resolved))) or "its layout"
             raise RunDirectoryError(
-                f"{run_dir.root} holds a run with a different config; use another `name` or --fresh"
+                f"{run_dir.root} holds a run with a different config (changed: {changed}); use another `name` or "
+                "--fresh"
             )
         checkpoint = None if fresh else run_dir.load_checkpoint()
         if checkpoint is not None:

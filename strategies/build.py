@@ -11,6 +11,7 @@ tree aggregation are priced from the step that releases them.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from fedpub.data.stackoverflow import WORD_COUNT_FILE, load_word_counts
 from fedpub.models.seeded import model_params, new_model
 from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
 from fedpub.privacy.calibration import calibrate
-from fedpub.privacy.errors import PrivacyError
+from fedpub.privacy.errors import BudgetExceededError, PrivacyError
 from fedpub.privacy.events import CohortRule, neighboring_relation
 from fedpub.privacy.randomness import PrivacyRandomness
 from fedpub.strategy import StrategyCore
@@ -111,10 +112,25 @@ def build_private_strategy(
         core_with_seed=lambda privacy_seed: core_for(z, privacy_seed),
     )
     if built.budget_epsilon is not None:
-        check_first_round(
-            PrivacyBudget(built.budget_epsilon, privacy.delta), accountant, core.planned_round_event(0)
+        field = "privacy.budget_epsilon" if privacy.budget_epsilon is not None else "strategy.target_epsilon"
+        try:
+            check_first_round(
+                PrivacyBudget(built.budget_epsilon, privacy.delta), accountant, core.planned_round_event(0)
+            )
+        except BudgetExceededError as error:
+            raise BudgetExceededError(f"{field}: {error}") from None
+    if z > core.expected_cohort:
+        warnings.warn(
+            f"noise multiplier z = {z:.4g} exceeds the expected cohort m = {core.expected_cohort:g}: the noise on "
+            f"the mean (z·C/m = {z / core.expected_cohort:.3g}·C) is larger than any user's whole clipped update, "
+            "so the model will learn little; raise the target ε, the cohort or the rounds' budget",
+            NoisyBeyondSignal, stacklevel=2,
         )
     return built
+
+
+class NoisyBeyondSignal(UserWarning):
+    """The noise on the mean exceeds the clip norm: a run that will learn little (a target ε too small)."""
 
 
 def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updates | None:

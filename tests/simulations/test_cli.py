@@ -105,3 +105,9 @@ def test_run_end_to_end_prints_accuracy_and_epsilon(tiny_emnist_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "final test accuracy" in result.output and "(ε, δ)" in result.output
     assert (tmp_path / "runs/cli/summary.md").exists()
+
+
+def test_calibrate_with_fixed_size_sampling_asks_for_the_rdp_accountant():
+    result = runner.invoke(app, ["calibrate", "--population", "100", "--cohort", "10", "--rounds", "10",
+                                 "--target-epsilon", "2"])
+    assert result.exit_code != 0 and "add --accountant rdp" in result.output

@@ -210,3 +210,16 @@ def test_a_sweep_on_flower_simulation_records_the_in_process_results(tiny_emnist
 def test_an_unknown_backend_is_refused_naming_the_allowed_ones(tmp_path):
     result = runner.invoke(app, ["compare", str(tmp_path / "missing.yaml"), "--backend", "ray"])
     assert result.exit_code != 0 and "inprocess, flower" in result.output
+
+
+def test_report_names_a_missing_run_and_says_when_runs_differ_in_data_or_rounds(swept, tmp_path):
+    missing = runner.invoke(app, ["report", str(tmp_path / "nonexistent")])
+    assert missing.exit_code != 0 and "nonexistent does not exist" in missing.output
+    run = shutil.copytree(swept[1] / "runs" / "dp_fedadam__eps8__seed0", tmp_path / "longer")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "rounds": 7}))
+    result = runner.invoke(app, ["report", str(run), str(swept[1] / "runs" / "dp_fedavg__eps8__seed0"),
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "The runs differ in their data or rounds" in (tmp_path / "compare.md").read_text()
+    assert "7 rounds" in (tmp_path / "compare.md").read_text()
