@@ -104,7 +104,9 @@ def run(
         "buffers are reused; process-wide for the rest of the run, which keeps its peak memory",
     )] = False,
 ) -> None:
-    """Run an experiment and write runs/<name>/ (resumes a checkpointed run)."""
+    """Run an experiment and write runs/<name>/ (resumes a checkpointed run).
+
+    CONFIG: the experiment YAML; omit it for the bundled quick-start."""
     from simulations.backends import check_backend, run_experiment
     from simulations.engine import CohortsKeepFailing, RunDirectoryError
     from simulations.experiment import build_experiment
@@ -225,7 +227,9 @@ def compare(
     backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
 ) -> None:
     """Run every (strategy, ε, seed) of a sweep (resumable) in process or on Flower simulation, then write
-    compare.csv, compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/."""
+    compare.csv, compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/.
+
+    SWEEP: the sweep YAML (base config, epsilons, seeds, strategies; see the README)."""
     from simulations.backends import check_backend
     from simulations.compare import load_sweep, run_sweep
 
@@ -251,7 +255,9 @@ def report(
     out: Annotated[Optional[Path], typer.Option(help="where to write; default: the runs' common parent")] = None,
 ) -> None:
     """Compare finished runs: compare.csv, compare.md (mean ± std over seeds per strategy and ε) and plots.
-    A run's label is <label> of a compare run named <label>__eps<ε>__seed<seed>, else its strategy.name."""
+    A run's label is <label> of a compare run named <label>__eps<ε>__seed<seed>, else its strategy.name.
+
+    RUN_DIRS: the run directories (runs/<name>/), one or more."""
     from simulations.compare_report import report_runs
 
     out_dir = out or Path(os.path.commonpath([p.resolve().parent for p in run_dirs]))
@@ -276,7 +282,9 @@ def audit(
         help="what the attacker sees: final (the final model) or all-iterates (every round's model)")] = "final",
 ) -> None:
     """Estimate ε empirically with canary clients (Andrew et al., ICLR 2024) and compare it with the
-    accountant's ε: one run per noise scale, into <output_dir>/<name>_audit_x<scale>_k<canaries>_s<seed>/."""
+    accountant's ε: one run per noise scale, into <output_dir>/<name>_audit_x<scale>_k<canaries>_s<seed>/.
+
+    CONFIG: the experiment YAML to audit."""
     from fedpub.tasks import get_task
     from simulations.audit import check_options, output_names, run_audit
     from simulations.engine import RunDirectoryError

@@ -278,7 +278,7 @@ def plot_metric_vs_round(runs: Sequence[ComparedRun], path: Path) -> None:
             panel[epsilon].plot(*zip(*curve), "o-", color=colors[label], label=label, markersize=3)
     for epsilon, ax in panel.items():
         ax.set_title(f"ε = {epsilon:g}")
-        ax.set_xlabel("round")
+        ax.set_xlabel("rounds completed")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"test {headline} (mean over seeds)")

@@ -326,7 +326,9 @@ def _print_report(report: FileReport) -> None:
 
 @data_app.command()
 def info(path: Annotated[Path, typer.Argument(help="a dataset file")]) -> None:
-    """What a dataset file holds: layout, clients, examples, classes, size (exit 1 if it is malformed)."""
+    """What a dataset file holds: layout, clients, examples, classes, size (exit 1 if it is malformed).
+
+    PATH: a dataset file."""
     if not path.is_file():
         _fail(FileNotFoundError(f"{path} is not a file"))
     with console.status(f"reading {path}"):
@@ -340,7 +342,9 @@ def info(path: Annotated[Path, typer.Argument(help="a dataset file")]) -> None:
 
 @data_app.command()
 def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a directory of them")]) -> None:
-    """Registry checksums where published, plus structural checks of every dataset file; exit 1 on any problem."""
+    """Registry checksums where published, plus structural checks of every dataset file; exit 1 on any problem.
+
+    PATH: a dataset file, or a directory of them."""
     if not path.exists():
         _fail(FileNotFoundError(f"{path} does not exist"))
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")) if path.is_dir() else [path]
@@ -418,7 +422,10 @@ def export_user_command(
     ),
 ) -> None:
     """Write one user of a TFF file as the data a device holds (its SuperNode's ``data-path``): EMNIST as
-    ``OUT/<label>/<n>.png``, StackOverflow as ``OUT/posts.jsonl`` with the count files; or a one-user TFF file."""
+    ``OUT/<label>/<n>.png``, StackOverflow as ``OUT/posts.jsonl`` with the count files; or a one-user TFF file.
+
+    SOURCE: a TFF HDF5 file (EMNIST or StackOverflow); CLIENT_ID: the user to export; OUT: a new folder, or with
+    --format tff a new .h5 file."""
     if fmt not in ("folder", "tff"):
         _fail(ValueError(f"--format must be folder or tff, got {fmt!r}"))
     try:

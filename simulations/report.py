@@ -26,7 +26,7 @@ def write_plot(
     evaluated = [r for r in records if key in r]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     ax.plot([r["round"] + 1 for r in evaluated], [r[key] for r in evaluated], "o-", color="C0")
-    ax.set_xlabel("round")
+    ax.set_xlabel("rounds completed (metrics.jsonl's round + 1)")
     ax.set_ylabel(f"test {metric}", color="C0")
     ax.grid(alpha=0.3)
     if evaluated_on is not None:
