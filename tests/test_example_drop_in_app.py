@@ -16,6 +16,8 @@ from fedpub.privacy.events import PoissonSampling
 from simulations.flower_env import offline_flower_environment
 from strategies.flower import FedpubStrategy
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "drop_in"
 BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
 

@@ -22,6 +22,8 @@ from simulations.cli import app
 from simulations.experiment import build_experiment
 from tests.conftest import tiny_config
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 ROUNDS, CANARIES = 16, 400
 
 

@@ -21,6 +21,8 @@ from simulations.compare import load_sweep, run_sweep
 from simulations.compare_report import read_csv
 from tests.conftest import tiny_config
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 runner = CliRunner()
 # Fixed-size cohorts are accounted with RDP only: calibration and ledgers take a fraction of a second.
 SPEEDY = {"rounds": 2, "eval_every": 1, "checkpoint_every": 2, "model": {"name": "emnist_mlp"},

@@ -50,6 +50,7 @@ from simulations.deploy.tls import make_node_key, make_tls_certificates
 from simulations.experiment import build_experiment
 
 pytestmark = [
+    pytest.mark.slow,  # real SuperLink/SuperNode processes: pytest -m 'not slow' skips them
     pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX-only"),
     pytest.mark.skipif(
         not (VENV_BIN / "flower-superlink").exists(), reason="flower-superlink is not installed next to python"

@@ -33,6 +33,7 @@ from simulations.deploy.tls import make_node_key
 from tests.simulations.test_deployment import assert_all_stopped, needs_tls_tools, run_records
 
 pytestmark = [
+    pytest.mark.slow,  # real SuperLink/SuperNode processes: pytest -m 'not slow' skips them
     pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX-only"),
     pytest.mark.skipif(
         not (VENV_BIN / "flower-superlink").exists(), reason="flower-superlink is not installed next to python"

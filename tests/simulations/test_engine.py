@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from fedpub.config import ConfigError
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.errors import BudgetExceededError
 from fedpub.privacy.events import PoissonSampling
@@ -158,7 +159,6 @@ def test_dope_trains_public_users_each_round_and_accounts_like_dp_fedavg(tiny_em
     assert result.epsilon == pytest.approx(epsilon_for(PoissonSampling(4 / 12), 0.8, 2, 1e-5))
 
 
-def test_dope_without_public_users_is_refused(tiny_emnist_dir, tmp_path):
-    cfg = tiny_config(tiny_emnist_dir, tmp_path, strategy={"name": "dope"})
-    with pytest.raises(ValueError, match="trains public users, but the data has none"):
-        build_experiment(cfg)
+def test_dope_without_public_users_is_refused_when_the_config_is_read(tiny_emnist_dir, tmp_path):
+    with pytest.raises(ConfigError, match="trains public users .*, but the data has none"):
+        tiny_config(tiny_emnist_dir, tmp_path, strategy={"name": "dope"})

@@ -38,6 +38,8 @@ from tests.conftest import tiny_config
 from tests.simulations.faults import CORRUPTIONS, FaultPlan, InProcessFaults, faulty_client_app
 from tests.simulations.test_deployment import assert_all_stopped, three_user_dir, write_experiment  # noqa: F401
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 CLIP, NOISE, COHORT, USERS, DELTA = 0.5, 0.8, 8, 16, 1e-5
 NOISE_STD = NOISE * CLIP / COHORT  # z·C/m, m the expected cohort of the population, whoever replies
 TIMEOUT = 4.0  # client.timeout_s: a tiny user trains in milliseconds even on a loaded machine; a `hang` user for a minute

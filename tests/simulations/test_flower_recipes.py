@@ -18,6 +18,8 @@ from simulations.flower_simulation import run_flower_simulation, simulated_nodes
 from simulations.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 PUBLIC = {"public": {"fraction": 0.25, "seed": 0}}  # 4 of the 16 writers are public: N = 12
 FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}
 ADAPTIVE = {"adaptive_clip": {"target_quantile": 0.5, "learning_rate": 0.2, "count_noise_std": 2.0}}

@@ -16,6 +16,8 @@ from simulations.flower_simulation import run_flower_simulation
 from simulations.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}
 
 

@@ -15,6 +15,8 @@ import pytest
 from fedpub.config import dump_config
 from tests.conftest import tiny_config
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
 

@@ -9,6 +9,8 @@ from simulations.compare import load_sweep
 from simulations.reproductions import adadps_stackoverflow, budget_schedule_table2, dope_table7
 from simulations.reproductions.claims import Claim, verdicts
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 CLAIM = Claim("a beats b", "a", "b")
 
 

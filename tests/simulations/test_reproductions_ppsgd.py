@@ -13,6 +13,8 @@ from fedpub.config import PublicScheduleConfig
 from fedpub.privacy.accountant import UserLevelAccountant
 from simulations.reproductions import ppsgd_synthetic as ppsgd
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 SMALL = {"dim": 20, "num_private": 400, "num_public": 20, "num_test": 200}
 SETUP = ppsgd.Setup(batch_size=40, planned_steps=30)
 

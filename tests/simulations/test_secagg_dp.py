@@ -34,6 +34,8 @@ from simulations.secagg_dp import (
 )
 from tests.conftest import tiny_config
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 USERS = {"num_writers": 4, "min_examples": 6, "max_examples": 12, "seed": 1}
 CLIP = 0.2  # below the users' update norms (about 0.35 in round 0): the clients really clip
 COHORT = 2

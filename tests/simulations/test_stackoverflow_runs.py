@@ -15,14 +15,14 @@ from simulations.run_dir import RunDirectory
 SYNTHETIC = {"num_clients": 24, "test_clients": 6, "min_examples": 2, "max_examples": 6, "seed": 0}
 
 
-def _config(tmp_path, task, model, **strategy):
+def _config(tmp_path, task, model, public: dict | None = None, **strategy):
     return parse_config(
         {
             "name": task, "rounds": 2, "eval_every": 1, "device": "cpu", "output_dir": str(tmp_path / "runs"),
             "task": task,
             "data": {"source": "synthetic_stackoverflow", "path": str(tmp_path / "so"),
                      "synthetic_stackoverflow": SYNTHETIC, "eval_clients": 6,
-                     "stackoverflow": {"max_elements": 4}},
+                     "stackoverflow": {"max_elements": 4}, **({"public": public} if public else {})},
             "model": {"name": model},
             "client": {"batch_size": 4, "lr": 0.5},
             "strategy": {"noise_multiplier": 0.5, "sampling": {"clients_per_round": 6}, **strategy},
@@ -77,11 +77,11 @@ def test_the_held_out_split_can_be_the_public_pool(tmp_path):
 def test_training_on_the_used_columns_gives_the_model_of_training_the_whole_weight(tmp_path, monkeypatch, strategy):
     """The engine cuts each user's input weight to the columns of its words and sums ColumnUpdates; with the
     cut switched off (every user trains the whole weight) the run ends at the same model."""
-    extra = {"public": {"fraction": 0.2}} if strategy else {}  # public updates stay whole tensors
+    public = {"fraction": 0.2} if strategy else None  # public updates stay whole tensors
 
     def final_params(where: str):  # the same run name: the same noise and cohorts
-        raw = _config(tmp_path, "so_tag", "so_tag_logreg", **strategy).model_dump(mode="json")
-        raw["output_dir"], raw["data"] = str(tmp_path / where), {**raw["data"], **extra}
+        raw = _config(tmp_path, "so_tag", "so_tag_logreg", public=public, **strategy).model_dump(mode="json")
+        raw["output_dir"] = str(tmp_path / where)
         cfg = parse_config(raw)
         experiment = build_experiment(cfg)
         lines: list[str] = []

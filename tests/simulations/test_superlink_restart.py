@@ -44,6 +44,7 @@ from tests.simulations.test_faults import (
 ROUNDS, Q = 2, DEPLOY_COHORT / DEPLOY_USERS
 
 pytestmark = [
+    pytest.mark.slow,  # real SuperLink/SuperNode processes: pytest -m 'not slow' skips them
     pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the Flower processes through /proc (Linux)"),
     pytest.mark.skipif(
         not (VENV_BIN / "flower-superlink").exists(), reason="flower-superlink is not installed next to python"

@@ -21,6 +21,8 @@ from fedpub.round_driver import CohortsKeepFailing, RoundPlan
 from simulations.flower_env import offline_flower_environment
 from strategies.flower import FedpubStrategy
 
+pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+
 BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
 NUM_EXAMPLES = 10
 
