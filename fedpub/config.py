@@ -7,7 +7,9 @@ Every section maps 1:1 to the arguments of a factory; a bad value is reported as
 from __future__ import annotations
 
 import math
+import re
 import reprlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -456,7 +458,10 @@ class ExperimentConfig(_Section):
         "sampled user failed; null = go on, releasing noise only",
     )
     output_dir: FilePath = Path("runs")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: str = Field(
+        "auto", description="a torch device: auto (CUDA when present), cpu, cuda, cuda:1, mps, ... (its form is "
+        "checked here, without torch; whether torch knows it and this machine has it, when the experiment is built)",
+    )
     task: Literal["classification", "so_tag", "so_tag_single", "so_nwp"] = Field(
         "classification", description="loss and metrics; the so_* tasks need StackOverflow data"
     )
@@ -466,6 +471,13 @@ class ExperimentConfig(_Section):
     strategy: StrategyConfig = StrategyConfig(noise_multiplier=1.0)
     privacy: PrivacyConfig = PrivacyConfig()
     flower: FlowerConfig = FlowerConfig()
+
+    @field_validator("device")
+    @classmethod
+    def _device_form(cls, device: str) -> str:
+        if not re.fullmatch(r"auto|[a-z][a-z0-9_]*(:[0-9]+)?", device):
+            raise ValueError("not a torch device: use auto, cpu, cuda, cuda:<index>, mps, or another torch device type")
+        return device
 
 
 def _check_public_users(config: ExperimentConfig) -> None:
@@ -548,8 +560,39 @@ def parse_config(raw: Any, source: str = "<config>") -> ExperimentConfig:
     return config
 
 
-def load_config(path: Path) -> ExperimentConfig:
-    """Read and validate a YAML experiment file."""
+def apply_overrides(raw: Any, overrides: Sequence[str]) -> dict[str, Any]:
+    """``raw`` (a config mapping) with each ``KEY=VALUE`` of ``overrides`` set, in order (``--set``): KEY a dotted
+    path (``strategy.clip_norm``), VALUE read as YAML (``0.5``, ``null``, ``true``, ``[1, 2]``, ``cuda:1``). The
+    result is validated like any config (an unknown key is named with the keys allowed there)."""
+    result: dict[str, Any] = dict(raw or {}) if isinstance(raw, dict) or raw is None else raw
+    if not isinstance(result, dict):
+        return result  # parse_config says the top level must be a mapping
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted KEY, e.g. strategy.clip_norm=0.5")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML: {exc}") from None
+        section = result
+        for depth, part in enumerate(parts[:-1]):
+            inner = section.get(part)
+            if inner is None:
+                inner = {}
+            elif not isinstance(inner, dict):
+                where = ".".join(parts[: depth + 1])
+                raise ConfigError(f"--set {item!r}: `{where}` is a value ({inner!r}), not a section with keys")
+            section[part] = inner = dict(inner)
+            section = inner
+        section[parts[-1]] = value
+    return result
+
+
+def load_config(path: Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read and validate a YAML experiment file, with ``overrides`` (``--set KEY=VALUE``) applied; an error names
+    the file, the overrides and the field."""
     try:
         text = Path(path).read_bytes()  # YAML decodes it: UTF-8, or UTF-16 with a byte order mark
     except OSError as exc:
@@ -560,7 +603,8 @@ def load_config(path: Path) -> ExperimentConfig:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid YAML: lists or mappings nested too deeply") from None
-    return parse_config(raw, str(path))
+    source = " ".join([str(path), *(f"--set {item}" for item in overrides)])
+    return parse_config(apply_overrides(raw, overrides), source)
 
 
 def dump_config(config: ExperimentConfig) -> str:

@@ -37,15 +37,17 @@ def run_experiment(
     on_round: Callable[[dict[str, Any]], None] | None = None,
     log: Callable[[str], None] | None = None,
     tune_allocator: bool = False,
+    on_resume: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Run (or resume) ``experiment`` on ``backend`` into ``<output_dir>/<name>/``; ``log`` receives the engine's
     lines (how cohorts train, failed users) in process. ``tune_allocator`` (in process only: Flower's clients
-    run in Ray's worker processes) is :func:`simulations.engine.run_in_process`'s."""
+    run in Ray's worker processes) is :func:`simulations.engine.run_in_process`'s, and so is ``on_resume`` (on Flower the
+    ServerApp logs the round it resumes from)."""
     config = experiment.config
     check_backend(backend, tune_allocator=tune_allocator)
     if backend == "flower":
         return run_flower_simulation(config, simulated_nodes(experiment), fresh=fresh, on_round=on_round)
     return run_in_process(
         experiment, RunDirectory(config.output_dir / config.name), fresh=fresh, on_round=on_round, log=log,
-        tune_allocator=tune_allocator,
+        tune_allocator=tune_allocator, on_resume=on_resume,
     )

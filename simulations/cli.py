@@ -11,23 +11,27 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shlex
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from fedpub.config import ConfigError, load_config
+from fedpub.config import ConfigError, ExperimentConfig, load_config
 from fedpub.data.base import DatasetError
 from fedpub.privacy.errors import PrivacyError
 from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling, PoissonSampling
 from simulations.configs import quickstart_config_path
 from simulations.data_cli import data_app
+from simulations.progress import RoundDisplay
+
+if TYPE_CHECKING:
+    from simulations.experiment import Experiment
+    from simulations.run_dir import RunDirectory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
 app.add_typer(data_app, name="data", help="Inspect, verify and download TFF's federated EMNIST and StackOverflow files.")
@@ -50,38 +54,6 @@ def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[in
     raise PrivacyError("give --q (Poisson sampling) or both --population and --cohort (fixed size)")
 
 
-def _round_progress(label: str = "round") -> Progress:
-    """A progress bar over rounds whose status column a :func:`_round_reporter` fills."""
-    return Progress(
-        TextColumn(f"{label} {{task.completed}}/{{task.total}}"),
-        BarColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-    )
-
-
-def _round_reporter(progress: Progress, task: TaskID, metric: str) -> Callable[[dict[str, Any]], None]:
-    """An ``on_round`` callback moving ``task`` on and showing the headline metric, ε and the realised cohort (a
-    diagnostic the server sees; shown on its console, never written to a released file)."""
-    status = {"acc": "–", "epsilon": "–"}
-
-    def on_round(record: dict[str, Any]) -> None:
-        if f"eval_{metric}" in record:
-            status["acc"] = f"{record[f'eval_{metric}']:.3f}"
-        if "epsilon" in record:
-            status["epsilon"] = f"{float(record['epsilon']):.3g}"
-        progress.update(
-            task,
-            completed=record["round"] + 1,
-            status=f"{metric} {status['acc']}  ε {status['epsilon']}  "
-            f"cohort {int(record['diagnostics']['cohort_sampled'])}",
-        )
-
-    return on_round
-
-
 def _cohort_rule(rule: CohortRule) -> str:
     """How a run's cohorts are chosen, in a few words."""
     if isinstance(rule, PoissonSampling):
@@ -91,6 +63,72 @@ def _cohort_rule(rule: CohortRule) -> str:
     if isinstance(rule, FixedSizeSampling):
         return f"fixed size, {rule.cohort_size} of {rule.population} without replacement"
     return type(rule).__name__
+
+
+SET_HELP = ("override one config key, KEY=VALUE with a dotted KEY (strategy.clip_norm=0.5; VALUE read as YAML: "
+            "null, true, 0.5, cuda:1); repeatable, applied in order, recorded in the run's config.yaml")
+
+
+def _describe_experiment(cfg: ExperimentConfig, experiment: Experiment, backend: str) -> None:
+    strategy = experiment.strategy
+    console.print(
+        f"[bold]{cfg.name}[/]: {strategy.name}, N={strategy.population} private users, "
+        f"expected cohort {strategy.expected_cohort:g} ({_cohort_rule(strategy.sampling)}), "
+        f"z={experiment.noise_multiplier:.4g}, C={cfg.strategy.clip_norm:g}, {cfg.rounds} rounds, "
+        f"device {experiment.device}, backend {backend}",
+        highlight=False, soft_wrap=True,
+    )
+    console.print(f"randomness {experiment.randomness.statement()}", highlight=False, soft_wrap=True)
+    console.print(f"evaluated on {experiment.eval_users.label}", highlight=False, soft_wrap=True)
+
+
+def _dry_run(cfg: ExperimentConfig, experiment: Experiment, run_dir: RunDirectory, fresh: bool) -> None:
+    """What ``fedpub run`` would do with this experiment, from its files; nothing is written."""
+    from fedpub.config import dump_config
+    from simulations.run_lock import lock_holder
+
+    strategy = experiment.strategy
+    delta = cfg.privacy.delta
+    epsilon = experiment.new_accountant().epsilon_if(experiment.planned_event, delta)
+    console.print(
+        f"would run {cfg.rounds} rounds: N = {strategy.population}, q = m/N = "
+        f"{strategy.expected_cohort / strategy.population:.4g}, m = {strategy.expected_cohort:g}, "
+        f"z = {experiment.noise_multiplier:.4g}, planned (ε, δ) = ({epsilon:.4g}, {delta:g}) ({cfg.privacy.accountant})"
+        + ("" if experiment.budget_epsilon is None else f", stopping before ε > {experiment.budget_epsilon:g}"),
+        highlight=False, soft_wrap=True,
+    )
+    holder = lock_holder(run_dir.root)
+    stored = run_dir.stored_config()
+    if holder is not None:
+        state = f"in use by {holder}: a run now would be refused"
+    elif stored is None or fresh:
+        state = "a new run" + (" (--fresh: its files would be replaced)" if stored is not None else "")
+    elif stored != dump_config(cfg):
+        state = "holds a different config: refused (another `name`, or --fresh)"
+    elif run_dir.summary_path.exists() and run_dir.final_metrics_path.exists():
+        state = "holds this run, finished: nothing to do"
+    else:
+        checkpoint = run_dir.load_checkpoint()
+        state = f"would resume from round {0 if checkpoint is None else checkpoint['rounds_done']}"
+    console.print(f"{run_dir.root}/: {state}", highlight=False, soft_wrap=True)
+    console.print("dry run: nothing written", highlight=False)
+
+
+def _resume_command(*words: str) -> str:
+    return shlex.join(["fedpub", *words])
+
+
+def _stopped(run_dir: RunDirectory, rounds_done: int | None, rounds: int, resume: str) -> None:
+    """Where an interrupted run stopped and how to go on; exits 130."""
+    if rounds_done is None:  # stopped mid-round: the checkpoint on disk says where
+        checkpoint = run_dir.load_checkpoint() if run_dir.checkpoint_path.exists() else None
+        rounds_done = 0 if checkpoint is None else checkpoint["rounds_done"]
+    console.print(
+        f"interrupted: {run_dir.root}/ holds {rounds_done} of {rounds} rounds, checkpointed (metrics.jsonl and "
+        "ledger.json hold nothing past the checkpoint)", highlight=False, soft_wrap=True,
+    )
+    console.print(f"resume with: {resume}", highlight=False, soft_wrap=True, markup=False)
+    raise typer.Exit(130)
 
 
 @app.command()
@@ -103,14 +141,20 @@ def run(
         help="in process: make glibc keep freed memory (mallopt: no mmap, no trim) so large cohorts' round "
         "buffers are reused; process-wide for the rest of the run, which keeps its peak memory",
     )] = False,
+    overrides: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP)] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="validate the config and build the experiment (data, calibration, budget check), print "
+        "what would run, and write no run directory")] = False,
 ) -> None:
-    """Run an experiment and write runs/<name>/ (resumes a checkpointed run).
+    """Run an experiment and write runs/<name>/ (resumes a checkpointed run). Ctrl-C (or SIGTERM) stops it at
+    the end of the round under way, checkpointed, and exits 130.
 
     CONFIG: the experiment YAML; omit it for the bundled quick-start."""
     from simulations.backends import check_backend, run_experiment
-    from simulations.engine import CohortsKeepFailing, RunDirectoryError
+    from simulations.engine import CohortsKeepFailing, RunDirectoryError, RunInterrupted
     from simulations.experiment import build_experiment
     from simulations.run_dir import RunDirectory
+    from simulations.run_lock import RunDirectoryLocked
 
     try:
         backend = check_backend(backend, tune_allocator=tune_allocator)
@@ -118,44 +162,55 @@ def run(
         _fail(error)
 
     path = config or quickstart_config_path()
+    sets = overrides or []
+    resume = _resume_command(
+        "run", *([str(config)] if config else []), *(w for item in sets for w in ("--set", item)),
+        *(["--backend", backend] if backend != "inprocess" else []), *(["--tune-allocator"] if tune_allocator else []),
+    )
     try:
-        cfg = load_config(path)
+        cfg = load_config(path, sets)
         with console.status("preparing data, model and noise calibration"):
             experiment = build_experiment(cfg)
     except USER_ERRORS as error:
         _fail(error)
-    strategy = experiment.strategy
-    console.print(
-        f"[bold]{cfg.name}[/]: {strategy.name}, N={strategy.population} private users, "
-        f"expected cohort {strategy.expected_cohort:g} ({_cohort_rule(strategy.sampling)}), "
-        f"z={experiment.noise_multiplier:.4g}, C={cfg.strategy.clip_norm:g}, {cfg.rounds} rounds, "
-        f"device {experiment.device}, backend {backend}",
-        highlight=False,
-    )
-    console.print(f"randomness {experiment.randomness.statement()}", highlight=False)
-    console.print(f"evaluated on {experiment.eval_users.label}", highlight=False)
+    except KeyboardInterrupt:
+        console.print("interrupted before the first round: nothing written")
+        raise typer.Exit(130) from None
+    _describe_experiment(cfg, experiment, backend)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
-    progress = _round_progress()
+    if dry_run:
+        _dry_run(cfg, experiment, run_dir, fresh)
+        return
     metric = experiment.task.headline
-    with progress:
-        on_round = _round_reporter(progress, progress.add_task("rounds", total=cfg.rounds, status=""), metric)
+    with RoundDisplay(console, cfg.rounds, metric) as display:
         try:
             result = run_experiment(
-                experiment, backend, fresh=fresh, on_round=on_round, tune_allocator=tune_allocator,
-                log=lambda line: progress.console.print(line, highlight=False, markup=False),
+                experiment, backend, fresh=fresh, on_round=display.on_round, tune_allocator=tune_allocator,
+                log=display.log, on_resume=display.on_resume,
             )
-        except (RunDirectoryError, CohortsKeepFailing, *USER_ERRORS) as error:
-            progress.stop()
+        except RunInterrupted as stop:
+            display.stop()
+            _stopped(run_dir, stop.rounds_done, cfg.rounds, resume)
+        except KeyboardInterrupt:
+            display.stop()
+            _stopped(run_dir, None, cfg.rounds, resume)
+        except (RunDirectoryError, RunDirectoryLocked, CohortsKeepFailing, *USER_ERRORS) as error:
+            display.stop()
             _fail(error)
+    figures = (f"final test {metric} [bold]{result.final_metrics[f'eval_{metric}']:.4f}[/] after "
+               f"{result.rounds_done} rounds; user-level (ε, δ) = ([bold]{result.epsilon:.4g}[/], {result.delta:g})")
+    if result.already_finished:
+        console.print(f"{run_dir.root}/ holds this run, finished: nothing to do (--fresh runs it again)",
+                      highlight=False, soft_wrap=True)
+        console.print(figures, highlight=False, soft_wrap=True)
+        console.print(f"results in {run_dir.root}/", highlight=False, soft_wrap=True)
+        return
     if result.stopped_by_budget:
         console.print(f"stopped after {result.rounds_done} rounds: the next round would exceed ε = {cfg.privacy.budget_epsilon}")
-    console.print(
-        f"final test {metric} [bold]{result.final_metrics[f'eval_{metric}']:.4f}[/] after {result.rounds_done} rounds; "
-        f"user-level (ε, δ) = ([bold]{result.epsilon:.4g}[/], {result.delta:g})",
-        highlight=False,
-    )
+    console.print(figures, highlight=False)
     diagnostics = ", diagnostics.jsonl (outside the DP guarantee)" if experiment.diagnostics else ""
-    console.print(f"results in {run_dir.root}/ (summary.md, metrics.jsonl, ledger.json, accuracy.png{diagnostics})")
+    console.print(f"results in {run_dir.root}/ (summary.md, metrics.jsonl, ledger.json, accuracy.png{diagnostics})",
+                  highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -225,21 +280,42 @@ def compare(
     sweep: Annotated[Path, typer.Argument(help="sweep YAML: base config, epsilons, seeds, strategies (see README)")],
     fresh: Annotated[bool, typer.Option("--fresh", help="discard recorded results and restart every run")] = False,
     backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
+    overrides: Annotated[Optional[list[str]], typer.Option(
+        "--set", metavar="KEY=VALUE", help=SET_HELP.replace("config key", "key of the base config") +
+        "; the strategies' overrides, ε, seed and name still apply over it")] = None,
 ) -> None:
     """Run every (strategy, ε, seed) of a sweep (resumable) in process or on Flower simulation, then write
-    compare.csv, compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/.
+    compare.csv, compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/. Ctrl-C stops
+    the run under way at the end of its round, checkpointed, and exits 130.
 
     SWEEP: the sweep YAML (base config, epsilons, seeds, strategies; see the README)."""
     from simulations.backends import check_backend
     from simulations.compare import load_sweep, run_sweep
+    from simulations.engine import RunInterrupted
+    from simulations.run_dir import RunDirectory
+    from simulations.run_lock import RunDirectoryLocked
 
+    sets = overrides or []
     try:
         backend = check_backend(backend)
-        plan = load_sweep(sweep)
+        plan = load_sweep(sweep, sets)
     except USER_ERRORS as error:
         _fail(error)
+    resume = _resume_command("compare", str(sweep), *(w for item in sets for w in ("--set", item)),
+                             *(["--backend", backend] if backend != "inprocess" else []))
     console.print(f"[bold]{plan.name}[/]: {len(plan.runs)} runs into {plan.root}/ (backend {backend})", highlight=False)
-    result = run_sweep(plan, fresh=fresh, console=console, backend=backend)
+    current: list[RunDirectory] = []
+    try:
+        result = run_sweep(plan, fresh=fresh, console=console, backend=backend, started=current.append)
+    except RunDirectoryLocked as error:
+        _fail(error)
+    except RunInterrupted as stop:
+        _stopped(stop.run_dir, stop.rounds_done, stop.rounds, resume)
+    except KeyboardInterrupt:
+        if not current:
+            raise typer.Exit(130) from None
+        _stopped(current[-1], None, next(r.config.rounds for r in plan.runs if r.run_dir.root == current[-1].root),
+                 resume)
     if result.table is not None:
         _show_comparison(result.table, plan.root)
     if result.failures:
@@ -288,6 +364,7 @@ def audit(
     from fedpub.tasks import get_task
     from simulations.audit import check_options, output_names, run_audit
     from simulations.engine import RunDirectoryError
+    from simulations.run_lock import RunDirectoryLocked
 
     scales = noise_scale or [1.0]
     try:
@@ -297,14 +374,12 @@ def audit(
         _fail(error)
     metric, results = get_task(cfg.task).headline, []
     for scale in scales:
-        progress = _round_progress(f"noise ×{scale:g}: round")
-        with progress:
-            on_round = _round_reporter(progress, progress.add_task("rounds", total=cfg.rounds, status=""), metric)
+        with RoundDisplay(console, cfg.rounds, metric, f"noise ×{scale:g}: round") as display:
             try:
                 results.append(run_audit(cfg, canaries=canaries, noise_scale=scale, seed=seed, fresh=fresh,
-                                         on_round=on_round, observe=observe))
-            except (RunDirectoryError, *USER_ERRORS) as error:
-                progress.stop()
+                                         on_round=display.on_round, observe=observe))
+            except (RunDirectoryError, RunDirectoryLocked, *USER_ERRORS) as error:
+                display.stop()
                 _fail(error)
     delta = results[0].delta
     seen = "the final model" if observe == "final" else "every round's model (all iterates)"

@@ -12,8 +12,10 @@ half-done one from its checkpoint; a failed run is reported and the sweep goes o
 
 from __future__ import annotations
 
+import copy
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fedpub.atomic import write_text_atomic
-from fedpub.config import ConfigError, ExperimentConfig, dump_config, parse_config
+from fedpub.config import ConfigError, ExperimentConfig, apply_overrides, dump_config, parse_config
 from fedpub.tasks import get_task
 from simulations.compare_report import (
     CSV_FILE,
@@ -40,7 +42,10 @@ from simulations.compare_report import (
 )
 from simulations.backends import Backend, run_experiment
 from simulations.experiment import build_experiment
+from simulations.progress import RoundDisplay
 from simulations.run_dir import RunDirectory
+from simulations.run_lock import RunLock
+from simulations.session import RunInterrupted
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 LABEL = re.compile(r"[A-Za-z0-9.-]+(_[A-Za-z0-9.-]+)*")
@@ -141,8 +146,9 @@ def _describe(error: Any) -> str:
     return f"field `{where}`: {error['msg']}"
 
 
-def load_sweep(path: Path) -> Sweep:
-    """Read a sweep file and validate it and every run's merged config; ConfigError names the field."""
+def load_sweep(path: Path, overrides: Sequence[str] = ()) -> Sweep:
+    """Read a sweep file and validate it and every run's merged config; ConfigError names the field.
+    ``overrides`` (``--set KEY=VALUE``) are applied to the base config, under the strategies' overrides."""
     path = Path(path)
     try:
         sweep = SweepConfig.model_validate(_read_yaml(path))  # not a mapping: an error at the top level
@@ -156,6 +162,9 @@ def load_sweep(path: Path) -> Sweep:
         base, base_source = _read_yaml(base_path, f"{path}: field `base`: ") or {}, str(base_path)
         if not isinstance(base, dict):
             raise ConfigError(f"{base_path}: the top level must be a mapping of keys")
+    if overrides:
+        base = apply_overrides(copy.deepcopy(base), overrides)
+        base_source += "".join(f" --set {item}" for item in overrides)
     name = sweep.name or path.stem
     output_dir = sweep.output_dir or base.get("output_dir") or ExperimentConfig.model_fields["output_dir"].default
     root = Path(output_dir) / name
@@ -176,10 +185,24 @@ def load_sweep(path: Path) -> Sweep:
 
 
 def run_sweep(
-    sweep: Sweep, *, fresh: bool = False, console: Console | None = None, backend: Backend = "inprocess"
+    sweep: Sweep,
+    *,
+    fresh: bool = False,
+    console: Console | None = None,
+    backend: Backend = "inprocess",
+    started: Callable[[RunDirectory], None] | None = None,
 ) -> SweepResult:
-    """Run every run not yet recorded (all of them with ``fresh``) on ``backend``, then write the comparison."""
-    console = console or Console()
+    """Run every run not yet recorded (all of them with ``fresh``) on ``backend``, then write the comparison,
+    holding the sweep directory's lock (a second sweep of it is refused: :class:`RunDirectoryLocked`).
+    ``started`` is told each run's directory as it starts. An interrupted run (Ctrl-C, SIGTERM) stops the sweep:
+    :class:`~simulations.session.RunInterrupted` (or KeyboardInterrupt) goes up, the run checkpointed."""
+    with RunLock(sweep.root, "sweep directory"):
+        return _run_sweep(sweep, fresh, console or Console(), backend, started)
+
+
+def _run_sweep(
+    sweep: Sweep, fresh: bool, console: Console, backend: Backend, started: Callable[[RunDirectory], None] | None
+) -> SweepResult:
     csv_path = sweep.root / CSV_FILE
     if fresh:
         for name in OUTPUT_FILES:
@@ -196,9 +219,17 @@ def run_sweep(
             console.print(f"{step}: recorded, skipped", highlight=False)
             continue
         console.print(f"{step}: started", highlight=False)
-        started = time.perf_counter()
+        if started is not None:
+            started(run.run_dir)
+        began = time.perf_counter()
         try:
-            result = run_experiment(build_experiment(run.config), backend, fresh=fresh)
+            with RoundDisplay(console, run.config.rounds, sweep.headline, f"{run.describe()}: round") as display:
+                result = run_experiment(
+                    build_experiment(run.config), backend, fresh=fresh, on_round=display.on_round,
+                    on_resume=display.on_resume,
+                )
+        except RunInterrupted:
+            raise
         except Exception as error:  # noqa: BLE001 — one failed run must not stop the sweep
             failures.append(RunFailure(run, f"{type(error).__name__}: {error}"))
             console.print(f"{step}: [red]failed[/]: {escape(str(error))}", highlight=False)
@@ -209,7 +240,7 @@ def run_sweep(
         metric = result.final_metrics.get(f"eval_{sweep.headline}", float("nan"))
         console.print(
             f"{step}: {sweep.headline} {metric:.4f}, ε {result.epsilon:.4g} after {result.rounds_done} rounds, "
-            f"{time.perf_counter() - started:.1f} s",
+            f"{time.perf_counter() - began:.1f} s",
             highlight=False,
         )
     compared = [done[r.key] for r in sweep.runs if r.key in done]

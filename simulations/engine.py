@@ -11,11 +11,21 @@ A user whose training raises contributes nothing, as a failed Flower node does: 
 ``cohort_failed``, its error is logged once per round, and the round's noise and DP event stay those
 of the sampled cohort. When every sampled user fails ``stop_after_failed_rounds`` rounds in a row the run
 stops (:class:`CohortsKeepFailing`), checkpointed.
+
+Stopping (Ctrl-C, SIGTERM, when the engine runs in the main thread): the round under way is finished, recorded
+and checkpointed, then :class:`RunInterrupted` is raised, so the directory holds nothing its checkpoint does not.
+A second signal stops at once; the records of rounds past the checkpoint on disk are then removed, as they are
+after any error. Only SIGKILL (or a power cut) can leave records past the checkpoint: the next run drops them
+and redoes those rounds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from clients.round_training import train_users
@@ -25,9 +35,39 @@ from fedpub.types import Params, Updates
 from simulations.experiment import Experiment
 from simulations.memory import keep_freed_memory
 from simulations.run_dir import RunDirectory
-from simulations.session import RunDirectoryError, RunResult, RunSession
+from simulations.session import RunDirectoryError, RunInterrupted, RunResult, RunSession
 
-__all__ = ["CohortsKeepFailing", "RunDirectoryError", "RunResult", "run_in_process"]
+__all__ = ["CohortsKeepFailing", "RunDirectoryError", "RunInterrupted", "RunResult", "run_in_process"]
+
+
+class _StopRequest:
+    """Set by the first SIGINT/SIGTERM; the second raises KeyboardInterrupt at once."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        os.write(2, f"\n{self.signal}: stopping after the round under way (checkpointed); "
+                    "send it again to stop at once\n".encode())
+
+
+@contextmanager
+def _stop_at_round_end() -> Iterator[_StopRequest]:
+    """SIGINT and SIGTERM ask the loop to stop at the end of its round (main thread only: elsewhere signals
+    cannot be caught and keep their usual effect)."""
+    request = _StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield request
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_in_process(
@@ -40,6 +80,7 @@ def run_in_process(
     extra_updates: Callable[[int], list[Updates]] | None = None,
     on_model: Callable[[int, Params, Params], None] | None = None,
     tune_allocator: bool = False,
+    on_resume: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
     saying how cohorts are trained (vectorised, or the per-client loop and why), and one line for each
@@ -49,18 +90,52 @@ def run_in_process(
     the round, once the round is recorded (an audit's per-round canary statistics). ``tune_allocator`` makes
     glibc keep freed memory, so that each round's update buffers are reused by the next instead of being
     page-faulted in again (:func:`simulations.memory.keep_freed_memory`): faster for large cohorts, but
-    process-wide and for good (the process keeps its peak memory), hence off unless asked for."""
+    process-wide and for good (the process keeps its peak memory), hence off unless asked for.
+    ``on_resume(k)`` is called (and ``log`` told) when a checkpointed run resumes from round k. A run the
+    directory holds finished is not run again: its result comes back with ``already_finished``.
+    SIGINT/SIGTERM stop the run at the end of its round, checkpointed (:class:`RunInterrupted`)."""
     if tune_allocator:
         keep_freed_memory()
-    cfg = experiment.config
     session = RunSession(experiment, run_dir, fresh=fresh)
+    try:
+        if session.finished:
+            return session.finished_result()
+        if session.resumed_from is not None:
+            if log is not None:
+                log(f"resuming from round {session.resumed_from} of {experiment.config.rounds} ({run_dir.root})")
+            if on_resume is not None:
+                on_resume(session.resumed_from)
+        with _stop_at_round_end() as stop:
+            return _run_rounds(session, stop, on_round, log, extra_updates, on_model)
+    except RunInterrupted:
+        raise
+    except BaseException:
+        session.drop_records_past_checkpoint()
+        raise
+    finally:
+        session.close()
+
+
+def _run_rounds(
+    session: RunSession,
+    stop: _StopRequest,
+    on_round: Callable[[dict[str, Any]], None] | None,
+    log: Callable[[str], None] | None,
+    extra_updates: Callable[[int], list[Updates]] | None,
+    on_model: Callable[[int, Params, Params], None] | None,
+) -> RunResult:
+    """The round loop of :func:`run_in_process`, stopping at a round's end when ``stop`` is set."""
     experiment = session.experiment  # a resumed run's noise and cohorts come from its checkpointed privacy seed
+    cfg = experiment.config
     trainer = experiment.cohort_trainer(session.model)
     if log is not None:
         log(trainer.describe())
     prefetch = cfg.data.prefetch == "on" or (cfg.data.prefetch == "auto" and experiment.device.type == "cuda")
     driver = session.driver
     for t in range(session.rounds_done, cfg.rounds):
+        if stop.signal is not None:
+            session.checkpoint_if_started()
+            raise RunInterrupted(session.run_dir, session.rounds_done, cfg.rounds)
         session.start_round()
         plan = driver.plan(t, session.state)
         private_data = [experiment.train.client_data(cid) for cid in plan.private_cohort]
@@ -84,7 +159,7 @@ def run_in_process(
             on_round(record)
         # the round's user updates (K × the model) must not stay alive while the next cohort trains
         del private, public, results, outcome, private_data, public_data
-    return session.finish()
+    return session.finish()  # a stop asked for during the last round: the run is whole, it finishes
 
 
 def read_ahead(experiment: Experiment, round_index: int) -> None:

@@ -96,6 +96,12 @@ class RunDirectory:
         with atomic_path(self.released_path) as tmp:
             torch.save({k: v.detach().cpu() for k, v in params.items()}, tmp)
 
+    def load_released_params(self) -> dict[str, torch.Tensor] | None:
+        """The released model when it is not the last private one (model reuse), else None."""
+        if not self.released_path.exists():
+            return None
+        return torch.load(self.released_path, weights_only=True)
+
     def _files(self) -> tuple[Path, ...]:
         return (self.config_path, self.metrics_path, self.diagnostics_path, self.ledger_path, self.checkpoint_path,
                 self.plot_path, self.summary_path, self.released_path, self.final_metrics_path)

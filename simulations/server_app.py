@@ -75,7 +75,21 @@ def run_on_grid(
         build_experiment(config, deployment=deployment, node_users=node_users),
         RunDirectory(config.output_dir / config.name), fresh=fresh, checkpoint_each_round=True,
     )
-    experiment = session.experiment
+    try:
+        return _run_session(grid, session, nodes, registry, on_round)
+    finally:
+        session.close()
+
+
+def _run_session(grid: Grid, session: RunSession, nodes: NodeMap | None, registry: UserRegistry | None,
+                 on_round: Callable[[dict[str, Any]], None] | None) -> RunResult:
+    """:func:`run_on_grid` once its session holds the run directory."""
+    experiment, config = session.experiment, session.experiment.config
+    if session.finished:
+        log(INFO, "fedpub: %s already holds this run, finished; nothing to do", session.run_dir.root)
+        return session.finished_result()
+    if session.resumed_from is not None:
+        log(INFO, "fedpub: resuming from round %d of %d", session.resumed_from, config.rounds)
     log(INFO, "fedpub: randomness %s", experiment.randomness.statement())
     if not experiment.diagnostics:
         log(INFO, "fedpub: diagnostics off (privacy.diagnostics); the run releases only what DP covers")

@@ -35,10 +35,20 @@ from simulations.model_average import averaged_params, init_average, update_aver
 from simulations.public_training import pooled_data, train_on_public
 from simulations.report import write_plot, write_summary
 from simulations.run_dir import RunDirectory
+from simulations.run_lock import RunLock
 
 
 class RunDirectoryError(RuntimeError):
     """The run directory holds a different experiment; choose another name or start fresh."""
+
+
+class RunInterrupted(Exception):
+    """The run was asked to stop (Ctrl-C, SIGTERM) and stopped at the end of a round, checkpointed: nothing in the
+    run directory is ahead of the checkpoint; running the same config again resumes it."""
+
+    def __init__(self, run_dir: RunDirectory, rounds_done: int, rounds: int) -> None:
+        super().__init__(f"interrupted after {rounds_done} of {rounds} rounds, checkpointed in {run_dir.root}")
+        self.run_dir, self.rounds_done, self.rounds = run_dir, rounds_done, rounds
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,8 @@ class RunResult:
     delta: float
     stopped_by_budget: bool
     final_metrics: dict[str, Any]
+    already_finished: bool = False
+    """The directory held this run finished: nothing was trained or rewritten (the figures are its files')."""
 
 
 def changed_keys(stored: Any, resolved: Any, prefix: str = "") -> list[str]:
@@ -73,7 +85,22 @@ class RunSession:
         """``checkpoint_each_round`` (the Flower backends, whose replies can differ when a round is redone):
         every round is checkpointed before its metrics are released, so a resumed run never redoes a round
         whose results were released (a redo reuses the round's noise: two releases with different surviving
-        users and the same noise would leak their difference). In-process a redo is bit-identical."""
+        users and the same noise would leak their difference). In-process a redo is bit-identical.
+
+        The session holds the directory's lock (:class:`~simulations.run_lock.RunLock`) from here until
+        :meth:`close` (which :meth:`finish` calls): a second session of the same directory, in this process or
+        another, is refused with :class:`~simulations.run_lock.RunDirectoryLocked` naming the holder."""
+        self._lock = RunLock(run_dir.root).acquire()
+        self._started = False
+        try:
+            self._restore(experiment, run_dir, fresh=fresh, checkpoint_each_round=checkpoint_each_round)
+        except BaseException:
+            self.close()
+            raise
+
+    def _restore(
+        self, experiment: Experiment, run_dir: RunDirectory, *, fresh: bool, checkpoint_each_round: bool
+    ) -> None:
         cfg = experiment.config
         resolved = dump_config(cfg)
         stored = run_dir.stored_config()
@@ -96,7 +123,7 @@ class RunSession:
             experiment = experiment.with_randomness(PrivacyRandomness.from_dict(checkpoint["privacy_randomness"]))
         self.experiment, self.run_dir = experiment, run_dir
         """The experiment, with a resumed run's privacy randomness (its checkpoint's)."""
-        self._fresh, self._resolved, self._started = fresh, resolved, False
+        self._fresh, self._resolved = fresh, resolved
         self._restored = checkpoint is not None
         self._checkpoint_each_round = checkpoint_each_round
         self._unreleased: dict[str, Any] | None = None  # a checkpointed round's records not yet written
@@ -137,6 +164,44 @@ class RunSession:
         self._started = True
         if self.experiment.randomness.secret and not self._restored:
             self.checkpoint()  # the secret seed, before anything drawn from it is released
+
+    @property
+    def resumed_from(self) -> int | None:
+        """The round a restored run goes on from (its checkpoint's rounds done); None for a new run."""
+        return self.rounds_done if self._restored else None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the directory holds this run finished (restored, its summary written by :meth:`finish`)."""
+        return self._restored and self.run_dir.summary_path.exists() and self.run_dir.final_metrics_path.exists()
+
+    def finished_result(self) -> RunResult:
+        """The result of a :attr:`finished` run, from its files and checkpoint; nothing is trained or written."""
+        released = self.run_dir.load_released_params() or self.params
+        final = self.run_dir.read_final_metrics() or {}
+        self.close()
+        return RunResult(
+            self.run_dir, released, self.rounds_done, self.accountant.epsilon(self.delta), self.delta,
+            self.rounds_done < self.experiment.config.rounds, dict(final), already_finished=True,
+        )
+
+    def drop_records_past_checkpoint(self) -> None:
+        """After a round was cut short (a second Ctrl-C, an error): remove the metrics and diagnostics records of
+        the rounds the checkpoint on disk does not hold, so the directory is never ahead of its checkpoint."""
+        if not self._started:
+            return
+        checkpoint = self.run_dir.load_checkpoint()
+        self.run_dir.truncate_records(0 if checkpoint is None else checkpoint["rounds_done"])
+
+    def checkpoint_if_started(self) -> None:
+        """Checkpoint the last finished round, when this session has written anything (else the directory
+        already holds it)."""
+        if self._started:
+            self.checkpoint()
+
+    def close(self) -> None:
+        """Release the directory's lock (a run that wrote nothing leaves no directory behind)."""
+        self._lock.release(remove_empty=not self._started)
 
     def _train_on_public(self, params: Params, config: PublicTrainingConfig, purpose: str) -> Params:
         """``params`` trained on the pooled public users (warm start or model reuse); its training
@@ -275,6 +340,7 @@ class RunSession:
             self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, self.driver.stopped_by_budget,
             wall_time=None if diagnostics is None else sum(r["wall_time"] for r in diagnostics),
         )
+        self.close()
         return RunResult(
             self.run_dir, released, self.rounds_done, epsilon, self.delta, self.driver.stopped_by_budget,
             self.last_eval,

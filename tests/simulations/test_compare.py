@@ -137,7 +137,7 @@ def test_an_interrupted_sweep_resumes_and_skips_the_finished_runs(tiny_emnist_di
     def interrupt_seed_one(experiment, backend, **kwargs):
         def stop(record):
             raise KeyboardInterrupt
-        return real(experiment, backend, **kwargs, **({"on_round": stop} if experiment.config.seed == 1 else {}))
+        return real(experiment, backend, **{**kwargs, **({"on_round": stop} if experiment.config.seed == 1 else {})})
 
     monkeypatch.setattr(compare, "run_experiment", interrupt_seed_one)
     with pytest.raises(KeyboardInterrupt):
