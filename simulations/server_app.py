@@ -21,6 +21,7 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
+from clients.app_config import experiment_config
 from clients.round_training import ServerPublicPool
 from fedpub.config import ExperimentConfig
 from simulations.experiment import Experiment, build_experiment
@@ -121,8 +122,6 @@ def make_server_app(
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        from clients.client_app import experiment_config
-
         result = run_on_grid(
             grid, config or experiment_config(context), fresh=fresh, on_round=on_round, deployment=config is None
         )
