@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import torch
 import yaml
@@ -34,9 +33,10 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from clients import flower_protocol
+from clients.app_config import experiment_config
 from clients.device import resolve_device
 from clients.local_training import ClientResult, LocalTrainingConfig, train_client
-from fedpub.config import ConfigError, ExperimentConfig, dump_config, load_config, parse_config
+from fedpub.config import ConfigError, ExperimentConfig, dump_config, parse_config
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.data.device_user import load_device_user
 from fedpub.data.registry import load_data
@@ -45,11 +45,6 @@ from fedpub.node_identity import load_private_key, sign_identity
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
 from fedpub.types import Params, Updates
-
-APP_DIR = Path(__file__).resolve().parents[1]
-"""The Flower App's directory (this repository, or the app bundle ``flwr run`` installed): ``clients/`` sits at
-its top, beside ``pyproject.toml`` and the bundled configs."""
-
 
 @dataclass(frozen=True)
 class ClientRuntime:
@@ -83,18 +78,6 @@ def _runtime_for(resolved_config: str) -> ClientRuntime:
         config, data.train, data.public, model, LocalTrainingConfig(**config.client.local_training_fields()),
         get_task(config.task), frozenset(data.public_ids),
     )
-
-
-def experiment_config(context: Context) -> ExperimentConfig:
-    """The config named by the run config key ``config``: a YAML path, absolute or relative to :data:`APP_DIR`
-    (the default in ``pyproject.toml`` is the bundled quick-start)."""
-    path = str(context.run_config.get("config", "") or "")
-    if not path:
-        raise ConfigError(
-            "the run config names no experiment: set its key `config` to a YAML path, absolute or relative to the "
-            f"app's directory {APP_DIR} (e.g. --run-config \"config='simulations/configs/quickstart.yaml'\")"
-        )
-    return load_config(APP_DIR / path)
 
 
 def runtime(config: ExperimentConfig) -> ClientRuntime:

@@ -8,12 +8,13 @@ the in-process engine, so the run directory looks the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fedpub.config import ExperimentConfig, FlowerConfig
+from fedpub.data.base import FederatedDataset
 from simulations.experiment import Experiment
-from simulations.flower_env import offline_flower_environment
+from simulations.flower_env import offline_flower_environment, quiet_flower_logging
 from simulations.session import RunResult
 
 
@@ -26,11 +27,18 @@ def backend_config(flower: FlowerConfig) -> dict[str, Any]:
 
 
 def simulated_nodes(experiment: Experiment) -> int:
-    """How many virtual SuperNodes a simulation of ``experiment`` starts: one per user of the training file (its
-    public users among them), plus one per held-out public user when public users are nodes
-    (``flower.public_users: nodes``); ``partition-id`` counts through them in that order."""
-    heldout = experiment.public_data is not experiment.train and experiment.config.flower.public_users == "nodes"
-    return len(experiment.train.client_ids) + (len(experiment.public_ids) if heldout else 0)
+    """How many virtual SuperNodes a simulation of ``experiment`` starts: :func:`federation_size` of its data."""
+    return federation_size(experiment.config, experiment.train, experiment.public_data, experiment.public_ids)
+
+
+def federation_size(
+    config: ExperimentConfig, train: FederatedDataset, public: FederatedDataset, public_ids: Sequence[str]
+) -> int:
+    """One virtual SuperNode per user of the training file (its public users among them), plus one per held-out
+    public user (``public`` is not ``train``) when public users are nodes (``flower.public_users: nodes``);
+    ``partition-id`` counts through them in that order."""
+    heldout = public is not train and config.flower.public_users == "nodes"
+    return len(train.client_ids) + (len(public_ids) if heldout else 0)
 
 
 def run_flower_simulation(
@@ -42,6 +50,7 @@ def run_flower_simulation(
 ) -> RunResult:
     """Run ``config`` in Flower simulation with ``num_supernodes`` virtual nodes (one per user)."""
     offline_flower_environment()
+    quiet_flower_logging(in_process_simulation=True)
     from flwr.simulation import run_simulation
 
     from clients.client_app import make_client_app

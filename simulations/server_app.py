@@ -12,6 +12,7 @@ runner binds a config directly.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,11 +20,16 @@ from logging import INFO
 
 from flwr.app import Context
 from flwr.common.logger import log
+from flwr.superlink.grid import InMemoryGrid
 from flwr.serverapp import Grid, ServerApp
 
+from clients.app_config import experiment_config
 from clients.round_training import ServerPublicPool
 from fedpub.config import ExperimentConfig
+from fedpub.config import ConfigError
 from simulations.experiment import Experiment, build_experiment
+from simulations.flower_env import quiet_flower_logging
+from simulations.flower_simulation import simulated_nodes
 from simulations.run_dir import RunDirectory
 from simulations.session import RunResult, RunSession
 from fedpub.node_identity import UserRegistry
@@ -53,6 +59,30 @@ def discover_private_nodes(grid: Grid, config: ExperimentConfig, registry: UserR
     )
 
 
+def check_simulated_nodes(grid: Grid, experiment: Experiment, *, poll: float = 0.5) -> None:
+    """In Flower's Simulation Engine (an in-memory grid: every virtual SuperNode is registered as the run starts,
+    none joins later) the federation must have one SuperNode per node user of the experiment
+    (:func:`~simulations.flower_simulation.simulated_nodes`); otherwise fail now, naming both numbers and the fix,
+    instead of waiting ``flower.node_wait_timeout`` for nodes that never come. The count is read once it is steady
+    (the engine registers its nodes while the ServerApp starts). A deployment's SuperNodes connect over time: no
+    check there."""
+    if not isinstance(grid, InMemoryGrid) or experiment.config.flower.private_users != "data":
+        return
+    expected = simulated_nodes(experiment)
+    deadline = time.monotonic() + experiment.config.flower.node_wait_timeout
+    count, previous = len(list(grid.get_node_ids())), -1
+    while (count == 0 or count != previous) and time.monotonic() < deadline:
+        time.sleep(poll)
+        count, previous = len(list(grid.get_node_ids())), count
+    if count != expected:
+        raise ConfigError(
+            f"the simulated federation has {count} SuperNodes, but the experiment {experiment.config.name!r} has "
+            f"{expected} users that each need one: run it with "
+            f"`flwr run . --federation-config \"num-supernodes={expected}\"`, or with "
+            "`python -m simulations.deploy.local --simulation --config ...`, which sizes the federation itself"
+        )
+
+
 def run_on_grid(
     grid: Grid,
     config: ExperimentConfig,
@@ -71,8 +101,10 @@ def run_on_grid(
     node_users = None if nodes is None else (
         sorted(nodes.private), sorted(nodes.public) if flower.public_users == "nodes" else None
     )
+    experiment = build_experiment(config, deployment=deployment, node_users=node_users)
+    check_simulated_nodes(grid, experiment)
     session = RunSession(
-        build_experiment(config, deployment=deployment, node_users=node_users),
+        experiment,
         RunDirectory(config.output_dir / config.name), fresh=fresh, checkpoint_each_round=True,
     )
     try:
@@ -135,8 +167,7 @@ def make_server_app(
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        from clients.client_app import experiment_config
-
+        quiet_flower_logging()
         result = run_on_grid(
             grid, config or experiment_config(context), fresh=fresh, on_round=on_round, deployment=config is None
         )

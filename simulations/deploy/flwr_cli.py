@@ -110,12 +110,17 @@ def start_superlink(
     database: Path | None = None,
     cwd: Path | None = None,
     ready_timeout: float = 60.0,
+    simulation: bool = False,
 ) -> ManagedProcess:
     """Start ``flower-superlink`` (insecure, or TLS with ``tls``) on ``host:port`` and wait until it
     accepts connections. Runtime dependency installation is disabled. Its state (runs, SuperNodes) is
-    kept in memory, or in the SQLite file ``database``, where a restarted SuperLink finds it again."""
+    kept in memory, or in the SQLite file ``database``, where a restarted SuperLink finds it again. With
+    ``simulation`` it runs each run in Flower's Simulation Engine (virtual SuperNodes, ``flwr-simulation``), as
+    the local SuperLink ``flwr run .`` starts does."""
     command = [str(VENV_BIN / "flower-superlink"), "--host", host, "--port", str(port),
                "--disable-runtime-dependency-installation"]
+    if simulation:
+        command.append("--simulation")
     if database is not None:
         command += ["--database", str(database)]
     if tls is None:
@@ -215,14 +220,18 @@ def flwr_run(
     timeout: float = 3600.0,
     echo: bool = True,
     cwd: Path | None = None,
+    num_supernodes: int | None = None,
 ) -> FlwrRunResult:
-    """``flwr run APP CONNECTION --run-config "config='CONFIG'" --stream``; waits for the stream to
-    end (the run finished) or ``timeout``, then asks the SuperLink for the run's status."""
+    """``flwr run APP CONNECTION --run-config "config='CONFIG'" --stream`` (with ``--federation-config
+    "num-supernodes=N"`` for a simulation SuperLink); waits for the stream to end (the run finished) or
+    ``timeout``, then asks the SuperLink for the run's status."""
     config_arg = str(Path(config_path).resolve())
     if "'" in config_arg:
         raise DeploymentError(f"the config path must not contain a single quote: {config_arg}")
     command = [str(VENV_BIN / "flwr"), "run", str(app_dir), connection,
                "--run-config", f"config='{config_arg}'", "--stream"]
+    if num_supernodes is not None:
+        command += ["--federation-config", f"num-supernodes={num_supernodes}"]
     started = time.monotonic()
     process = registry.start("flwr-run", command, env=env, cwd=cwd or Path.cwd(), stdout=subprocess.PIPE)
     timer = threading.Timer(timeout, signal_group, (process.pid, signal.SIGTERM))

@@ -61,6 +61,9 @@ class LocalDeployment:
     """The SuperLink's SQLite state file (``--database``); None: in memory, lost when it dies."""
     node_configs: Sequence[str] | None = None
     """One ``--node-config`` per SuperNode (e.g. ``client-id="f0000_00"``); None: node i holds ``partition-id=i``."""
+    simulation: bool = False
+    """A simulation SuperLink (``flower-superlink --simulation``) and ``num_nodes`` virtual SuperNodes in its
+    Simulation Engine, instead of ``num_nodes`` ``flower-supernode`` processes."""
     registry: ProcessRegistry = field(default_factory=ProcessRegistry)
     superlink: ManagedProcess | None = None
     supernodes: list[ManagedProcess] = field(default_factory=list)
@@ -81,7 +84,7 @@ class LocalDeployment:
         """SuperLink, CLI connection, (with TLS: certificates, node keys registered), SuperNodes."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.cli_env = deployment_env(self.work_dir / "flwr-home", self.registry.marker)
-        ports = free_ports(self.num_nodes + 1)
+        ports = free_ports(1 if self.simulation else self.num_nodes + 1)
         self.superlink_port, node_ports = ports[0], ports[1:]
         if self.tls:
             self.tls_files = make_tls_certificates(self.work_dir / "certs")
@@ -91,6 +94,8 @@ class LocalDeployment:
                          root_certificates=self.tls_files.ca_cert if self.tls_files else None)
         for key in self.node_keys:
             register_supernode(key.public, env=self.cli_env)
+        if self.simulation:
+            return self
         self.supernodes = start_supernodes(
             self.registry, self.num_nodes, superlink=self.address, work_dir=self.work_dir, env=self.cli_env,
             ports=node_ports, node_configs=self.node_configs,
@@ -106,12 +111,14 @@ class LocalDeployment:
             self.registry, port=self.superlink_port,
             env=deployment_env(self.work_dir / "superlink-home", self.registry.marker), log_dir=self.logs,
             tls=self.tls_files, enable_supernode_auth=self.tls, database=self.database, cwd=self.cwd,
+            simulation=self.simulation,
         )
         return self.superlink
 
     def run(self, config_path: Path, *, timeout: float = 3600.0, echo: bool = True) -> FlwrRunResult:
         return flwr_run(self.registry, config_path, env=self.cli_env, log_path=self.logs / "flwr-run.log",
-                        timeout=timeout, echo=echo, cwd=self.cwd)
+                        timeout=timeout, echo=echo, cwd=self.cwd,
+                        num_supernodes=self.num_nodes if self.simulation else None)
 
     def stop(self) -> None:
         self.registry.stop_all()
@@ -148,13 +155,18 @@ def experiment_file(config: Path, rounds: int | None, work_dir: Path) -> Path:
     return derived
 
 
-def count_users(config_path: Path) -> int:
-    """How many private users (= SuperNodes the ServerApp waits for) the experiment's data has."""
+def count_users(config_path: Path, *, simulation: bool = False) -> int:
+    """How many private users (= SuperNodes the ServerApp waits for) the experiment's data has; with
+    ``simulation``, the virtual SuperNodes its simulation needs (:func:`~simulations.flower_simulation.federation_size`)."""
     from fedpub.config import load_config
     from fedpub.data.registry import load_data
+    from simulations.flower_simulation import federation_size
 
-    train = load_data(load_config(config_path)).train
-    return len(train.client_ids)
+    config = load_config(config_path)
+    data = load_data(config)
+    if simulation:
+        return federation_size(config, data.train, data.public, data.public_ids)
+    return len(data.train.client_ids)
 
 
 def results_dir(config_path: Path, cwd: Path) -> Path:
@@ -178,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"the ServerApp waits for, at most {MAX_DEFAULT_NODES}); node i holds the i-th user "
                         "(partition-id=i)")
     parser.add_argument("--rounds", type=int, default=None, help="override the config's number of rounds")
+    parser.add_argument("--simulation", action="store_true",
+                        help="a local simulation, as `flwr run .` runs it: a simulation SuperLink whose Simulation "
+                        "Engine holds one virtual SuperNode per user (--federation-config num-supernodes=N), no "
+                        "flower-supernode processes")
     parser.add_argument("--tls", action="store_true",
                         help="TLS (self-signed CA via openssl) and SuperNode authentication (ssh-keygen EC keys "
                         "registered with `flwr supernode register`)")
@@ -197,20 +213,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_config(args.config)
         work_dir = (args.work_dir or Path(tempfile.mkdtemp(prefix="fedpub-deploy-"))).resolve()
         config_path = experiment_file(args.config, args.rounds, work_dir)
-        num_nodes = args.nodes if args.nodes is not None else count_users(config_path)
+        num_nodes = args.nodes if args.nodes is not None else count_users(config_path, simulation=args.simulation)
     except (ConfigError, OSError, ValueError) as err:
         print(f"fedpub deploy: {err}", file=sys.stderr)
+        return 2
+    if args.simulation and args.tls:
+        print("fedpub deploy: --tls is for a deployment of SuperNode processes, not --simulation", file=sys.stderr)
         return 2
     if num_nodes < 1:
         print("fedpub deploy: --nodes must be at least 1", file=sys.stderr)
         return 2
-    if args.nodes is None and num_nodes > MAX_DEFAULT_NODES:
+    if args.nodes is None and num_nodes > MAX_DEFAULT_NODES and not args.simulation:
         print(f"fedpub deploy: the data has {num_nodes} users, i.e. {num_nodes} SuperNode processes on this "
               f"machine; pass --nodes {num_nodes} if you mean it", file=sys.stderr)
         return 2
-    print(f"fedpub deploy: {num_nodes} SuperNodes, {'TLS + node auth' if args.tls else 'insecure'}, "
+    kind = "virtual SuperNodes (simulation)" if args.simulation else "SuperNodes"
+    print(f"fedpub deploy: {num_nodes} {kind}, {'TLS + node auth' if args.tls else 'insecure'}, "
           f"work dir {work_dir}", flush=True)
-    deployment = LocalDeployment(work_dir, num_nodes, tls=args.tls, cwd=cwd)
+    deployment = LocalDeployment(work_dir, num_nodes, tls=args.tls, cwd=cwd, simulation=args.simulation)
     result: FlwrRunResult | None = None
     try:
         with stop_on_signals(), deployment:

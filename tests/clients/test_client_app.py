@@ -7,7 +7,7 @@ import pytest
 import yaml
 from flwr.app import Context, RecordDict
 
-from clients.client_app import APP_DIR, experiment_config
+from clients.app_config import APP_DIR, experiment_config
 from fedpub.config import ConfigError, load_config
 from simulations.configs import quickstart_config_path
 
