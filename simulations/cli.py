@@ -239,7 +239,9 @@ def account(
         values = cross_check(event, delta, neighboring_relation(sampling))
     except USER_ERRORS as error:
         _fail(error)
-    table = Table(title=f"user-level ε at δ={delta:g} after {rounds} rounds, z={noise_multiplier:g}, {sampling}")
+    console.print(f"user-level ε at δ={delta:g} after {rounds} rounds, z={noise_multiplier:g}, {sampling}",
+                  highlight=False, soft_wrap=True)
+    table = Table()
     table.add_column("accountant")
     table.add_column("ε", justify="right")
     for name in ("pld", "rdp"):
