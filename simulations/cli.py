@@ -21,22 +21,22 @@ from rich.markdown import Markdown
 from rich.markup import escape
 from rich.table import Table
 
-from fedpub.config import ConfigError, ExperimentConfig, load_config
-from fedpub.data.base import DatasetError
-from fedpub.privacy.errors import PrivacyError
-from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling, PoissonSampling
+from fedpub.config import ExperimentConfig, load_config
 from simulations.configs import quickstart_config_path
 from simulations.data_cli import data_app
 from simulations.progress import RoundDisplay
 
 if TYPE_CHECKING:
+    from fedpub.privacy.events import CohortRule
     from simulations.experiment import Experiment
     from simulations.run_dir import RunDirectory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
 app.add_typer(data_app, name="data", help="Inspect, verify and download TFF's federated EMNIST and StackOverflow files.")
 console = Console()
-USER_ERRORS = (ConfigError, DatasetError, PrivacyError, ValueError, FileNotFoundError)
+USER_ERRORS = (ValueError, FileNotFoundError)
+"""What a user's input can cause, shown as one line: fedpub's ConfigError, DatasetError and PrivacyError are
+ValueErrors (named here through their base, so that `fedpub --help` imports neither torch nor dp-accounting)."""
 
 
 def _fail(error: Exception) -> None:
@@ -45,6 +45,7 @@ def _fail(error: Exception) -> None:
 
 
 def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[int]):
+    from fedpub.privacy.errors import PrivacyError
     from fedpub.privacy.events import FixedSizeSampling, PoissonSampling
 
     if q is not None and (population is None and cohort is None):
@@ -56,6 +57,8 @@ def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[in
 
 def _cohort_rule(rule: CohortRule) -> str:
     """How a run's cohorts are chosen, in a few words."""
+    from fedpub.privacy.events import EpochBlocks, FixedSizeSampling, PoissonSampling
+
     if isinstance(rule, PoissonSampling):
         return f"Poisson, q={rule.sampling_rate:.4g}"
     if isinstance(rule, EpochBlocks):
@@ -236,7 +239,9 @@ def account(
         values = cross_check(event, delta, neighboring_relation(sampling))
     except USER_ERRORS as error:
         _fail(error)
-    table = Table(title=f"user-level ε at δ={delta:g} after {rounds} rounds, z={noise_multiplier:g}, {sampling}")
+    console.print(f"user-level ε at δ={delta:g} after {rounds} rounds, z={noise_multiplier:g}, {sampling}",
+                  highlight=False, soft_wrap=True)
+    table = Table()
     table.add_column("accountant")
     table.add_column("ε", justify="right")
     for name in ("pld", "rdp"):

@@ -87,7 +87,9 @@ def write_summary(
         f"| private users N | {strategy.population} (public users, not in N: {len(experiment.public_ids)}) |",
         f"| sampling | {type(strategy.sampling).__name__}, expected cohort m = {strategy.expected_cohort:g}, "
         f"q = {strategy.expected_cohort / strategy.population:.4g} |",
-        f"| noise multiplier z | {experiment.noise_multiplier:.4g} |",
+        f"| noise multiplier z | {experiment.noise_multiplier:.4g}"
+        + (" (calibrated to strategy.target_epsilon)" if cfg.strategy.target_epsilon is not None else "") + " |",
+        f"| device | {experiment.device} |",
         f"| clip norm C | {cfg.strategy.clip_norm:g}" + (" (initial; it moves)" if moving_clip else "") + " |",
         f"| public-data parts | {', '.join(parts) or 'none'} |",
         f"| training wall time | "

@@ -111,3 +111,13 @@ def test_calibrate_with_fixed_size_sampling_asks_for_the_rdp_accountant():
     result = runner.invoke(app, ["calibrate", "--population", "100", "--cohort", "10", "--rounds", "10",
                                  "--target-epsilon", "2"])
     assert result.exit_code != 0 and "add --accountant rdp" in result.output
+
+
+def test_help_imports_neither_torch_nor_dp_accounting_nor_the_data_libraries():
+    import subprocess
+    import sys
+
+    code = ("import sys; from simulations.cli import app; "
+            "print(sorted(m for m in ('torch', 'dp_accounting', 'h5py', 'flwr') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stdout
