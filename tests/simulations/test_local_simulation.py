@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from simulations.deploy import local
 from simulations.deploy.local import LocalDeployment
@@ -67,18 +66,3 @@ def test_a_federation_of_the_wrong_size_fails_fast_naming_both_numbers(
     assert f'--federation-config "num-supernodes={USERS}"' in out.out
     assert "the run did not complete (status finished:failed)" in out.err
     assert not (tmp_path / "runs" / "deploy").exists()
-
-
-def test_a_failing_run_exits_non_zero_with_its_error(three_user_dir: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    config = write_experiment(tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=ROUNDS)
-    raw = yaml.safe_load(config.read_text())
-    missing = tmp_path / "no-such-data"
-    raw["data"] = {"source": "emnist_h5", "path": str(missing), "eval_clients": 3}
-    config.write_text(yaml.safe_dump(raw, sort_keys=False))
-    code = local.main(["--simulation", "--config", str(config), "--nodes", str(USERS),
-                       "--work-dir", str(tmp_path / "w"), "--timeout", str(RUN_TIMEOUT)])
-    out = capsys.readouterr()
-    assert code == 1, out.out[-3000:]
-    assert str(missing) in out.out, out.out[-3000:]  # the ServerApp's error, streamed from the run
-    assert "the run did not complete (status finished:failed)" in out.err
