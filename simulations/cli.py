@@ -108,7 +108,7 @@ def _dry_run(cfg: ExperimentConfig, experiment: Experiment, run_dir: RunDirector
         state = "a new run" + (" (--fresh: its files would be replaced)" if stored is not None else "")
     elif stored != dump_config(cfg):
         state = "holds a different config: refused (another `name`, or --fresh)"
-    elif run_dir.summary_path.exists() and run_dir.final_metrics_path.exists():
+    elif run_dir.holds_finished_run():
         state = "holds this run, finished: nothing to do"
     else:
         checkpoint = run_dir.load_checkpoint()

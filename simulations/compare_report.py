@@ -100,8 +100,9 @@ def read_run(
     ledger = json.loads(run_dir.ledger_path.read_text(encoding="utf-8"))
     records, diagnostics = run_dir.read_metrics(), run_dir.read_diagnostics()
     headline = get_task(config["task"]).headline
+    stored_final = run_dir.read_final_metrics()
     if final_metrics is None:
-        final_metrics = run_dir.read_final_metrics()
+        final_metrics = stored_final
     if final_metrics is None:
         final_metrics = next((r for r in reversed(records) if f"eval_{headline}" in r), {})
     if label is None:
@@ -115,7 +116,7 @@ def read_run(
         "delta": float(ledger["delta"]),
         "noise_multiplier": _first_noise_multiplier(ledger["event"]),
         "rounds_done": ledger["rounds"],
-        "evaluated_on": (run_dir.read_final_metrics() or {}).get("evaluated_on"),
+        "evaluated_on": (stored_final or {}).get("evaluated_on"),
         **{k: float(final_metrics[k]) for k in _metric_keys([final_metrics], headline)},
         "wall_time_s": sum(float(r["wall_time"]) for r in diagnostics) if diagnostics else None,
     }

@@ -87,6 +87,11 @@ class RunDirectory:
         """The released model's final evaluation (after model reuse, if any) and ``evaluated_on``."""
         write_text_atomic(self.final_metrics_path, json.dumps(_jsonable(metrics), indent=1))
 
+    def holds_finished_run(self) -> bool:
+        """Whether a run finished here: :meth:`~simulations.session.RunSession.finish` writes the summary and the
+        final metrics last."""
+        return self.summary_path.exists() and self.final_metrics_path.exists()
+
     def read_final_metrics(self) -> dict[str, float | str] | None:
         if not self.final_metrics_path.exists():
             return None

@@ -173,7 +173,7 @@ class RunSession:
     @property
     def finished(self) -> bool:
         """Whether the directory holds this run finished (restored, its summary written by :meth:`finish`)."""
-        return self._restored and self.run_dir.summary_path.exists() and self.run_dir.final_metrics_path.exists()
+        return self._restored and self.run_dir.holds_finished_run()
 
     def finished_result(self) -> RunResult:
         """The result of a :attr:`finished` run, from its files and checkpoint; nothing is trained or written."""
