@@ -9,6 +9,10 @@ the SuperNodes keep retrying the address. A SuperLink started again with the sam
 they reconnect by themselves with their node ids, and the killed run is ``finished:failed``. (Its state kept in
 memory, the new SuperLink refuses the nodes' heartbeats, 401, and they exit: they would have to be restarted. That
 was seen by hand, not tested here.)
+
+About 80 s, so it runs only when asked for (``pytest -m deployment_restart``, as the full TLS run): a deployment
+resuming after its ServerApp is killed, which is fedpub's own part of the recovery, runs in every suite
+(``test_faults.py``); this test adds Flower's SuperLink restart with the same database around it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,12 @@ from simulations.deploy.flwr_cli import list_supernodes, run_status
 from simulations.deploy.local import LocalDeployment
 from simulations.deploy.processes import VENV_BIN, marked_pids, pid_alive
 from simulations.run_dir import RunDirectory
-from tests.simulations.test_deployment import assert_all_stopped, three_user_dir, write_experiment  # noqa: F401
+from tests.simulations.test_deployment import (  # noqa: F401
+    _selected,
+    assert_all_stopped,
+    three_user_dir,
+    write_experiment,
+)
 from tests.simulations.test_faults import (
     DEPLOY_COHORT,
     DEPLOY_NOISE,
@@ -58,11 +67,14 @@ def _all_online(deployment: LocalDeployment) -> set[int] | None:
     return set(nodes) if len(nodes) == DEPLOY_USERS and set(nodes.values()) == {"online"} else None
 
 
-def test_a_deployment_resumes_after_its_superlink_is_killed(three_user_dir, tmp_path):  # noqa: F811
+@pytest.mark.deployment_restart
+def test_a_deployment_resumes_after_its_superlink_is_killed(three_user_dir, tmp_path, request):  # noqa: F811
     """Run 1 loses its SuperLink (SIGKILL) while a node trains round 1, after round 0 was checkpointed and released.
     Every other process stops or waits; the run directory keeps round 0. A SuperLink started again on the same port
     with the same database gets the same SuperNodes back, and `flwr run` again resumes from round 0's checkpoint:
     rounds 0 and 1 each released once, a ledger of 2 rounds equal to an uninterrupted run's."""
+    if not _selected(request.config, "deployment_restart"):
+        pytest.skip("a SuperLink killed and restarted mid-run (~80 s); select it with -m deployment_restart")
     config_path = write_experiment(  # reproducible: the test predicts the cohorts from the config
         tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=ROUNDS,
         privacy={"randomness": "reproducible", "diagnostics": "on"},
