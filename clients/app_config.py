@@ -1,8 +1,8 @@
 """The experiment a ``flwr run`` names: the run config key ``config``, a YAML path, absolute or relative to the
 Flower App's directory. The ServerApp and the ClientApp both read it from here, so that neither imports the
 other's module: Flower's simulation runtime loads the two apps in one process from two threads, and a ServerApp
-that imported ``clients.client_app`` while the Simulation Engine loaded it handed Flower the half-initialised
-module (``LoadClientAppError: partially initialized module 'clients.client_app' has no attribute 'app'``).
+that imported ``fedpub.clients.client_app`` while the Simulation Engine loaded it handed Flower the half-initialised
+module (``LoadClientAppError: partially initialized module 'fedpub.clients.client_app' has no attribute 'app'``).
 """
 
 from __future__ import annotations

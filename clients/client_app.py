@@ -32,10 +32,10 @@ import yaml
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from clients import flower_protocol
-from clients.app_config import experiment_config
-from clients.device import resolve_device
-from clients.local_training import ClientResult, LocalTrainingConfig, train_client
+from fedpub.clients import flower_protocol
+from fedpub.clients.app_config import experiment_config
+from fedpub.clients.device import resolve_device
+from fedpub.clients.local_training import ClientResult, LocalTrainingConfig, train_client
 from fedpub.config import ConfigError, ExperimentConfig, dump_config, parse_config
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.data.device_user import load_device_user

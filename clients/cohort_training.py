@@ -4,17 +4,17 @@ per-user parameters (``torch.func.functional_call`` + ``vmap``), instead of one 
 The per-user overheads that dominate small federated clients (a Python step loop per user, a parameter reset,
 an optimizer per user) are paid once per cohort, the way pfl-research keeps one resident model per worker
 (Granqvist et al. 2024, "pfl-research: simulation framework for accelerating research in private federated
-learning"). Each user still follows its own :func:`~clients.local_training.plan_local_training` (its
+learning"). Each user still follows its own :func:`~fedpub.clients.local_training.plan_local_training` (its
 subsample and shuffles drawn from its own generator), so the updates equal the per-client loop's to float
 rounding. Users are grouped by their number of local steps; a short last batch is padded and masked out of
 the loss. Models with stochastic or stateful layers (dropout, batch norm, recurrent layers) and tasks whose
 loss does not split by example fall back to the per-client loop, and :class:`CohortTrainer` says so.
 
-A user whose local training raises sends nothing (:class:`~clients.local_training.ClientFailure`, its error kept
+A user whose local training raises sends nothing (:class:`~fedpub.clients.local_training.ClientFailure`, its error kept
 for the round's log): the round goes on without it, like a Flower node that fails. When a vectorised group
 raises, that group is trained again user by user, from the same generator states, to find who failed. The
 same goes for ``timeout_s``, a per-user deadline: a group that passes it is trained again user by user, so that
-only the users that pass it alone are dropped (:class:`~clients.local_training.ClientTimeout`).
+only the users that pass it alone are dropped (:class:`~fedpub.clients.local_training.ClientTimeout`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from clients.input_columns import input_layer
-from clients.local_training import (
+from fedpub.clients.input_columns import input_layer
+from fedpub.clients.local_training import (
     ClientFailure,
     ClientResult,
     LocalPlan,
@@ -75,7 +75,7 @@ def train_cohort_vectorised(
     min_users: int = 1,
 ) -> list[ClientResult | ClientFailure]:
     """Train every user of the cohort from ``params`` at once on ``model``'s device; the same results, in the
-    same order, as :func:`~clients.local_training.train_client` called user by user. With ``alone``, a user
+    same order, as :func:`~fedpub.clients.local_training.train_client` called user by user. With ``alone``, a user
     whose plan cannot be drawn, every user of a group that raises, and every user of a step-count group of
     fewer than ``min_users`` users is trained by ``alone(index)`` instead; without it the error propagates
     and every group is vectorised."""
@@ -131,7 +131,7 @@ def _train_group(
     divisors: Updates,
 ) -> list[ClientResult]:
     """K users with S local steps each: S vectorised steps over (K, batch) index and mask tensors; raises
-    :class:`~clients.local_training.ClientTimeout` when the group passes ``config.timeout_s``."""
+    :class:`~fedpub.clients.local_training.ClientTimeout` when the group passes ``config.timeout_s``."""
     started = time.perf_counter()
     device = next(iter(start.values())).device
     users, steps, batch_size = len(plans), len(plans[0].batches), config.batch_size
@@ -194,7 +194,7 @@ class CohortTrainer:
     """Trains a round's cohort on one resident model: vectorised when the model and task allow it (and
     ``vectorise`` is on), user by user otherwise; :attr:`mode` says which, :attr:`reason` why not. A model whose
     first layer is a ``Linear`` is trained user by user: each user on the input columns its examples use
-    (:mod:`clients.input_columns`), far less work on sparse features than a vectorised step over the whole
+    (:mod:`fedpub.clients.input_columns`), far less work on sparse features than a vectorised step over the whole
     weight."""
 
     def __init__(

@@ -1,7 +1,7 @@
 """Helpers for a Flower user's own ClientApp that speaks fedpub's message protocol (:mod:`fedpub.protocol`).
 
 A standard Flower ClientApp (new weights under ``arrays``, ``num-examples`` in the metrics, no query handler)
-already works with :class:`strategies.flower.FedpubStrategy`: its node is one private user and the server
+already works with :class:`fedpub.strategies.flower.FedpubStrategy`: its node is one private user and the server
 computes its update. These helpers add what the standard form cannot say: whether the node's user is public
 (:func:`query_reply`), the round's payloads such as AdaDPS's local preconditioner (:func:`read_train`), and a
 reply that states it trained with them (:func:`update_reply`)::

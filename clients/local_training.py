@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from clients.input_columns import input_columns
+from fedpub.clients.input_columns import input_columns
 from fedpub.column_update import UpdateValue
 from fedpub.data.base import ClientData
 from fedpub.tasks import CLASSIFICATION, Task
@@ -163,7 +163,7 @@ def train_client(
     before the step (AdaDPS on the client, Li et al. 2023, Alg. 3).
 
     A model with a linear input layer on sparse features is trained cut to the columns the user's examples use
-    (:func:`~clients.input_columns.input_columns`: the same steps); with ``sparse_update`` that layer's update is
+    (:func:`~fedpub.clients.input_columns.input_columns`: the same steps); with ``sparse_update`` that layer's update is
     then a :class:`~fedpub.column_update.ColumnUpdate`, else every tensor of the update is whole.
 
     ``generator`` (CPU) drives the shuffling and seeds any stochastic layer (dropout), so the

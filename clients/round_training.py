@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from clients.cohort_training import CohortTrainer
-from clients.local_training import ClientFailure, ClientResult
+from fedpub.clients.cohort_training import CohortTrainer
+from fedpub.clients.local_training import ClientFailure, ClientResult
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.round_driver import RoundPlan
 from fedpub.seeding import torch_generator

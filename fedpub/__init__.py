@@ -3,29 +3,39 @@
 The core package is framework-free: it imports torch, numpy and dp_accounting, never flwr.
 
 It is also the Python API's front door (README "Python API"): ``fedpub.run``, ``fedpub.build`` and
-``fedpub.Result`` come from :mod:`simulations.api`, ``fedpub.load_config``, ``fedpub.parse_config``,
+``fedpub.Result`` come from :mod:`fedpub.simulations.api`, ``fedpub.load_config``, ``fedpub.parse_config``,
 ``fedpub.ExperimentConfig`` and ``fedpub.ConfigError`` from :mod:`fedpub.config`. They are imported on first use
 (:func:`__getattr__`), so ``import fedpub`` loads nothing else and the core never depends on the layers above it:
 this facade is the one place that names them (``tests/test_layers.py`` allows exactly it).
+
+Installed, the repository's folders ``strategies/``, ``clients/`` and ``simulations/`` are fedpub's subpackages
+``fedpub.strategies``, ``fedpub.clients`` and ``fedpub.simulations`` (``pyproject.toml``'s package-dir), names a
+user's own ``strategies.py`` cannot shadow. In a source tree or a Flower App bundle (``flwr run .``), where they sit
+beside ``fedpub/``, the package's search path takes in that parent folder so the same names resolve.
 """
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 __version__ = "0.1.0"
 
 _API = {
-    "run": "simulations.api",
-    "build": "simulations.api",
-    "Result": "simulations.api",
+    "run": "fedpub.simulations.api",
+    "build": "fedpub.simulations.api",
+    "Result": "fedpub.simulations.api",
     "load_config": "fedpub.config",
     "parse_config": "fedpub.config",
     "ExperimentConfig": "fedpub.config",
     "ConfigError": "fedpub.config",
 }
 __all__ = ["__version__", *_API]
+
+_SOURCE_TREE = Path(__file__).resolve().parent.parent
+if not (Path(__file__).resolve().parent / "simulations").is_dir() and (_SOURCE_TREE / "simulations" / "__init__.py").is_file():
+    __path__.append(str(_SOURCE_TREE))
 
 
 def __getattr__(name: str) -> Any:

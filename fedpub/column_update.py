@@ -3,7 +3,7 @@
 A bag-of-words model's local SGD changes only the input weights of the words the user wrote: on StackOverflow
 tag prediction (the logistic regression of DOPE-SGD, Amid et al. 2022, and AdaDPS, Li et al. 2023) a user with a
 few posts changes a few hundred of the 10,000 columns of a 5M-parameter weight
-(:mod:`clients.input_columns`). :class:`ColumnUpdate` holds those columns; the server's clip and sum
+(:mod:`fedpub.clients.input_columns`). :class:`ColumnUpdate` holds those columns; the server's clip and sum
 (:class:`~fedpub.cohort_updates.Cohort`) read its norm and add it into the model-sized sum from them, so a cohort costs
 memory and time in proportion to what its users changed, not users × the model. The mechanism is unchanged:
 the norm is the norm of the whole tensor (every other entry is zero) and the sum adds the same values.

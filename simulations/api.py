@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-from clients.local_training import load_params_
+from fedpub.clients.local_training import load_params_
 from fedpub.config import ExperimentConfig, load_config, parse_config
 from fedpub.types import Params
-from simulations.backends import Backend, check_backend, run_experiment
-from simulations.experiment import Experiment, build_experiment
+from fedpub.simulations.backends import Backend, check_backend, run_experiment
+from fedpub.simulations.experiment import Experiment, build_experiment
 
 KEEP = "config"
 """``output_dir`` default of :func:`run`: the config's own ``output_dir``."""

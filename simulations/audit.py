@@ -49,10 +49,10 @@ from fedpub.models.seeded import model_params
 from fedpub.privacy.empirical import Observe, estimate
 from fedpub.seeding import numpy_generator, torch_generator
 from fedpub.types import Params, Updates
-from simulations.compare import deep_merge
-from simulations.engine import run_in_process
-from simulations.experiment import Experiment, build_experiment
-from simulations.run_dir import RunDirectory
+from fedpub.simulations.compare import deep_merge
+from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.experiment import Experiment, build_experiment
+from fedpub.simulations.run_dir import RunDirectory
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -137,7 +137,7 @@ class Canaries:
 
 
 class RoundCosines:
-    """``on_model`` hook of :func:`~simulations.engine.run_in_process`: appends round t's cosines
+    """``on_model`` hook of :func:`~fedpub.simulations.engine.run_in_process`: appends round t's cosines
     cos(θ_{t+1} − θ_t, c_i) to ``path`` (:data:`ROUND_COSINES`) as each round ends. A run's first round t
     (t > 0 when resumed from a checkpoint) first checks that rounds < t are on file, then drops the records
     of rounds ≥ t (redone, as ``metrics.jsonl``'s are) and a record cut short by a kill."""

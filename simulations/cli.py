@@ -22,14 +22,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from fedpub.config import ExperimentConfig, load_config
-from simulations.configs import quickstart_config_path
-from simulations.data_cli import data_app
-from simulations.progress import RoundDisplay
+from fedpub.simulations.configs import quickstart_config_path
+from fedpub.simulations.data_cli import data_app
+from fedpub.simulations.progress import RoundDisplay
 
 if TYPE_CHECKING:
     from fedpub.privacy.events import CohortRule
-    from simulations.experiment import Experiment
-    from simulations.run_dir import RunDirectory
+    from fedpub.simulations.experiment import Experiment
+    from fedpub.simulations.run_dir import RunDirectory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
 app.add_typer(data_app, name="data", help="Inspect, verify and download TFF's federated EMNIST and StackOverflow files.")
@@ -88,7 +88,7 @@ def _describe_experiment(cfg: ExperimentConfig, experiment: Experiment, backend:
 def _dry_run(cfg: ExperimentConfig, experiment: Experiment, run_dir: RunDirectory, fresh: bool) -> None:
     """What ``fedpub run`` would do with this experiment, from its files; nothing is written."""
     from fedpub.config import dump_config
-    from simulations.run_lock import lock_holder
+    from fedpub.simulations.run_lock import lock_holder
 
     strategy = experiment.strategy
     delta = cfg.privacy.delta
@@ -153,11 +153,11 @@ def run(
     the end of the round under way, checkpointed, and exits 130.
 
     CONFIG: the experiment YAML; omit it for the bundled quick-start."""
-    from simulations.backends import check_backend, run_experiment
-    from simulations.engine import CohortsKeepFailing, RunDirectoryError, RunInterrupted
-    from simulations.experiment import build_experiment
-    from simulations.run_dir import RunDirectory
-    from simulations.run_lock import RunDirectoryLocked
+    from fedpub.simulations.backends import check_backend, run_experiment
+    from fedpub.simulations.engine import CohortsKeepFailing, RunDirectoryError, RunInterrupted
+    from fedpub.simulations.experiment import build_experiment
+    from fedpub.simulations.run_dir import RunDirectory
+    from fedpub.simulations.run_lock import RunDirectoryLocked
 
     try:
         backend = check_backend(backend, tune_allocator=tune_allocator)
@@ -294,11 +294,11 @@ def compare(
     the run under way at the end of its round, checkpointed, and exits 130.
 
     SWEEP: the sweep YAML (base config, epsilons, seeds, strategies; see the README)."""
-    from simulations.backends import check_backend
-    from simulations.compare import load_sweep, run_sweep
-    from simulations.engine import RunInterrupted
-    from simulations.run_dir import RunDirectory
-    from simulations.run_lock import RunDirectoryLocked
+    from fedpub.simulations.backends import check_backend
+    from fedpub.simulations.compare import load_sweep, run_sweep
+    from fedpub.simulations.engine import RunInterrupted
+    from fedpub.simulations.run_dir import RunDirectory
+    from fedpub.simulations.run_lock import RunDirectoryLocked
 
     sets = overrides or []
     try:
@@ -339,7 +339,7 @@ def report(
     A run's label is <label> of a compare run named <label>__eps<ε>__seed<seed>, else its strategy.name.
 
     RUN_DIRS: the run directories (runs/<name>/), one or more."""
-    from simulations.compare_report import report_runs
+    from fedpub.simulations.compare_report import report_runs
 
     out_dir = out or Path(os.path.commonpath([p.resolve().parent for p in run_dirs]))
     try:
@@ -367,9 +367,9 @@ def audit(
 
     CONFIG: the experiment YAML to audit."""
     from fedpub.tasks import get_task
-    from simulations.audit import check_options, output_names, run_audit
-    from simulations.engine import RunDirectoryError
-    from simulations.run_lock import RunDirectoryLocked
+    from fedpub.simulations.audit import check_options, output_names, run_audit
+    from fedpub.simulations.engine import RunDirectoryError
+    from fedpub.simulations.run_lock import RunDirectoryLocked
 
     scales = noise_scale or [1.0]
     try:

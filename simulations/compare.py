@@ -29,7 +29,7 @@ from rich.markup import escape
 from fedpub.atomic import write_text_atomic
 from fedpub.config import ConfigError, ExperimentConfig, apply_overrides, dump_config, parse_config
 from fedpub.tasks import get_task
-from simulations.compare_report import (
+from fedpub.simulations.compare_report import (
     CSV_FILE,
     OUTPUT_FILES,
     ComparedRun,
@@ -40,12 +40,12 @@ from simulations.compare_report import (
     run_name,
     write_comparison,
 )
-from simulations.backends import Backend, run_experiment
-from simulations.experiment import build_experiment
-from simulations.progress import RoundDisplay
-from simulations.run_dir import RunDirectory
-from simulations.run_lock import RunLock
-from simulations.session import RunInterrupted
+from fedpub.simulations.backends import Backend, run_experiment
+from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.progress import RoundDisplay
+from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run_lock import RunLock
+from fedpub.simulations.session import RunInterrupted
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 LABEL = re.compile(r"[A-Za-z0-9.-]+(_[A-Za-z0-9.-]+)*")
@@ -195,7 +195,7 @@ def run_sweep(
     """Run every run not yet recorded (all of them with ``fresh``) on ``backend``, then write the comparison,
     holding the sweep directory's lock (a second sweep of it is refused: :class:`RunDirectoryLocked`).
     ``started`` is told each run's directory as it starts. An interrupted run (Ctrl-C, SIGTERM) stops the sweep:
-    :class:`~simulations.session.RunInterrupted` (or KeyboardInterrupt) goes up, the run checkpointed."""
+    :class:`~fedpub.simulations.session.RunInterrupted` (or KeyboardInterrupt) goes up, the run checkpointed."""
     with RunLock(sweep.root, "sweep directory"):
         return _run_sweep(sweep, fresh, console or Console(), backend, started)
 

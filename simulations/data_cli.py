@@ -5,7 +5,7 @@
     fedpub data download NAME [--dir]   resumable, verified download of a file from the registry (fedpub.data.download)
     fedpub data export-user FILE ID OUT one user of a TFF HDF5 file as a device's data: a folder or a one-user file
 
-The commands import what they use when they run (:mod:`simulations.data_inspect`, the readers, the download), so
+The commands import what they use when they run (:mod:`fedpub.simulations.data_inspect`, the readers, the download), so
 ``fedpub --help`` loads neither h5py nor torch.
 """
 
@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from simulations.data_inspect import FileReport
+    from fedpub.simulations.data_inspect import FileReport
 
 data_app = typer.Typer(
     name="data", add_completion=False, no_args_is_help=True, help="Dataset files: inspect, verify, download."
@@ -45,7 +45,7 @@ def info(path: Annotated[Path, typer.Argument(help="a dataset file")]) -> None:
 
     PATH: a dataset file."""
     from fedpub.data.base import DatasetError
-    from simulations.data_inspect import inspect_path
+    from fedpub.simulations.data_inspect import inspect_path
 
     if not path.is_file():
         _fail(FileNotFoundError(f"{path} is not a file"))
@@ -63,7 +63,7 @@ def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a direc
     """Registry checksums where published, plus structural checks of every dataset file; exit 1 on any problem.
 
     PATH: a dataset file, or a directory of them."""
-    from simulations.data_inspect import inspect_path
+    from fedpub.simulations.data_inspect import inspect_path
 
     if not path.exists():
         _fail(FileNotFoundError(f"{path} does not exist"))
@@ -113,7 +113,7 @@ def download_command(
 
     from fedpub.data.base import DatasetError
     from fedpub.data.download import download, registry_entry
-    from simulations.data_inspect import size_text
+    from fedpub.simulations.data_inspect import size_text
 
     try:
         entry = registry_entry(name)

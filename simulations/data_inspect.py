@@ -1,4 +1,4 @@
-"""What a dataset file holds and whether it is intact, for ``fedpub data info|verify`` (:mod:`simulations.data_cli`).
+"""What a dataset file holds and whether it is intact, for ``fedpub data info|verify`` (:mod:`fedpub.simulations.data_cli`).
 
 Layouts recognised (shared/reference/datasets.md §1-2): federated EMNIST as TFF HDF5 files, as TFF's SQLite
 database or its ``.sqlite.lzma``; federated StackOverflow as HDF5 files or SQLite (recognised by structure, counts

@@ -1,7 +1,7 @@
 """The in-process engine: the round loop of DESIGN.md §3 in one process.
 
 One resident model trains the whole sampled cohort, vectorised when the model allows it and user by
-user otherwise (:mod:`clients.cohort_training`; no per-client process, no serialisation). Each round the
+user otherwise (:mod:`fedpub.clients.cohort_training`; no per-client process, no serialisation). Each round the
 session's :class:`~fedpub.round_driver.RoundDriver` plans the cohorts and payloads, the engine trains them,
 and the driver aggregates, prices the round's actual event against the budget and composes it; the
 :class:`RunSession` records, evaluates and checkpoints. A run directory with a checkpoint and the same
@@ -28,14 +28,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from clients.round_training import train_users
+from fedpub.clients.round_training import train_users
 from fedpub.data.cache import CachedClients
 from fedpub.round_driver import CohortsKeepFailing
 from fedpub.types import Params, Updates
-from simulations.experiment import Experiment
-from simulations.memory import keep_freed_memory
-from simulations.run_dir import RunDirectory
-from simulations.session import RunDirectoryError, RunInterrupted, RunResult, RunSession
+from fedpub.simulations.experiment import Experiment
+from fedpub.simulations.memory import keep_freed_memory
+from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.session import RunDirectoryError, RunInterrupted, RunResult, RunSession
 
 __all__ = ["CohortsKeepFailing", "RunDirectoryError", "RunInterrupted", "RunResult", "run_in_process"]
 
@@ -84,12 +84,12 @@ def run_in_process(
 ) -> RunResult:
     """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
     saying how cohorts are trained (vectorised, or the per-client loop and why), and one line for each
-    round in which users failed (else those go to the ``clients.round_training`` logger). ``extra_updates(t)``
+    round in which users failed (else those go to the ``fedpub.clients.round_training`` logger). ``extra_updates(t)``
     (an audit's canary users) join round t's private updates: counted in the sampled cohort, clipped
     and noised like them. ``on_model(t, before, after)`` receives round t's global model before and after
     the round, once the round is recorded (an audit's per-round canary statistics). ``tune_allocator`` makes
     glibc keep freed memory, so that each round's update buffers are reused by the next instead of being
-    page-faulted in again (:func:`simulations.memory.keep_freed_memory`): faster for large cohorts, but
+    page-faulted in again (:func:`fedpub.simulations.memory.keep_freed_memory`): faster for large cohorts, but
     process-wide and for good (the process keeps its peak memory), hence off unless asked for.
     ``on_resume(k)`` is called (and ``log`` told) when a checkpointed run resumes from round k. A run the
     directory holds finished is not run again: its result comes back with ``already_finished``.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from clients.local_training import load_params_
+from fedpub.clients.local_training import load_params_
 from fedpub.data.base import FederatedDataset
 from fedpub.tasks import CLASSIFICATION, Task
 from fedpub.types import Params

@@ -1,6 +1,6 @@
 """Everything an experiment needs, assembled from its config before any file is written: the users
-(:mod:`fedpub.data.registry`), the device (:mod:`clients.device`), the private strategy with its noise and
-planned event (:mod:`strategies.build`) and the local training.
+(:mod:`fedpub.data.registry`), the device (:mod:`fedpub.clients.device`), the private strategy with its noise and
+planned event (:mod:`fedpub.strategies.build`) and the local training.
 
 Both backends start here, so the same config gives the same data, model, strategy and noise.
 Failures (missing data, an unreachable ε target, a budget smaller than one round) surface here,
@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import dp_accounting
 import torch
 
-from clients.cohort_training import CohortTrainer
-from clients.device import resolve_device
-from clients.local_training import LocalTrainingConfig
+from fedpub.clients.cohort_training import CohortTrainer
+from fedpub.clients.device import resolve_device
+from fedpub.clients.local_training import LocalTrainingConfig
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
 from fedpub.data.registry import load_data
@@ -27,8 +27,8 @@ from fedpub.privacy.randomness import PrivacyRandomness, resolve_randomness
 from fedpub.round_driver import RoundDriver
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
-from strategies.build import build_experiment_strategy, new_accountant
-from simulations.evaluation import EvaluationUsers, evaluation_users
+from fedpub.strategies.build import build_experiment_strategy, new_accountant
+from fedpub.simulations.evaluation import EvaluationUsers, evaluation_users
 
 
 @dataclass(frozen=True)

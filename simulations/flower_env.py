@@ -1,7 +1,7 @@
 """The environment every Flower process fedpub starts runs in: offline, with no telemetry, no update check and
 no runtime dependency installation. One set of switches for the Simulation Engine (this process and its Ray
 workers, :func:`offline_flower_environment`) and for a local deployment's SuperLink, SuperNodes and ``flwr``
-CLI (:func:`simulations.deploy.processes.deployment_env`).
+CLI (:func:`fedpub.simulations.deploy.processes.deployment_env`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 FLOWER_OFFLINE_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -33,7 +35,7 @@ the GPUs), so the warning itself is filtered instead."""
 
 RUN_SIMULATION_DEPRECATION = "DEPRECATED FEATURE: The `run_simulation` function is deprecated"
 """Flower 1.42's notice on ``flwr.simulation.run_simulation``. It names ``flwr run`` as its replacement, which is a
-CLI driving a SuperLink (``python -m simulations.deploy.local --simulation``), not an in-process call: the Python
+CLI driving a SuperLink (``python -m fedpub.simulations.deploy.local --simulation``), not an in-process call: the Python
 API has no other entry point to the Simulation Engine, so ``fedpub run --backend flower`` keeps it."""
 
 
@@ -60,3 +62,32 @@ def quiet_flower_logging(*, in_process_simulation: bool = False) -> None:
     if in_process_simulation and not any(isinstance(f, _DropMessages) for f in flwr_logger.filters):
         flwr_logger.addFilter(_DropMessages(RUN_SIMULATION_DEPRECATION))
     warnings.filterwarnings("ignore", message=re.escape(RAY_ACCELERATOR_TIP), category=FutureWarning)
+
+
+FINAL_RESULTS = "Final results:"
+"""The line after which Flower's ``Strategy.start`` logs its ``Result``: every round's metrics again, a page per
+hundred rounds, which fedpub has already written to ``metrics.jsonl`` and sums up in ``summary.md``."""
+
+
+class _DropFrom(logging.Filter):
+    """Drops every record from the first whose message is ``first`` on."""
+
+    def __init__(self, first: str) -> None:
+        super().__init__()
+        self.first, self.dropping = first, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.dropping = self.dropping or record.getMessage() == self.first
+        return not self.dropping
+
+
+@contextmanager
+def without_final_results() -> Iterator[None]:
+    """Flower's log inside the block, less the ``Final results`` dump that ends ``Strategy.start``."""
+    logger = logging.getLogger("flwr")
+    drop = _DropFrom(FINAL_RESULTS)
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)

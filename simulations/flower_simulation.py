@@ -13,9 +13,9 @@ from typing import Any
 
 from fedpub.config import ExperimentConfig, FlowerConfig
 from fedpub.data.base import FederatedDataset
-from simulations.experiment import Experiment
-from simulations.flower_env import offline_flower_environment, quiet_flower_logging
-from simulations.session import RunResult
+from fedpub.simulations.experiment import Experiment
+from fedpub.simulations.flower_env import offline_flower_environment, quiet_flower_logging
+from fedpub.simulations.session import RunResult
 
 
 def backend_config(flower: FlowerConfig) -> dict[str, Any]:
@@ -53,8 +53,8 @@ def run_flower_simulation(
     quiet_flower_logging(in_process_simulation=True)
     from flwr.simulation import run_simulation
 
-    from clients.client_app import make_client_app
-    from simulations.server_app import make_server_app
+    from fedpub.clients.client_app import make_client_app
+    from fedpub.simulations.server_app import make_server_app
 
     results: list[RunResult] = []
     run_simulation(

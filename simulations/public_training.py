@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from clients.local_training import LocalTrainingConfig, train_client
+from fedpub.clients.local_training import LocalTrainingConfig, train_client
 from fedpub import tree
 from fedpub.config import ModelReuseConfig, PublicTrainingConfig
 from fedpub.data.base import ClientData, FederatedDataset

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
 
 if TYPE_CHECKING:
-    from simulations.experiment import Experiment
+    from fedpub.simulations.experiment import Experiment
 
 
 def write_plot(

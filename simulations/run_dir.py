@@ -88,7 +88,7 @@ class RunDirectory:
         write_text_atomic(self.final_metrics_path, json.dumps(_jsonable(metrics), indent=1))
 
     def holds_finished_run(self) -> bool:
-        """Whether a run finished here: :meth:`~simulations.session.RunSession.finish` writes the summary and the
+        """Whether a run finished here: :meth:`~fedpub.simulations.session.RunSession.finish` writes the summary and the
         final metrics last."""
         return self.summary_path.exists() and self.final_metrics_path.exists()
 

@@ -3,7 +3,7 @@ server noise.
 
 The server never sees one user's update, only the sum of the cohort's:
 
-* each sampled node trains its user (``clients.client_app.train_user``, as the Flower ClientApp does),
+* each sampled node trains its user (``fedpub.clients.client_app.train_user``, as the Flower ClientApp does),
   clips the update Δ to L2 norm C **on the device** (the clip step's ``clip_factors``) and replies through
   Flower's ``secaggplus_mod``, which quantises and masks it;
 * the ServerApp runs Flower's ``SecAggPlusWorkflow`` inside ``DefaultWorkflow`` with a legacy ``Strategy``
@@ -31,7 +31,7 @@ What the server still sees in the clear: which users were sampled and which drop
 (the reply carries no metrics and weight 1). Only plain DP-FedAvg or DP-FTRL is run: fixed C, no public
 users, no adaptive clipping, recentering, preconditioning, mirror or budget schedule. No checkpoint/resume.
 
-Run it: ``python -m simulations.secagg_dp CONFIG [--rounds R]`` (Flower simulation, one SuperNode per
+Run it: ``python -m fedpub.simulations.secagg_dp CONFIG [--rounds R]`` (Flower simulation, one SuperNode per
 training user); it prints each round's noise std and ε and writes ``<output_dir>/<name>/secagg_dp.json``.
 """
 
@@ -60,7 +60,7 @@ from flwr.server.strategy import Strategy
 from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import Grid, ServerApp
 
-from clients.client_app import ClientRuntime, node_client_id, query_reply, runtime, train_user
+from fedpub.clients.client_app import ClientRuntime, node_client_id, query_reply, runtime, train_user
 from fedpub import protocol as key
 from fedpub import tree
 from fedpub.atomic import write_json_atomic
@@ -71,13 +71,13 @@ from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling, event_to_dict, round_event
 from fedpub.steps.clip import clip_factors
 from fedpub.types import Params, RoundContext, Updates
-from simulations.evaluation import EvaluationSet, evaluate
-from simulations.experiment import Experiment, build_experiment
-from simulations.flower_env import offline_flower_environment
-from simulations.flower_simulation import backend_config
-from strategies.common import secure_noise_sampler
-from strategies.compose import strategy_steps
-from strategies.flower import discover_nodes
+from fedpub.simulations.evaluation import EvaluationSet, evaluate
+from fedpub.simulations.experiment import Experiment, build_experiment
+from fedpub.simulations.flower_env import offline_flower_environment
+from fedpub.simulations.flower_simulation import backend_config
+from fedpub.strategies.common import secure_noise_sampler
+from fedpub.strategies.compose import strategy_steps
+from fedpub.strategies.flower import discover_nodes
 
 MODULUS_RANGE = 2**32
 """SecAgg+'s modulus M: its largest allowed value (a power of 2)."""
@@ -475,7 +475,7 @@ def _share(text: str) -> int | float:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m simulations.secagg_dp",
+        prog="python -m fedpub.simulations.secagg_dp",
         description="DP-FedAvg or DP-FTRL with client-side clipping, SecAgg+ and server noise, in Flower simulation",
     )
     parser.add_argument(

@@ -23,17 +23,17 @@ from flwr.common.logger import log
 from flwr.superlink.grid import InMemoryGrid
 from flwr.serverapp import Grid, ServerApp
 
-from clients.app_config import experiment_config
-from clients.round_training import ServerPublicPool
+from fedpub.clients.app_config import experiment_config
+from fedpub.clients.round_training import ServerPublicPool
 from fedpub.config import ExperimentConfig
 from fedpub.config import ConfigError
-from simulations.experiment import Experiment, build_experiment
-from simulations.flower_env import quiet_flower_logging
-from simulations.flower_simulation import simulated_nodes
-from simulations.run_dir import RunDirectory
-from simulations.session import RunResult, RunSession
+from fedpub.simulations.experiment import Experiment, build_experiment
+from fedpub.simulations.flower_env import quiet_flower_logging, without_final_results
+from fedpub.simulations.flower_simulation import simulated_nodes
+from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.session import RunResult, RunSession
 from fedpub.node_identity import UserRegistry
-from strategies.flower import FedpubStrategy, NodeMap, discover_nodes, to_array_record
+from fedpub.strategies.flower import FedpubStrategy, NodeMap, discover_nodes, to_array_record
 
 
 def server_public_pool(experiment: Experiment, session: RunSession) -> ServerPublicPool | None:
@@ -62,7 +62,7 @@ def discover_private_nodes(grid: Grid, config: ExperimentConfig, registry: UserR
 def check_simulated_nodes(grid: Grid, experiment: Experiment, *, poll: float = 0.5) -> None:
     """In Flower's Simulation Engine (an in-memory grid: every virtual SuperNode is registered as the run starts,
     none joins later) the federation must have one SuperNode per node user of the experiment
-    (:func:`~simulations.flower_simulation.simulated_nodes`); otherwise fail now, naming both numbers and the fix,
+    (:func:`~fedpub.simulations.flower_simulation.simulated_nodes`); otherwise fail now, naming both numbers and the fix,
     instead of waiting ``flower.node_wait_timeout`` for nodes that never come. The count is read once it is steady
     (the engine registers its nodes while the ServerApp starts). A deployment's SuperNodes connect over time: no
     check there."""
@@ -79,7 +79,7 @@ def check_simulated_nodes(grid: Grid, experiment: Experiment, *, poll: float = 0
             f"the simulated federation has {count} SuperNodes, but the experiment {experiment.config.name!r} has "
             f"{expected} users that each need one: run it with "
             f"`flwr run . --federation-config \"num-supernodes={expected}\"`, or with "
-            "`python -m simulations.deploy.local --simulation --config ...`, which sizes the federation itself"
+            "`python -m fedpub.simulations.deploy.local --simulation --config ...`, which sizes the federation itself"
         )
 
 
@@ -144,12 +144,13 @@ def _run_session(grid: Grid, session: RunSession, nodes: NodeMap | None, registr
         registry=registry,
     )
     session.start_round()
-    strategy.start(
-        grid,
-        initial_arrays=to_array_record(session.params),
-        num_rounds=config.rounds - session.rounds_done,
-        timeout=config.flower.round_timeout,
-    )  # no evaluate_fn: the session evaluates centrally when it records a round
+    with without_final_results():  # the session's summary says it once
+        strategy.start(
+            grid,
+            initial_arrays=to_array_record(session.params),
+            num_rounds=config.rounds - session.rounds_done,
+            timeout=config.flower.round_timeout,
+        )  # no evaluate_fn: the session evaluates centrally when it records a round
     return session.finish()
 
 

@@ -29,13 +29,13 @@ from fedpub.privacy.ledger import write_ledger
 from fedpub.privacy.randomness import PrivacyRandomness
 from fedpub.strategy import RoundOutcome
 from fedpub.types import Params
-from simulations.evaluation import EvaluationSet, evaluate
-from simulations.experiment import Experiment
-from simulations.model_average import averaged_params, init_average, update_average
-from simulations.public_training import pooled_data, train_on_public
-from simulations.report import write_plot, write_summary
-from simulations.run_dir import RunDirectory
-from simulations.run_lock import RunLock
+from fedpub.simulations.evaluation import EvaluationSet, evaluate
+from fedpub.simulations.experiment import Experiment
+from fedpub.simulations.model_average import averaged_params, init_average, update_average
+from fedpub.simulations.public_training import pooled_data, train_on_public
+from fedpub.simulations.report import write_plot, write_summary
+from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run_lock import RunLock
 
 
 class RunDirectoryError(RuntimeError):
@@ -87,9 +87,9 @@ class RunSession:
         whose results were released (a redo reuses the round's noise: two releases with different surviving
         users and the same noise would leak their difference). In-process a redo is bit-identical.
 
-        The session holds the directory's lock (:class:`~simulations.run_lock.RunLock`) from here until
+        The session holds the directory's lock (:class:`~fedpub.simulations.run_lock.RunLock`) from here until
         :meth:`close` (which :meth:`finish` calls): a second session of the same directory, in this process or
-        another, is refused with :class:`~simulations.run_lock.RunDirectoryLocked` naming the holder."""
+        another, is refused with :class:`~fedpub.simulations.run_lock.RunDirectoryLocked` naming the holder."""
         self._lock = RunLock(run_dir.root).acquire()
         self._started = False
         try:

@@ -1,7 +1,7 @@
 """A strategy config, the privacy settings and the population give everything a round driver needs.
 
 Shared by every experiment (:func:`build_experiment_strategy`, over the users its config loads) and the drop-in
-Flower constructor (:meth:`strategies.flower.FedpubStrategy.from_config`), so a config means the same mechanism
+Flower constructor (:meth:`fedpub.strategies.flower.FedpubStrategy.from_config`), so a config means the same mechanism
 wherever it runs: the cohort rule over the N private users, the noise multiplier (given, or calibrated to the
 target ε over the planned run), AdaDPS's side information, the recipe's :class:`~fedpub.strategy.StrategyCore`,
 the accountant and the budget. The planned run is what the recipe's steps declare (``Step.releases``) composed
@@ -31,9 +31,9 @@ from fedpub.privacy.events import CohortRule, neighboring_relation
 from fedpub.privacy.randomness import PrivacyRandomness
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
-from strategies import adadps
-from strategies.common import make_sampling, secure_noise_sampler
-from strategies.compose import build_strategy
+from fedpub.strategies import adadps
+from fedpub.strategies.common import make_sampling, secure_noise_sampler
+from fedpub.strategies.compose import build_strategy
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from fedpub.step import Step, named_chain
 from fedpub.steps.budget_schedule import budget_schedule
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
-from strategies import adadps, dope, dp_ftrl, pda_dpmd
-from strategies.dp_fedavg import private_mean_steps, server_optimizer
+from fedpub.strategies import adadps, dope, dp_ftrl, pda_dpmd
+from fedpub.strategies.dp_fedavg import private_mean_steps, server_optimizer
 
 
 def boosted_rounds(config: StrategyConfig, rounds: int) -> range:
@@ -77,7 +77,7 @@ def build_strategy(
     secure_sampler: bool = False,
 ) -> StrategyCore:
     """The StrategyCore of ``config``; ``side_information`` is AdaDPS's fixed A, if any; ``secure_sampler``, the
-    noise from OpenDP (:func:`strategies.common.secure_noise_sampler` says whether the config asks for it)."""
+    noise from OpenDP (:func:`fedpub.strategies.common.secure_noise_sampler` says whether the config asks for it)."""
     steps = strategy_steps(config, noise_multiplier, seed, rounds, side_information, sampling,
                            secure_sampler=secure_sampler)
     precondition = config.precondition

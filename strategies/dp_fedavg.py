@@ -5,7 +5,7 @@ DP-FedAdam, Reddi et al. 2021). Optionally C adapts to a quantile of the norms (
 its noisy count is a second Gaussian release on the same cohort, so a round costs one Gaussian of
 z_eff = (z⁻² + σ_b⁻²)^(−1/2) (the steps declare both releases; a target ε calibrates the sum's z with the
 count's noise in the plan). Every recipe shares this private mean (``strategies/compose.py``). With
-``secure_sampler`` (``privacy.noise_sampler: opendp``, see :func:`strategies.common.secure_noise_sampler`) both
+``secure_sampler`` (``privacy.noise_sampler: opendp``, see :func:`fedpub.strategies.common.secure_noise_sampler`) both
 Gaussian releases are drawn by OpenDP instead of torch."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fedpub.steps.aggregate import aggregate
 from fedpub.steps.clip import clip
 from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.steps.server_opt import server_adam, server_sgd
-from strategies import ppsgd
+from fedpub.strategies import ppsgd
 
 
 def server_optimizer(config: ServerOptimizerConfig) -> Step:

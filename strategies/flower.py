@@ -40,7 +40,7 @@ from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.strategy import RoundOutcome, StrategyCore
 from fedpub.types import Params, StepState, Updates
-from strategies.build import build_private_strategy
+from fedpub.strategies.build import build_private_strategy
 
 RoundCallback = Callable[[int, RoundOutcome, Sequence[Mapping[str, float]], int], None]
 """Called with (round, outcome, the private replies' metrics, their example count) after each released round."""
@@ -63,7 +63,7 @@ class MalformedReply(ValueError):
 
 
 class PublicPool(Protocol):
-    """Public users the server holds and trains itself (e.g. :class:`clients.round_training.ServerPublicPool`)."""
+    """Public users the server holds and trains itself (e.g. :class:`fedpub.clients.round_training.ServerPublicPool`)."""
 
     client_ids: Sequence[str]
 

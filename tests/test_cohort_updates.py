@@ -10,7 +10,7 @@ from fedpub.cohort_updates import Cohort
 from fedpub.column_update import ColumnUpdate
 from fedpub.privacy.events import PoissonSampling
 from fedpub.types import RoundContext
-from strategies.compose import build_strategy
+from fedpub.strategies.compose import build_strategy
 from tests.test_public_strategies import COHORT, POPULATION, RECIPES, ROUNDS, SHAPES, Z, _config, _random_tree
 
 LIKE = {k: torch.zeros(s) for k, s in SHAPES.items()}

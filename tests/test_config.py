@@ -71,14 +71,14 @@ def test_the_schema_knows_the_models_the_registry_builds():
 
 
 def test_the_bundled_quickstart_config_is_valid():
-    from simulations.configs import quickstart_config_path
+    from fedpub.simulations.configs import quickstart_config_path
 
     cfg = load_config(quickstart_config_path())
     assert cfg.strategy.target_epsilon == 4.0 and cfg.data.source == "synthetic_emnist"
 
 
 def test_every_bundled_experiment_config_is_valid():
-    from simulations.configs import quickstart_config_path
+    from fedpub.simulations.configs import quickstart_config_path
 
     configs = sorted(quickstart_config_path().parent.glob("*.yaml"))
     assert len(configs) >= 4

@@ -7,8 +7,8 @@ import pytest
 
 from fedpub.config import ConfigError, PrivacyConfig, StrategyConfig, parse_config
 from fedpub.privacy.errors import BudgetExceededError
-from simulations.session import changed_keys
-from strategies.build import NoisyBeyondSignal, build_private_strategy
+from fedpub.simulations.session import changed_keys
+from fedpub.strategies.build import NoisyBeyondSignal, build_private_strategy
 
 
 def test_a_recipe_that_trains_public_users_without_any_is_refused_when_the_config_is_read():

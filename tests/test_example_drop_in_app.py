@@ -13,8 +13,8 @@ import torch
 
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
-from simulations.flower_env import offline_flower_environment
-from strategies.flower import FedpubStrategy
+from fedpub.simulations.flower_env import offline_flower_environment
+from fedpub.strategies.flower import FedpubStrategy
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 

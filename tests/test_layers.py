@@ -1,5 +1,9 @@
 """The packages import one way: fedpub < {strategies, clients} < simulations (DESIGN.md §1).
 
+The folders strategies/, clients/ and simulations/ install as ``fedpub.strategies``, ``fedpub.clients`` and
+``fedpub.simulations``; every module is named and imported by its installed name, never by the bare folder name a
+user's own ``strategies.py`` would shadow.
+
 Every module of the four packages is read as a syntax tree, so an import inside a function or under
 ``TYPE_CHECKING`` counts as much as one at the top. A failure lists each offending module, line and import: an
 import of a higher layer, an import between strategies and clients (side by side, neither above the other), or a
@@ -19,6 +23,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"fedpub": 0, "strategies": 1, "clients": 1, "simulations": 2}
 """Each package's layer: a package may import only packages of a lower layer (and its own modules)."""
+SUBPACKAGES = ("strategies", "clients", "simulations")
+"""The folders beside fedpub/ that install inside it."""
+
+
+def package_of(module: str) -> str:
+    """The layer package of an absolute module name: ``fedpub.clients.x`` is in clients, ``fedpub.config`` in the
+    core (fedpub); anything else (a bare ``strategies``, torch) is its own top-level name."""
+    top, _, rest = module.partition(".")
+    if top == "fedpub" and rest.partition(".")[0] in SUBPACKAGES:
+        return rest.partition(".")[0]
+    return top
+
+
+def installed_name(root: Path, path: Path) -> str:
+    """The module name of the file at ``path`` (below ``root``) once installed: clients/x.py is fedpub.clients.x."""
+    parts = path.relative_to(root).with_suffix("").parts
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(("fedpub", *parts) if parts[0] in SUBPACKAGES else parts)
 
 
 @dataclass(frozen=True)
@@ -31,11 +53,11 @@ class Import:
 
     @property
     def source_package(self) -> str:
-        return self.module.partition(".")[0]
+        return package_of(self.module)
 
     @property
     def target_package(self) -> str:
-        return self.target.partition(".")[0]
+        return package_of(self.target)
 
     def __str__(self) -> str:
         return f"{self.module} (line {self.line}) imports {self.target}"
@@ -43,8 +65,7 @@ class Import:
 
 def module_imports(root: Path, path: Path) -> list[Import]:
     """Every import statement of the module at ``path`` (below ``root``), relative ones made absolute."""
-    parts = path.relative_to(root).with_suffix("").parts
-    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    name = installed_name(root, path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -63,8 +84,19 @@ def cross_package_imports(root: Path) -> list[Import]:
     for package in LAYERS:
         for path in sorted((root / package).rglob("*.py")):
             found += [
-                i for i in module_imports(root, path) if i.target_package in LAYERS and i.target_package != package
+                i for i in module_imports(root, path)
+                if i.target.partition(".")[0] == "fedpub" and i.target_package != package
             ]
+    return found
+
+
+def shadowable(root: Path) -> list[Import]:
+    """The imports of a bare strategies, clients or simulations module anywhere under ``root``'s packages and
+    tests: they would load the folder (or a user's file of that name) a second time beside fedpub's subpackage."""
+    found = []
+    for folder in (*LAYERS, "tests", "examples"):
+        for path in sorted((root / folder).rglob("*.py")):
+            found += [i for i in module_imports(root, path) if i.target.partition(".")[0] in SUBPACKAGES]
     return found
 
 
@@ -112,6 +144,11 @@ def test_every_package_is_read():
     assert {i.source_package for i in IMPORTS} == {"strategies", "clients", "simulations"}  # fedpub imports none
 
 
+def test_every_module_is_imported_by_its_installed_name():
+    found = shadowable(ROOT)
+    assert not found, f"imports by the bare folder name (write fedpub.<name>):\n{listing(found)}"
+
+
 def test_no_package_imports_a_higher_layer():
     found = upward(IMPORTS)
     assert not found, f"imports of a higher layer (fedpub < strategies, clients < simulations):\n{listing(found)}"
@@ -133,10 +170,10 @@ def test_the_packages_import_each_other_without_a_cycle():
 def test_the_checks_catch_upward_sideways_and_circular_imports_wherever_they_are(tmp_path: Path):
     files = {
         "fedpub/__init__.py": "",
-        "fedpub/core.py": "def run():\n    from simulations.app import main\n",
-        "strategies/__init__.py": "import clients.local\n",
+        "fedpub/core.py": "def run():\n    from fedpub.simulations.app import main\n",
+        "strategies/__init__.py": "import fedpub.clients.local\n",
         "clients/__init__.py": "",
-        "clients/local.py": "from strategies import recipe\n",
+        "clients/local.py": "from fedpub.strategies import recipe\nimport simulations\n",
         "simulations/__init__.py": "",
         "simulations/app.py": "from . import helpers\nfrom fedpub import core\n",
     }
@@ -144,11 +181,12 @@ def test_the_checks_catch_upward_sideways_and_circular_imports_wherever_they_are
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
     found = cross_package_imports(tmp_path)
-    assert [str(i) for i in upward(found)] == ["fedpub.core (line 2) imports simulations.app"]
+    assert [str(i) for i in upward(found)] == ["fedpub.core (line 2) imports fedpub.simulations.app"]
     assert [str(i) for i in sideways(found)] == [
-        "strategies (line 1) imports clients.local",
-        "clients.local (line 1) imports strategies",
+        "fedpub.strategies (line 1) imports fedpub.clients.local",
+        "fedpub.clients.local (line 1) imports fedpub.strategies",
     ]
+    assert [str(i) for i in shadowable(tmp_path)] == ["fedpub.clients.local (line 2) imports simulations"]
     cycles = [[i.source_package for i in cycle] for cycle in package_cycles(found)]
     assert cycles == [["clients", "strategies"], ["fedpub", "simulations"]]
 
@@ -174,9 +212,9 @@ def test_the_api_facade_names_only_the_api_module_above_the_core_and_imports_it_
     tree above): the only higher-layer module it may name is simulations.api, and ``import fedpub`` loads none."""
     import fedpub
 
-    above = {module for module in fedpub._API.values() if module.partition(".")[0] != "fedpub"}
-    assert above == {"simulations.api"}
-    code = "import sys, fedpub; print(sorted(m for m in sys.modules if m.split('.')[0] in " \
-           "('simulations', 'strategies', 'clients', 'torch', 'flwr')))"
+    above = {module for module in fedpub._API.values() if package_of(module) != "fedpub"}
+    assert above == {"fedpub.simulations.api"}
+    code = "import sys, fedpub; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'flwr') " \
+           "or m.split('.')[:2][-1] in ('simulations', 'strategies', 'clients')))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]", f"import fedpub loaded {result.stdout.strip()}"

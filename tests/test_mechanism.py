@@ -16,9 +16,9 @@ from fedpub.config import PrivacyConfig, SamplingConfig, StrategyConfig
 from fedpub.privacy.events import FixedSizeSampling, PoissonSampling
 from fedpub.seeding import torch_generator
 from fedpub.strategy import StrategyCore
-from strategies.build import build_private_strategy
-from strategies.compose import build_strategy
-from strategies.common import make_sampling
+from fedpub.strategies.build import build_private_strategy
+from fedpub.strategies.compose import build_strategy
+from fedpub.strategies.common import make_sampling
 
 
 def _strategy(clip_norm, z, sampling, population, server=None, seed=0) -> StrategyCore:
@@ -47,7 +47,7 @@ def test_infinite_clip_and_no_noise_is_plain_fedavg_of_deltas():
 def test_one_example_clients_with_one_local_step_is_dp_sgd():
     """DP-FedAvg with 1-example users, one local SGD step of lr η, clip C = η·C' and server lr 1
     equals one DP-SGD step with per-example clip C', noise z·C' on the summed gradients, ÷ m."""
-    from clients.local_training import LocalTrainingConfig, train_client
+    from fedpub.clients.local_training import LocalTrainingConfig, train_client
     from fedpub.data.base import ClientData
     from fedpub.models import build_model
     from fedpub.models.seeded import model_params

@@ -24,7 +24,7 @@ from fedpub.privacy.events import PoissonSampling
 from fedpub.cohort_updates import Cohort
 from fedpub.step import named_chain
 from fedpub.types import RoundContext
-from strategies.compose import build_strategy, strategy_steps
+from fedpub.strategies.compose import build_strategy, strategy_steps
 
 SHAPES = {"w": (6, 4), "b": (4,)}
 POPULATION, COHORT, ROUNDS, Z = 100, 5, 10, 0.9

@@ -11,7 +11,7 @@ from fedpub.config import StrategyConfig
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import PoissonSampling
 from fedpub.round_driver import RoundDriver
-from strategies.compose import build_strategy
+from fedpub.strategies.compose import build_strategy
 
 SHAPES = {"w": (6, 4), "b": (4,)}
 POPULATION, COHORT, ROUNDS, Z, DELTA = 40, 8, 6, 0.9, 1e-5

@@ -37,6 +37,7 @@ import numpy as np
 from fedpub.atomic import atomic_path, write_text_atomic
 from fedpub.data.download import CHUNK
 from fedpub.data.emnist_writers import SQLITE_DDL
+from fedpub.data.generated import refuse_other_spec
 from fedpub.data.stackoverflow import (
     FIELDS,
     H5_FILES,
@@ -407,16 +408,24 @@ def ensure_synthetic_stackoverflow(
     """The offline StackOverflow look-alike in ``directory``: ``stackoverflow_train.h5`` from ``train`` (and the
     count files, from ``train``), ``stackoverflow_test.h5`` and ``stackoverflow_held_out.h5`` from the other two
     specs. Files made from the same specs are reused; a marker written last records the specs, so an interrupted
-    generation is redone."""
+    generation of the same specs is redone. Files generated from other specs, or not by fedpub, are refused
+    (DatasetError, :mod:`fedpub.data.generated`), never overwritten."""
     root = Path(directory)
-    marker = root / "fedpub_synthetic_stackoverflow.json"
+    marker, pending = root / "fedpub_synthetic_stackoverflow.json", root / "fedpub_synthetic_stackoverflow.partial"
     wanted = json.dumps({"train": asdict(train), "test": asdict(test), "heldout": asdict(heldout)}, sort_keys=True)
-    if marker.is_file() and marker.read_text() == wanted:
+    if marker.is_file():
+        refuse_other_spec(root, "synthetic StackOverflow", marker.read_text(), wanted)
         return root
+    if pending.is_file():
+        refuse_other_spec(root, "a partly generated synthetic StackOverflow", pending.read_text(), wanted)
+    elif any((root / name).exists() for name in (*H5_FILES.values(), WORD_COUNT_FILE, TAG_COUNT_FILE)):
+        refuse_other_spec(root, "StackOverflow", None, wanted)
+    write_text_atomic(pending, wanted)
     write_synthetic_stackoverflow(root, train, split="train")
     _write_h5(root / H5_FILES["test"], synthetic_columns(test))
     _write_h5(root / H5_FILES["heldout"], synthetic_columns(heldout))
     write_text_atomic(marker, wanted)
+    pending.unlink()
     return root
 
 

@@ -22,6 +22,7 @@ import h5py
 import numpy as np
 
 from fedpub.atomic import atomic_path
+from fedpub.data.generated import refuse_other_spec
 from fedpub.seeding import numpy_generator
 
 NUM_DIGITS = 10
@@ -396,10 +397,14 @@ def _stored_spec(path: Path) -> str | None:
 
 
 def ensure_synthetic_emnist(directory: str | os.PathLike[str], spec: SyntheticEmnistSpec) -> tuple[Path, Path]:
-    """Reuse the train/test files in ``directory`` if they were generated from ``spec``; else (re)generate."""
+    """The train/test files in ``directory``: generated from ``spec`` when absent, reused when generated from it,
+    refused (DatasetError, the differing fields named) when generated from another spec or not by fedpub."""
     root = Path(directory)
     paths = (root / TRAIN_NAME, root / TEST_NAME)
     expected = spec.to_json()
-    if all(p.is_file() and _stored_spec(p) == expected for p in paths):
+    for path in paths:
+        if path.is_file():
+            refuse_other_spec(root, "synthetic EMNIST", _stored_spec(path), expected)
+    if all(p.is_file() for p in paths):
         return paths
     return write_synthetic_emnist(root, spec)

@@ -9,7 +9,7 @@ For PLD and RDP, Poisson sampling q = m/N (and RDP for fixed-size sampling), the
 - ``calibrate z, cold``: the noise multiplier for the target ε by bisection, with an empty disk cache;
 - ``calibrate z, cached``: the same call again (read from the calibration cache file).
 
-    python -m simulations.benchmarks.accounting [--rounds 2000] [--population 1000000] [--cohort 1000]
+    python -m fedpub.simulations.benchmarks.accounting [--rounds 2000] [--population 1000000] [--cohort 1000]
         [--epsilon 4] [--delta 1e-6] [--per-round 20]
 """
 

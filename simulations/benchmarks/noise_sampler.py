@@ -3,7 +3,7 @@ OpenDP's Gaussian mechanism (``privacy.noise_sampler: opendp``, fedpub/privacy/s
 float32 vectors of each size; and the sample std of the noise over the requested std (1 within sampling error).
 Each cell is the best of ``--repeats`` calls (one call for OpenDP at sizes of 10^6 and more: it takes a minute).
 
-    python -m simulations.benchmarks.noise_sampler [--sizes 10000 100000 1000000] [--std 0.5] [--repeats 3]
+    python -m fedpub.simulations.benchmarks.noise_sampler [--sizes 10000 100000 1000000] [--std 0.5] [--repeats 3]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ made from the repository root with::
         && .venv-pfl/bin/pip install --no-deps -e .
 
 Only :mod:`fedpub.models` and :mod:`fedpub.tasks` are imported there (nothing that imports ``dp_accounting``).
-:func:`run_pfl`, called from fedpub's environment, runs the worker ``python -m simulations.benchmarks.pfl_research
+:func:`run_pfl`, called from fedpub's environment, runs the worker ``python -m fedpub.simulations.benchmarks.pfl_research
 TASK_FILE`` with that venv's python; the worker prints its figures as JSON on its last stdout line.
 """
 
@@ -41,7 +41,7 @@ def _tail(stderr: str | bytes | None) -> str:
 
 def run_pfl(python: str, task_file: Path, timeout_s: float = 1800) -> dict[str, Any]:
     """Run the pfl worker on ``task_file`` (see :func:`main`) with the interpreter ``python``; its JSON figures."""
-    command = [python, "-m", "simulations.benchmarks.pfl_research", str(task_file)]
+    command = [python, "-m", "fedpub.simulations.benchmarks.pfl_research", str(task_file)]
     try:
         done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as error:

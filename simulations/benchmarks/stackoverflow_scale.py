@@ -1,6 +1,6 @@
 """Does fedpub's StackOverflow path scale to TFF's population? Time and memory at ~340,000 clients.
 
-Run from the repository root: ``python -m simulations.benchmarks.stackoverflow_scale [--clients 340000]
+Run from the repository root: ``python -m fedpub.simulations.benchmarks.stackoverflow_scale [--clients 340000]
 [--cohort 1000] [--layouts h5 sqlite]``. For each layout it writes a synthetic StackOverflow split
 (:mod:`fedpub.data.stackoverflow_writers`; TFF's train split has 342,477 clients) and then, in a fresh process,
 opens it and lists the clients, loads the 10,000-word and 500-tag vocabularies, samples a cohort with a numpy
@@ -108,15 +108,15 @@ def _dp_round(features: list[Any], population: int, seed: int) -> None:
     their updates (DP-FedAvg, z = 1)."""
     import torch
 
-    from clients.cohort_training import CohortTrainer
-    from clients.local_training import LocalTrainingConfig
+    from fedpub.clients.cohort_training import CohortTrainer
+    from fedpub.clients.local_training import LocalTrainingConfig
     from fedpub.config import StrategyConfig
     from fedpub.models import build_model
     from fedpub.models.seeded import model_params
     from fedpub.privacy.events import PoissonSampling
     from fedpub.seeding import torch_generator
     from fedpub.tasks import get_task
-    from strategies.compose import build_strategy
+    from fedpub.strategies.compose import build_strategy
 
     model = build_model("so_tag_logreg", 500)
     params = model_params(model)

@@ -1,6 +1,6 @@
 """How hard is the synthetic quick-start dataset? Generate a spec, train SmallCNN centrally, report test accuracy.
 
-Run from the repository root: ``python -m simulations.benchmarks.synthetic_emnist_difficulty [--writers 500]``.
+Run from the repository root: ``python -m fedpub.simulations.benchmarks.synthetic_emnist_difficulty [--writers 500]``.
 Prints generation time, file sizes, train/test sizes, per-epoch test accuracy and the per-class test accuracy.
 The target for the default spec is high but imperfect accuracy (about 90-97% after 2 epochs).
 """

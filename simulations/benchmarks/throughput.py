@@ -11,24 +11,24 @@ local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
   arithmetic, and the floor ``x_floor`` divides by when it is the faster;
 - ``fedpub`` / ``fedpub-loop``: fedpub's in-process engine, whole rounds (reading the users' data, training,
   clipping, noise, server step, accounting), with ``client.vectorise`` on (the default: vectorised where
-  :class:`~clients.cohort_training.CohortTrainer` chooses it; the path it took is printed) and off;
+  :class:`~fedpub.clients.cohort_training.CohortTrainer` chooses it; the path it took is printed) and off;
 - ``flower``: the same experiment in Flower's simulation (Ray), one virtual SuperNode per user;
 - ``pfl-research`` (with ``--pfl-python``): pfl 0.6's PyTorch simulation on the same users, model and local
-  work (:mod:`simulations.benchmarks.pfl_research`; pfl lives in its own venv).
+  work (:mod:`fedpub.simulations.benchmarks.pfl_research`; pfl lives in its own venv).
 
 Users hold 20-80 examples (EMNIST) or 5-30 (StackOverflow); ``--examples 5,30`` gives every task small users,
 the setting where per-client costs (Flower's per-client messages, a Python loop per user) dominate.
 
-The benchmark turns on the allocator tuning of :mod:`simulations.memory` (glibc keeps freed memory; process-wide,
+The benchmark turns on the allocator tuning of :mod:`fedpub.simulations.memory` (glibc keeps freed memory; process-wide,
 so the floor and fedpub get the same allocator; fedpub's engine applies it only when asked) before the first
 measurement, and its report says whether it took effect. Steady figures leave out the first round (start-up,
 Ray actors) and the last (it evaluates). Writes ``throughput.md`` and ``throughput.csv`` under ``--out``.
 
-    python -m simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
+    python -m fedpub.simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
         [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--examples 5,30]
         [--device cpu] [--out runs/benchmarks/throughput]
 
-Each row also gives the FLOP-bound floor (:mod:`simulations.benchmarks.flop_floor`): the round's
+Each row also gives the FLOP-bound floor (:mod:`fedpub.simulations.benchmarks.flop_floor`): the round's
 matrix-product and convolution FLOPs at the device's measured float32 matmul rate. With ``--device cuda`` the
 floor and fedpub train on the GPU (issue 7's GPU table: add ``--cohorts 100`` for its 100-user EMNIST CNN round,
 whose vectorised path should be within 3× of this floor and 10× the per-client loop).
@@ -49,18 +49,18 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from clients.input_columns import input_layer
-from clients.local_training import LocalTrainingConfig, plan_local_training
+from fedpub.clients.input_columns import input_layer
+from fedpub.clients.local_training import LocalTrainingConfig, plan_local_training
 from fedpub.config import parse_config
 from fedpub.data.base import ClientData
 from fedpub.seeding import torch_generator
-from simulations.benchmarks.flop_floor import matmul_flops_per_second, synchronize
-from simulations.benchmarks.pfl_research import run_pfl
-from simulations.engine import run_in_process
-from simulations.experiment import Experiment, build_experiment
-from simulations.flower_simulation import run_flower_simulation
-from simulations.memory import keep_freed_memory
-from simulations.run_dir import RunDirectory
+from fedpub.simulations.benchmarks.flop_floor import matmul_flops_per_second, synchronize
+from fedpub.simulations.benchmarks.pfl_research import run_pfl
+from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.experiment import Experiment, build_experiment
+from fedpub.simulations.flower_simulation import run_flower_simulation
+from fedpub.simulations.memory import keep_freed_memory
+from fedpub.simulations.run_dir import RunDirectory
 
 TASKS: dict[str, dict[str, Any]] = {
     "emnist_cnn": {"model": {"name": "emnist_small_cnn"}, "data": {"source": "synthetic_emnist"}},
@@ -335,7 +335,7 @@ def main() -> None:
     header = (
         f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, {sizes} examples per user; "
         f"{where}, float32 matmul {flops_per_second / 1e9:.0f} GFLOP/s; torch {torch.__version__}; "
-        f"allocator: {'glibc keeps freed memory (simulations.memory)' if tuned else 'default'}"
+        f"allocator: {'glibc keeps freed memory (fedpub.simulations.memory)' if tuned else 'default'}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for task in tasks:

@@ -2,7 +2,7 @@
 Alg. 3) in federated form on look-alike StackOverflow tag-prediction data: DP-FedAvg, DP-FedAdam and
 AdaDPS with side information (token frequencies, each local step divided by A), 20 of 400 users per
 round, noise multiplier σ = 0.3, 40 rounds, and the user-level ε that costs at δ = 1/400 (the paper
-reports (34, 0.0025)). ``python -m simulations.reproductions.adadps_stackoverflow [--seeds 2]``.
+reports (34, 0.0025)). ``python -m fedpub.simulations.reproductions.adadps_stackoverflow [--seeds 2]``.
 
 The look-alike data put each tag's topic words at frequency ranks 2,000 and beyond
 (``topic_rank_offset``): the tag signal is in rare words, as the paper argues it is on StackOverflow, which
@@ -23,13 +23,13 @@ import yaml
 
 from fedpub.atomic import write_text_atomic
 from fedpub.config import parse_config
-from simulations.compare import deep_merge
-from simulations.compare_report import read_run, write_comparison
-from simulations.configs import quickstart_config_path
-from simulations.engine import run_in_process
-from simulations.experiment import build_experiment
-from simulations.reproductions.claims import Claim, verdicts
-from simulations.run_dir import RunDirectory
+from fedpub.simulations.compare import deep_merge
+from fedpub.simulations.compare_report import read_run, write_comparison
+from fedpub.simulations.configs import quickstart_config_path
+from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.reproductions.claims import Claim, verdicts
+from fedpub.simulations.run_dir import RunDirectory
 
 BASE = quickstart_config_path().parent / "stackoverflow_tag_single.yaml"
 SETTING: dict[str, Any] = {

@@ -2,14 +2,14 @@
 Table 2 in federated form: at the same total ε, spend more budget (a smaller z) in the first rounds or
 in the last rounds. The paper trains the first or last epoch of CIFAR-10 at σ² = 0.6; here three of
 30 rounds use 0.6·z, the rest the z calibrated so that the total is the target ε, on the offline
-EMNIST-layout data. ``python -m simulations.reproductions.budget_schedule_table2``.
+EMNIST-layout data. ``python -m fedpub.simulations.reproductions.budget_schedule_table2``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from simulations.reproductions.claims import Claim, reproduce
+from fedpub.simulations.reproductions.claims import Claim, reproduce
 
 SWEEP = Path(__file__).with_suffix(".yaml")
 PAPER = (

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from fedpub.atomic import write_text_atomic
-from simulations.compare import load_sweep, run_sweep
-from simulations.compare_report import CSV_FILE, group_epsilon, read_csv
+from fedpub.simulations.compare import load_sweep, run_sweep
+from fedpub.simulations.compare_report import CSV_FILE, group_epsilon, read_csv
 
 
 @dataclass(frozen=True)
 class Claim:
     """``better`` beats ``worse`` on the reproduction's test metric (the paper's words in ``text``): the headline
     metric of a sweep (:func:`verdicts`), or every (loss, ε) of the PPSGD synthetic study
-    (:func:`simulations.reproductions.ppsgd_synthetic.verdict`)."""
+    (:func:`fedpub.simulations.reproductions.ppsgd_synthetic.verdict`)."""
 
     text: str
     better: str

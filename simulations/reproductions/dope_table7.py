@@ -2,14 +2,14 @@
 learning") Table 7 in federated form: DP-FedAvg on all users, DP on the private users only, and
 DOPE-SGD, with 2% of the users public, at ε ∈ {0.5, 1, 2, 4}, δ = 1e-5, on the offline
 EMNIST-layout data (the paper: EMNIST's 70,000 users and a WideResNet; here 1,000 synthetic writers
-and the small CNN). ``python -m simulations.reproductions.dope_table7``.
+and the small CNN). ``python -m fedpub.simulations.reproductions.dope_table7``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from simulations.reproductions.claims import Claim, reproduce
+from fedpub.simulations.reproductions.claims import Claim, reproduce
 
 SWEEP = Path(__file__).with_suffix(".yaml")
 PAPER = (

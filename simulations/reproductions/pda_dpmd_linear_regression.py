@@ -28,7 +28,7 @@ on the reported seeds. Learning rates are factors of a unit taken from the tunin
 (1 is a full Newton step). Which iterate is released, the last or Algorithm 1's average, is part of the grid
 (both are post-processing). As in the paper, the tuning is not counted in ε.
 
-Run ``python -m simulations.reproductions.pda_dpmd_linear_regression [--dims 500,...] [--seeds 3] [--out DIR]``.
+Run ``python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression [--dims 500,...] [--seeds 3] [--out DIR]``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ What differs from the paper, and why:
   the merged data of its clip norm from {0.1, 0.3, 1} (the paper set its baselines' clip "a priori").
   The model reuse problem is line 25 of Alg. 1 as written, without μ‖w‖².
 
-    python -m simulations.reproductions.ppsgd_synthetic [--epsilons 0.1,0.5,1,2,4] [--seeds 3]
+    python -m fedpub.simulations.reproductions.ppsgd_synthetic [--epsilons 0.1,0.5,1,2,4] [--seeds 3]
         [--steps 300] [--losses hinge,square] [--out runs/reproductions/ppsgd_synthetic]
 """
 
@@ -72,7 +72,7 @@ from fedpub.steps.clip import clip  # noqa: E402
 from fedpub.steps.gaussian_noise import gaussian_noise  # noqa: E402
 from fedpub.steps.public_schedule import public_schedule  # noqa: E402
 from fedpub.types import RoundContext  # noqa: E402
-from simulations.reproductions.claims import Claim  # noqa: E402
+from fedpub.simulations.reproductions.claims import Claim  # noqa: E402
 
 Loss = Literal["hinge", "square"]
 LOSSES: tuple[Loss, ...] = ("hinge", "square")

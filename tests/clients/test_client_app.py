@@ -7,9 +7,9 @@ import pytest
 import yaml
 from flwr.app import Context, RecordDict
 
-from clients.app_config import APP_DIR, experiment_config
+from fedpub.clients.app_config import APP_DIR, experiment_config
 from fedpub.config import ConfigError, load_config
-from simulations.configs import quickstart_config_path
+from fedpub.simulations.configs import quickstart_config_path
 
 
 def _context(run_config: dict) -> Context:
@@ -41,7 +41,7 @@ def _node(node_config: dict) -> Context:
 
 
 def test_a_partition_id_out_of_range_is_a_clear_error(tmp_path: Path):
-    from clients.client_app import node_runtime
+    from fedpub.clients.client_app import node_runtime
     from fedpub.config import parse_config
 
     config = parse_config({"data": {"path": str(tmp_path), "synthetic": {"num_writers": 3, "min_examples": 2, "max_examples": 4}}})
@@ -51,7 +51,7 @@ def test_a_partition_id_out_of_range_is_a_clear_error(tmp_path: Path):
 
 
 def test_a_device_node_holds_its_folders_user_and_declares_only_what_its_config_says(tmp_path: Path):
-    from clients.client_app import declared_public, node_runtime
+    from fedpub.clients.client_app import declared_public, node_runtime
     from fedpub.config import parse_config
     from fedpub.data.device_user_writers import export_user
     from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist

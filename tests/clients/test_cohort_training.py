@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from clients import cohort_training
-from clients.cohort_training import CohortTrainer, train_cohort_vectorised, vectorisation_blocker
-from clients.local_training import LocalTrainingConfig, train_client
+from fedpub.clients import cohort_training
+from fedpub.clients.cohort_training import CohortTrainer, train_cohort_vectorised, vectorisation_blocker
+from fedpub.clients.local_training import LocalTrainingConfig, train_client
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params

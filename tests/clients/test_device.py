@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from clients.device import default_device, resolve_device
+from fedpub.clients.device import default_device, resolve_device
 
 
 def test_the_device_is_cuda_when_present_else_cpu():

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from clients.cohort_training import CohortTrainer
-from clients.input_columns import input_columns
-from clients.local_training import LocalTrainingConfig, train_client
+from fedpub.clients.cohort_training import CohortTrainer
+from fedpub.clients.input_columns import input_columns
+from fedpub.clients.local_training import LocalTrainingConfig, train_client
 from fedpub.column_update import ColumnUpdate
 from fedpub.data.base import ClientData
 from fedpub.models import build_model

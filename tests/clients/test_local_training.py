@@ -1,6 +1,6 @@
 import torch
 
-from clients.local_training import LocalTrainingConfig, plan_local_training, train_client
+from fedpub.clients.local_training import LocalTrainingConfig, plan_local_training, train_client
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params

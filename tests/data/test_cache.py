@@ -11,9 +11,9 @@ import torch
 from fedpub.data.base import ClientData
 from fedpub.data.cache import CachedClients
 from fedpub.data.emnist import load_emnist_split
-from simulations.engine import run_in_process
-from simulations.experiment import build_experiment
-from simulations.run_dir import RunDirectory
+from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 

@@ -28,6 +28,7 @@ from fedpub.data.stackoverflow import (
 from fedpub.data.stackoverflow_writers import (
     SyntheticStackOverflowSpec,
     edge_case_dataset,
+    ensure_synthetic_stackoverflow,
     synthetic_examples,
     write_stackoverflow_h5,
     write_stackoverflow_sqlite,
@@ -194,6 +195,33 @@ def test_synthetic_files_are_deterministic(tmp_path: Path) -> None:
     assert len(words) == SMALL.num_words and list(words)[:2] == ["w0", "w1"]
     assert list(tags)[:2] == ["tag0", "tag1"] and list(json.loads(first.tag_count.read_text()))[:2] != ["tag0", "tag1"]
     assert synthetic_examples(SMALL) != synthetic_examples(SyntheticStackOverflowSpec(num_clients=12, seed=4))
+
+
+
+def test_ensured_synthetic_files_are_reused_and_never_replaced_by_another_spec(tmp_path: Path) -> None:
+    test = SyntheticStackOverflowSpec(num_clients=3, max_examples=4, seed=4)
+    root = ensure_synthetic_stackoverflow(tmp_path / "so", SMALL, test, test)
+    files = sorted(p for p in root.iterdir())
+    stamps = [p.stat().st_mtime_ns for p in files]
+    assert ensure_synthetic_stackoverflow(root, SMALL, test, test) == root
+    assert [p.stat().st_mtime_ns for p in files] == stamps
+    more = SyntheticStackOverflowSpec(num_clients=20, min_examples=0, max_examples=4, seed=3)
+    with pytest.raises(DatasetError, match="another spec .*train.*; set data.path to another folder"):
+        ensure_synthetic_stackoverflow(root, more, test, test)
+    assert [p.stat().st_mtime_ns for p in files] == stamps
+    # files fedpub did not generate (a real download) are refused, not overwritten; an interrupted generation of
+    # the same specs is redone
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "stackoverflow_train.h5").write_bytes(b"TFF's file")
+    with pytest.raises(DatasetError, match="StackOverflow files that fedpub did not generate"):
+        ensure_synthetic_stackoverflow(real, SMALL, test, test)
+    assert (real / "stackoverflow_train.h5").read_bytes() == b"TFF's file"
+    (root / "fedpub_synthetic_stackoverflow.json").rename(root / "fedpub_synthetic_stackoverflow.partial")
+    (root / "stackoverflow_test.h5").unlink()
+    assert ensure_synthetic_stackoverflow(root, SMALL, test, test) == root
+    assert sorted(p for p in root.iterdir()) == files
+
 
 
 # --- count files ----------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from fedpub.data import EmnistH5, SyntheticEmnistSpec, ensure_synthetic_emnist, load_emnist_split
+from fedpub.data import DatasetError, EmnistH5, SyntheticEmnistSpec, ensure_synthetic_emnist, load_emnist_split
 from fedpub.data import synthetic_emnist
 from fedpub.data.synthetic_emnist import TEST_NAME, TRAIN_NAME, write_synthetic_emnist, writer_ids
 
@@ -106,7 +106,7 @@ def test_interrupted_generation_leaves_no_file(tmp_path: Path, monkeypatch: pyte
     assert list(tmp_path.iterdir()) == []  # neither final files nor temporaries
 
 
-def test_ensure_reuses_same_spec_and_regenerates_otherwise(
+def test_ensure_reuses_the_same_spec_and_never_replaces_data_of_another(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = SyntheticEmnistSpec(num_writers=4, min_examples=4, max_examples=6)
@@ -119,16 +119,19 @@ def test_ensure_reuses_same_spec_and_regenerates_otherwise(
     with monkeypatch.context() as patch:
         patch.setattr(synthetic_emnist, "write_synthetic_emnist", no_write)
         assert ensure_synthetic_emnist(tmp_path, spec) == paths
-    assert [p.stat().st_mtime_ns for p in paths] == stamps
+        # another spec (a second config sharing data.path while a run reads it) is refused, the field named
+        other = SyntheticEmnistSpec(num_writers=5, min_examples=4, max_examples=6)
+        with pytest.raises(DatasetError, match=r"another spec \(num_writers: 4 → 5\); set data.path to another"):
+            ensure_synthetic_emnist(tmp_path, other)
+        # a file fedpub did not write (a real download, anything) is never overwritten
+        paths[1].write_bytes(b"not fedpub's")
+        with pytest.raises(DatasetError, match="files that fedpub did not generate"):
+            ensure_synthetic_emnist(tmp_path, spec)
+    assert paths[0].stat().st_mtime_ns == stamps[0] and paths[1].read_bytes() == b"not fedpub's"
 
-    other = SyntheticEmnistSpec(num_writers=5, min_examples=4, max_examples=6)
-    ensure_synthetic_emnist(tmp_path, other)
-    with EmnistH5(paths[0]) as ds:
-        assert len(ds.client_ids) == 5
-
-    paths[1].write_bytes(b"garbage")  # a damaged file is regenerated too
-    ensure_synthetic_emnist(tmp_path, other)
-    with EmnistH5(paths[1]) as ds:
+    fresh = tmp_path / "fresh"  # a missing file is generated
+    ensure_synthetic_emnist(fresh, other)
+    with EmnistH5(fresh / paths[0].name) as ds:
         assert len(ds.client_ids) == 5
 
 

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from clients.cohort_training import CohortTrainer
-from clients.local_training import ClientResult
+from fedpub.clients.cohort_training import CohortTrainer
+from fedpub.clients.local_training import ClientResult
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.types import Updates
-from simulations.experiment import Experiment
+from fedpub.simulations.experiment import Experiment
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
@@ -157,8 +157,8 @@ def faulty_client_app(config: ExperimentConfig, plan: FaultPlan, hang_seconds: f
     from flwr.app import ArrayRecord, Message, RecordDict
     from flwr.clientapp import ClientApp
 
-    from clients.client_app import query_reply, train_reply
-    from strategies.flower import to_tensors
+    from fedpub.clients.client_app import query_reply, train_reply
+    from fedpub.strategies.flower import to_tensors
 
     app = ClientApp()
 
@@ -197,10 +197,10 @@ def main(argv: list[str]) -> None:
     ``round_end`` after its checkpoint, ``training`` while its cohort trains, ``after_metrics`` once its metrics
     record is written (before its checkpoint), ``writing_checkpoint`` halfway through writing its checkpoint."""
     from fedpub.config import load_config
-    from simulations import run_dir
-    from simulations.engine import run_in_process
-    from simulations.experiment import build_experiment
-    from simulations.session import RunSession
+    from fedpub.simulations import run_dir
+    from fedpub.simulations.engine import run_in_process
+    from fedpub.simulations.experiment import build_experiment
+    from fedpub.simulations.session import RunSession
 
     path, point, kill_round = argv[0], argv[1], int(argv[2])
     if point not in KILL_POINTS:

@@ -3,6 +3,10 @@ path, with or without a run directory, and get the model, the records and ε bac
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import yaml
@@ -46,3 +50,27 @@ def test_a_bad_config_is_refused_naming_the_field():
         fedpub.run({"strategy": {"clip_norm": -1}}, output_dir=None)
     with pytest.raises(TypeError, match="ExperimentConfig, a mapping or a YAML path"):
         fedpub.build(42)
+
+
+def test_a_users_own_strategies_clients_and_simulations_files_do_not_shadow_fedpubs(tmp_path):
+    """A notebook's folder with its own strategies.py, clients/ and simulations.py: a script there (its folder
+    first on sys.path) still gets fedpub's subpackages, installed as fedpub.strategies, fedpub.clients and
+    fedpub.simulations."""
+    for name in ("strategies.py", "simulations.py", "clients/__init__.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("raise ImportError('the user file was imported')\n")
+    script = tmp_path / "analysis.py"
+    script.write_text(
+        "import fedpub\n"
+        "from fedpub.strategies import adadps\n"
+        "from fedpub.clients import client_app\n"
+        "from fedpub.simulations import api\n"
+        "print(adadps.__file__, client_app.__file__, api.__file__, fedpub.run is api.run, sep='\\n')\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    *files, same_run = done.stdout.split()
+    repository = Path(fedpub.__file__).resolve().parents[1]
+    assert [Path(f).relative_to(repository).as_posix() for f in files] == [
+        "strategies/adadps.py", "clients/client_app.py", "simulations/api.py"]
+    assert same_run == "True"

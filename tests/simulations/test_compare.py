@@ -15,10 +15,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from fedpub.config import ConfigError, dump_config
-from simulations import compare
-from simulations.cli import app
-from simulations.compare import load_sweep, run_sweep
-from simulations.compare_report import read_csv
+from fedpub.simulations import compare
+from fedpub.simulations.cli import app
+from fedpub.simulations.compare import load_sweep, run_sweep
+from fedpub.simulations.compare_report import read_csv
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them

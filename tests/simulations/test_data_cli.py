@@ -16,7 +16,7 @@ from fedpub.data import load_emnist_split
 from fedpub.data.download import REGISTRY, Sha256
 from fedpub.data.emnist_writers import read_emnist_clients, write_emnist_h5, write_emnist_sqlite
 from fedpub.data.tf_example import encode_example
-from simulations.data_cli import data_app
+from fedpub.simulations.data_cli import data_app
 from tests.data.test_download import FileServer, closed_port_url, serve_registry_file, server, tar_bz2  # noqa: F401
 
 runner = CliRunner()

@@ -1,6 +1,6 @@
 """``flwr run`` on a local simulation, as a Flower user runs the repository: a simulation SuperLink
 (``flower-superlink --simulation``), the app from this checkout, ``--federation-config "num-supernodes=N"``,
-driven by ``python -m simulations.deploy.local --simulation`` (which returns the run's status as its exit code:
+driven by ``python -m fedpub.simulations.deploy.local --simulation`` (which returns the run's status as its exit code:
 ``flwr run`` itself exits 0 whether the run completed or failed). 3 users, 2 rounds of DP-FedAvg: about 35 s a
 run on 2 busy cores, most of it starting Ray and importing torch in the simulation process.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from simulations.deploy import local
-from simulations.deploy.local import LocalDeployment
-from simulations.deploy.processes import VENV_BIN
+from fedpub.simulations.deploy import local
+from fedpub.simulations.deploy.local import LocalDeployment
+from fedpub.simulations.deploy.processes import VENV_BIN
 from tests.simulations.test_deployment import (
     USERS,
     assert_all_stopped,
@@ -50,6 +50,7 @@ def test_flwr_run_on_a_local_simulation_writes_the_run_directory(three_user_dir:
     assert "partially initialized module" not in result.output
     # each Flower line once, no DEBUG (absl's root handler used to repeat them)
     assert "INFO:flwr:" not in result.output and "DEBUG:flwr:" not in result.output, result.output[-3000:]
+    assert "Final results" not in result.output  # every round's metrics again: the summary says them once
     check_completed_run(config, rounds=ROUNDS)
     assert_all_stopped(deployment.registry)
 

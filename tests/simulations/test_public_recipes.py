@@ -8,14 +8,14 @@ import json
 import pytest
 import torch
 
-from clients.local_training import LocalTrainingConfig, train_client
+from fedpub.clients.local_training import LocalTrainingConfig, train_client
 from fedpub.models.stackoverflow import BAG_OF_WORDS_WEIGHT
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
 from fedpub.seeding import torch_generator
-from simulations.engine import run_in_process
-from simulations.experiment import build_experiment
-from simulations.run_dir import RunDirectory
+from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.run_dir import RunDirectory
 from tests.conftest import tiny_config
 from tests.simulations.test_stackoverflow_runs import _config as so_config
 

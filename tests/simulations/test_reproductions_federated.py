@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulations.compare import load_sweep
-from simulations.reproductions import adadps_stackoverflow, budget_schedule_table2, dope_table7
-from simulations.reproductions.claims import Claim, verdicts
+from fedpub.simulations.compare import load_sweep
+from fedpub.simulations.reproductions import adadps_stackoverflow, budget_schedule_table2, dope_table7
+from fedpub.simulations.reproductions.claims import Claim, verdicts
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 

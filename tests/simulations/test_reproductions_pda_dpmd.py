@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedpub.seeding import torch_generator
-from simulations.reproductions import pda_dpmd_linear_regression as pda
+from fedpub.simulations.reproductions import pda_dpmd_linear_regression as pda
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 

@@ -11,7 +11,7 @@ import torch
 
 from fedpub.config import PublicScheduleConfig
 from fedpub.privacy.accountant import UserLevelAccountant
-from simulations.reproductions import ppsgd_synthetic as ppsgd
+from fedpub.simulations.reproductions import ppsgd_synthetic as ppsgd
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 

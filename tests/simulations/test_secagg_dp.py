@@ -13,7 +13,7 @@ import torch
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from clients.client_app import runtime
+from fedpub.clients.client_app import runtime
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
 from fedpub.config import parse_config
@@ -21,10 +21,10 @@ from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_em
 from fedpub.models.seeded import model_params
 from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.types import RoundContext
-from simulations.engine import run_in_process
-from simulations.experiment import build_experiment
-from simulations.run_dir import RunDirectory
-from simulations.secagg_dp import (
+from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.secagg_dp import (
     RESULT_FILE,
     SecAggRound,
     check_supported,

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fedpub.config import ConfigError, parse_config
-from simulations.engine import run_in_process
-from simulations.experiment import build_experiment
-from simulations.run_dir import RunDirectory
+from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.run_dir import RunDirectory
 
 SYNTHETIC = {"num_clients": 24, "test_clients": 6, "min_examples": 2, "max_examples": 6, "seed": 0}
 
@@ -89,7 +89,7 @@ def test_training_on_the_used_columns_gives_the_model_of_training_the_whole_weig
         return result.params, lines
 
     cut, cut_log = final_params("cut")
-    monkeypatch.setattr("clients.input_columns.MAX_COLUMN_FRACTION", -1.0)  # no user's columns qualify
+    monkeypatch.setattr("fedpub.clients.input_columns.MAX_COLUMN_FRACTION", -1.0)  # no user's columns qualify
     whole, _ = final_params("whole")
     assert any("each user trains on the input columns its examples use" in line for line in cut_log)
     for name in whole:

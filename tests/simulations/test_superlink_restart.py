@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from fedpub.config import load_config
-from simulations.deploy.flwr_cli import list_supernodes, run_status
-from simulations.deploy.local import LocalDeployment
-from simulations.deploy.processes import VENV_BIN, marked_pids, pid_alive
-from simulations.run_dir import RunDirectory
+from fedpub.simulations.deploy.flwr_cli import list_supernodes, run_status
+from fedpub.simulations.deploy.local import LocalDeployment
+from fedpub.simulations.deploy.processes import VENV_BIN, marked_pids, pid_alive
+from fedpub.simulations.run_dir import RunDirectory
 from tests.simulations.test_deployment import (  # noqa: F401
     _selected,
     assert_all_stopped,

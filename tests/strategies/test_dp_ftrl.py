@@ -11,8 +11,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from fedpub import tree
 from fedpub.config import PrivacyConfig, StrategyConfig
 from fedpub.privacy.events import EpochBlocks, PoissonSampling
-from strategies.build import build_private_strategy
-from strategies.compose import build_strategy
+from fedpub.strategies.build import build_private_strategy
+from fedpub.strategies.compose import build_strategy
 
 SHAPES = {"w": (6, 4), "b": (4,)}
 POPULATION, BLOCK, ROUNDS, Z, C, DELTA = 30, 4, 16, 1.1, 0.5, 1e-5  # 7 blocks of 4 or 5 users an epoch

@@ -18,8 +18,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedpub.round_driver import CohortsKeepFailing, RoundPlan
-from simulations.flower_env import offline_flower_environment
-from strategies.flower import FedpubStrategy
+from fedpub.simulations.flower_env import offline_flower_environment
+from fedpub.strategies.flower import FedpubStrategy
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 

@@ -1,5 +1,5 @@
 """privacy.noise_sampler through the strategy builders: the refusal under reproducibility
-(strategies.common.secure_noise_sampler), DP-FTRL's refusal, and that the secure sampler plans the same events."""
+(fedpub.strategies.common.secure_noise_sampler), DP-FTRL's refusal, and that the secure sampler plans the same events."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from fedpub.config import PrivacyConfig, StrategyConfig
 from fedpub.privacy.events import EpochBlocks, PoissonSampling
-from strategies.common import secure_noise_sampler
-from strategies.compose import build_strategy
+from fedpub.strategies.common import secure_noise_sampler
+from fedpub.strategies.compose import build_strategy
 
 needs_opendp = pytest.mark.skipif(importlib.util.find_spec("opendp") is None,
                                   reason="OpenDP (the secure-noise extra) is missing")

@@ -17,8 +17,8 @@ import torch
 from fedpub.config import PrivacyConfig, StrategyConfig
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import EpochBlocks, FixedSizeSampling, PoissonSampling
-from strategies.build import build_private_strategy
-from strategies.compose import build_strategy
+from fedpub.strategies.build import build_private_strategy
+from fedpub.strategies.compose import build_strategy
 
 SHAPES = {"w": (6, 4), "b": (4,)}
 POPULATION, ROUNDS, Z, DELTA = 40, 7, 0.9, 1e-5

@@ -1,4 +1,4 @@
-"""The ClientApp: one user per SuperNode, speaking fedpub's protocol through ``clients.flower_protocol``.
+"""The ClientApp: one user per SuperNode, speaking fedpub's protocol through ``fedpub.clients.flower_protocol``.
 
 Nodes with ``partition-id`` < population hold private users; the next ones hold public users (people who opted
 out of privacy), whose updates DOPE-SGD uses to recenter the clip. A node replies its update Δ = new − received.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from clients.flower_protocol import query_reply, read_train, update_reply
+from fedpub.clients.flower_protocol import query_reply, read_train, update_reply
 from drop_in_app.task import load_data, setting, train
 
 app = ClientApp()

@@ -14,7 +14,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from drop_in_app.task import Net, setting
-from strategies.flower import FedpubStrategy
+from fedpub.strategies.flower import FedpubStrategy
 
 app = ServerApp()
 
