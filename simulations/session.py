@@ -72,6 +72,18 @@ def changed_keys(stored: Any, resolved: Any, prefix: str = "") -> list[str]:
     return [k for key in keys for k in changed_keys(stored.get(key), resolved.get(key), f"{prefix}{key}.")]
 
 
+def run_changes(stored: str, resolved: str) -> list[str]:
+    """How a run directory's ``config.yaml`` (``stored``) differs from the config resolved now in what the run
+    computes: the changed dotted keys, or ``["its layout"]`` when only the text differs; empty for the same run.
+    ``tracking`` is not part of it (where the released records are also sent may change when a run resumes)."""
+    if stored == resolved:
+        return []
+    changed = changed_keys(yaml.safe_load(stored), yaml.safe_load(resolved))
+    if not changed:
+        return ["its layout"]
+    return [key for key in changed if key.split(".")[0] != "tracking"]
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
@@ -104,11 +116,11 @@ class RunSession:
         cfg = experiment.config
         resolved = dump_config(cfg)
         stored = run_dir.stored_config()
-        if not fresh and stored is not None and stored != resolved:
-            changed = ", ".join(changed_keys(yaml.safe_load(stored), yaml.safe_load(resolved))) or "its layout"
+        changed = [] if fresh or stored is None else run_changes(stored, resolved)
+        if changed:
             raise RunDirectoryError(
-                f"{run_dir.root} holds a run with a different config (changed: {changed}); use another `name` or "
-                "--fresh"
+                f"{run_dir.root} holds a run with a different config (changed: {', '.join(changed)}); use another "
+                "`name` or --fresh"
             )
         checkpoint = None if fresh else run_dir.load_checkpoint()
         if checkpoint is not None:
