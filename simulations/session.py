@@ -8,7 +8,8 @@ ledger, plot and summary. The backends only deliver the driver's plans and bring
 What a round writes is split by what DP covers: ``metrics.jsonl`` is released (ε, the noised and public
 statistics, the evaluation), ``diagnostics.jsonl`` holds the un-noised statistics of the private users (realised
 cohort, failures, norms, training loss, examples, wall time), outside the guarantee and written only when the
-experiment asks for diagnostics. A secret privacy seed (:mod:`fedpub.privacy.randomness`) is checkpointed
+experiment asks for diagnostics. The released records alone also go to the config's trackers
+(:mod:`fedpub.simulations.tracking`). A secret privacy seed (:mod:`fedpub.privacy.randomness`) is checkpointed
 before the first release, so a resumed run draws the same noise and cohorts; the checkpoint is server-private.
 """
 
@@ -36,6 +37,7 @@ from fedpub.simulations.public_training import pooled_data, train_on_public
 from fedpub.simulations.report import write_plot, write_summary
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.run_lock import RunLock
+from fedpub.simulations.tracking import Trackers
 
 
 class RunDirectoryError(RuntimeError):
@@ -104,6 +106,7 @@ class RunSession:
         another, is refused with :class:`~fedpub.simulations.run_lock.RunDirectoryLocked` naming the holder."""
         self._lock = RunLock(run_dir.root).acquire()
         self._started = False
+        self._trackers = Trackers(experiment.config.tracking)
         try:
             self._restore(experiment, run_dir, fresh=fresh, checkpoint_each_round=checkpoint_each_round)
         except BaseException:
@@ -171,6 +174,7 @@ class RunSession:
             self.run_dir.clear()
         self.run_dir.start(self._resolved)
         self.run_dir.truncate_records(self.rounds_done)
+        self._trackers.start(self.run_dir, self.experiment.config, self.rounds_done)
         if self._unreleased is not None and len(self.run_dir.read_metrics()) == self.rounds_done - 1:
             self._write(self._unreleased)  # checkpointed, then killed before its release
         self._started = True
@@ -212,7 +216,9 @@ class RunSession:
             self.checkpoint()
 
     def close(self) -> None:
-        """Release the directory's lock (a run that wrote nothing leaves no directory behind)."""
+        """Close the trackers still open (a run stopped before its end) and release the directory's lock (a run
+        that wrote nothing leaves no directory behind)."""
+        self._trackers.close()
         self._lock.release(remove_empty=not self._started)
 
     def _train_on_public(self, params: Params, config: PublicTrainingConfig, purpose: str) -> Params:
@@ -290,8 +296,9 @@ class RunSession:
         return {**record, "diagnostics": diagnostics}
 
     def _write(self, records: Mapping[str, dict[str, Any]]) -> None:
-        """A round's released record, and its diagnostics when the experiment writes them."""
+        """A round's released record (also to the trackers), and its diagnostics when the experiment writes them."""
         self.run_dir.append_metrics(records["metrics"])
+        self._trackers.log(records["metrics"])
         if self.experiment.diagnostics:
             self.run_dir.append_diagnostics(records["diagnostics"])
 
@@ -352,6 +359,8 @@ class RunSession:
             self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, self.driver.stopped_by_budget,
             wall_time=None if diagnostics is None else sum(r["wall_time"] for r in diagnostics),
         )
+        final = {**final_metrics, "epsilon": epsilon, "delta": self.delta}
+        self._trackers.finish(self.rounds_done - 1, {f"final/{k}": v for k, v in final.items()})
         self.close()
         return RunResult(
             self.run_dir, released, self.rounds_done, epsilon, self.delta, self.driver.stopped_by_budget,
