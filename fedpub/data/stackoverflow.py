@@ -14,8 +14,11 @@ stackoverflow.py`` and ``sql_client_data.py``; the HDF5 layout from the loader b
   ``stackoverflow.tag_count``: one JSON object ``{tag: count}``, sorted by TFF by count, descending (stable).
 
 Both readers give the same view: ``client_ids`` (sorted lexicographically, as TFF sorts them), ``num_examples``
-(metadata only), ``columns`` (field -> one value per example) and ``examples`` (one dict per example), strings
-decoded to ``str`` and ``score`` to ``int``. The task views (features and targets) are in
+(metadata only), ``columns`` (field -> one value per example) and ``examples`` (one dict per example), ``score``
+as ``int`` and the strings as ``str`` that keep the stored bytes exactly (:func:`decode_text`). TFF never decodes
+them: ``parse_example`` (SQLite) and h5py (HDF5) give ``tf.string`` bytes, and the preprocessing splits and looks up
+bytes. So text that is not valid UTF-8 is read, not refused: its invalid bytes become lone surrogates that
+:func:`encode_text` turns back into the same bytes. The task views (features and targets) are in
 :mod:`fedpub.data.stackoverflow_tasks`.
 """
 
@@ -89,13 +92,18 @@ def _check_fields(fields: Sequence[str]) -> None:
         raise ValueError(f"unknown StackOverflow field(s) {unknown}; the fields are {', '.join(FIELDS)}")
 
 
-def _text(value: object) -> str:
-    """A stored string as ``str``: bytes and ``np.bytes_`` are decoded (the data is ASCII), ``str`` kept."""
-    if isinstance(value, bytes):  # np.bytes_ is a bytes subclass
-        return value.decode("utf-8")
-    if isinstance(value, str):
-        return str(value)
-    raise TypeError(f"expected a string, got {type(value).__name__}")
+def decode_text(raw: bytes) -> str:
+    """A stored string as ``str``, losslessly: TFF hands its models the raw bytes (``tf.string``), so they are
+    decoded as UTF-8 with every byte that is not part of valid UTF-8 kept as a lone surrogate U+DC80..U+DCFF
+    (Python's ``surrogateescape``); :func:`encode_text` gives back exactly the stored bytes. ASCII (all of TFF's
+    preprocessed text) decodes as itself."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def encode_text(text: str) -> bytes:
+    """The bytes a string read by :func:`decode_text` was stored as (what TFF's ``tf.string`` holds); raises
+    UnicodeEncodeError for a surrogate :func:`decode_text` cannot produce."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def columns_to_examples(columns: Columns) -> list[StackOverflowExample]:
@@ -116,14 +124,14 @@ def decode_stackoverflow_example(blob: object, where: str, fields: Sequence[str]
                 f"{where} has no '{name}' feature (it has {', '.join(sorted(features)) or 'none'}; "
                 f"a StackOverflow example has {', '.join(FIELDS)})"
             )
-        kind = int if name == "score" else bytes
-        if len(values) != 1 or not isinstance(values[0], kind):
-            expected = "int64" if kind is int else "bytes"
+        value = values[0] if len(values) == 1 else None
+        if name == "score" and isinstance(value, int):
+            out.append(value)
+        elif name != "score" and isinstance(value, bytes):
+            out.append(decode_text(value))
+        else:
+            expected = "int64" if name == "score" else "bytes"
             raise DatasetError(f"{where}: feature '{name}' is {values[:3]!r}, expected one {expected} value")
-        try:
-            out.append(values[0] if kind is int else _text(values[0]))
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{where}: feature '{name}' is not text: {exc}") from None
     return out
 
 
@@ -243,13 +251,7 @@ class StackOverflowH5(_Reader):
                 values = np.empty(dataset.shape, dtype=dataset.dtype)
                 if values.size:
                     dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, values)
-            if name == "score":
-                out[name] = values.tolist()
-                continue
-            try:
-                out[name] = [_text(v) for v in values.tolist()]
-            except (UnicodeDecodeError, TypeError) as exc:
-                raise DatasetError(f"{self.path}: client {client_id!r}: '{name}' is not text: {exc}") from None
+            out[name] = values.tolist() if name == "score" else [decode_text(v) for v in values.tolist()]
         return out
 
     def close(self) -> None:
@@ -463,7 +465,8 @@ def load_word_counts(path: str | os.PathLike[str], vocab_size: int | None = None
 def load_tag_counts(path: str | os.PathLike[str], vocab_size: int | None = None) -> dict[str, int]:
     """``stackoverflow.tag_count`` as ``{tag: count}`` sorted by count, descending, ties in file order (TFF's
     ``sorted(..., reverse=True)`` is stable), then the first ``vocab_size``: the standard tag vocabulary is
-    ``list(load_tag_counts(path, 500))``."""
+    ``list(load_tag_counts(path, 500))``. A kept tag with no UTF-8 form (a lone surrogate written as a JSON escape)
+    is an error, as TFF's lookup table cannot hold it."""
     _check_vocab_size(vocab_size)
     path = Path(path)
     if not path.is_file():
@@ -480,8 +483,16 @@ def load_tag_counts(path: str | os.PathLike[str], vocab_size: int | None = None)
     bad = [(tag, count) for tag, count in raw.items() if not isinstance(count, int) or isinstance(count, bool)]
     if bad:
         raise DatasetError(f"{path}: tag counts must be integers, got {bad[:3]}")
-    ranked = sorted(raw.items(), key=lambda item: item[1], reverse=True)
-    return dict(ranked if vocab_size is None else ranked[:vocab_size])
+    ranked = sorted(raw.items(), key=lambda item: item[1], reverse=True)[:vocab_size]
+    for tag, _ in ranked:
+        try:
+            tag.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DatasetError(
+                f"{path}: tag {tag!r} holds a lone surrogate (a JSON escape such as \\udce9), which has no UTF-8 "
+                "form: TFF cannot look it up (TensorFlow refuses to make it a tf.string)"
+            ) from None
+    return dict(ranked)
 
 
 __all__ = [
@@ -499,6 +510,8 @@ __all__ = [
     "add_client_index",
     "columns_to_examples",
     "decode_stackoverflow_example",
+    "decode_text",
+    "encode_text",
     "load_tag_counts",
     "load_word_counts",
     "open_stackoverflow",
