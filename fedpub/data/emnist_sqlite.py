@@ -39,6 +39,7 @@ TFF_TABLES: dict[str, tuple[str, ...]] = {
 NUM_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
 SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
 """What sqlite3 raises on a corrupt database (a damaged page, or text that is no longer UTF-8)."""
+SQLITE_FILE = "emnist_all.sqlite"
 SQLITE_HINT = (
     "download https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma "
     "(`fedpub data download emnist_all.sqlite.lzma`)"
@@ -79,15 +80,36 @@ def connect_tff_sqlite(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return connection
 
 
+def find_sqlite(folder: Path, name: str, hint: str) -> Path:
+    """The database ``name`` (e.g. ``emnist_all.sqlite``) in ``folder``: ``name``, or ``name.lzma`` when only that
+    is there. Both there: ``name`` when it is at least as new as ``name.lzma`` (the decompressed copy
+    :func:`~fedpub.data.download.ensure_decompressed` keeps beside it); an older ``name`` is a stale copy or
+    another database, and is refused. Neither there, or that refusal: a DatasetError naming the folder and both
+    names (``hint`` says where to get the file)."""
+    plain, packed = folder / name, folder / f"{name}.lzma"
+    if plain.is_file() and packed.is_file() and plain.stat().st_mtime < packed.stat().st_mtime:
+        raise DatasetError(
+            f"{folder} holds both {name} and {name}.lzma, and {name} is older, so it is not the decompressed copy "
+            f"of {name}.lzma: delete {name} to read {name}.lzma, or {name}.lzma to read {name}"
+        )
+    for candidate in (plain, packed):
+        if candidate.is_file():
+            return candidate
+    raise DatasetError(f"{folder} is a folder holding neither {name} nor {name}.lzma (the names looked for): {hint}")
+
+
 def resolve_sqlite_path(
-    given: Path, cache_dir: str | os.PathLike[str] | None, missing: str
+    given: Path, cache_dir: str | os.PathLike[str] | None, *, dataset: str, name: str, hint: str
 ) -> Path:
-    """The SQLite file to read: ``given`` itself, or its decompressed copy when it is a ``.lzma``;
-    a missing file raises DatasetError with the ``missing`` explanation."""
+    """The SQLite file to read: ``given`` itself; its decompressed copy when it is a ``.lzma``; for a folder, the
+    database ``name`` in it (:func:`find_sqlite`). A missing file raises DatasetError naming the ``dataset`` and
+    the ``hint``."""
+    if given.is_dir():
+        given = find_sqlite(given, name, hint)
     if given.name.endswith(".lzma"):
         return ensure_decompressed(given, cache_dir)
     if not given.is_file():
-        raise DatasetError(missing)
+        raise DatasetError(f"{dataset} SQLite file {given} does not exist: {hint}")
     return given
 
 
@@ -139,8 +161,9 @@ class SqliteSplitConnection:
 class EmnistSqlite:
     """One split of TFF's ``emnist_all.sqlite`` as a lazy :class:`FederatedDataset`.
 
-    ``path`` may be the ``.sqlite`` file or the published ``.sqlite.lzma``, which is decompressed once (streamed)
-    to ``cache_dir`` (default: beside it) and reused afterwards. Client ids and example counts come from
+    ``path`` may be the ``.sqlite`` file, the published ``.sqlite.lzma``, which is decompressed once (streamed)
+    to ``cache_dir`` (default: beside it) and reused afterwards, or a folder holding ``emnist_all.sqlite`` or
+    ``emnist_all.sqlite.lzma`` (:func:`find_sqlite`). Client ids and example counts come from
     ``client_metadata`` when the object is made; ``client_data`` reads one client's rows. The connection stays
     open until ``close()`` (or the end of a ``with`` block); pickling keeps the path, split and metadata, and a
     process that did not open the connection (unpickled or forked) opens its own on first use.
@@ -156,9 +179,7 @@ class EmnistSqlite:
         given = Path(path)
         if split not in SPLITS:
             raise DatasetError(f"unknown EMNIST split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}")
-        self.path = resolve_sqlite_path(
-            given, cache_dir, f"EMNIST SQLite file {given} does not exist: {SQLITE_HINT}"
-        )
+        self.path = resolve_sqlite_path(given, cache_dir, dataset="EMNIST", name=SQLITE_FILE, hint=SQLITE_HINT)
         self.split = split
         self.num_classes = SPLITS[split]
         self._db = SqliteSplitConnection(self.path, split)
@@ -243,7 +264,8 @@ class EmnistSqlite:
 def load_emnist_sqlite(
     path: str | os.PathLike[str], only_digits: bool, *, cache_dir: str | os.PathLike[str] | None = None
 ) -> tuple[EmnistSqlite, EmnistSqlite]:
-    """Open the train and test splits of ``emnist_all.sqlite[.lzma]`` (``digits_only_*`` or ``all_*``)."""
+    """Open the train and test splits (``digits_only_*`` or ``all_*``) of ``emnist_all.sqlite[.lzma]``: ``path``
+    is that file or a folder holding it."""
     prefix = "digits_only" if only_digits else "all"
     train = EmnistSqlite(path, f"{prefix}_train", cache_dir=cache_dir)
     try:

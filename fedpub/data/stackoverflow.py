@@ -304,8 +304,9 @@ def add_client_index(path: str | os.PathLike[str]) -> None:
 class StackOverflowSqlite(_Reader):
     """One split (``train``, ``heldout`` or ``test``) of TFF's ``stackoverflow.sqlite``, read lazily per client.
 
-    ``path`` may be the ``.sqlite`` file or the published ``.sqlite.lzma``, which is decompressed once (streamed,
-    atomically) to ``cache_dir`` (default: beside it) and reused afterwards. Client ids and example counts come
+    ``path`` may be the ``.sqlite`` file, the published ``.sqlite.lzma``, which is decompressed once (streamed,
+    atomically) to ``cache_dir`` (default: beside it) and reused afterwards, or a folder holding either
+    (:func:`~fedpub.data.emnist_sqlite.find_sqlite`). Client ids and example counts come
     from ``client_metadata`` when the object is made (kept as a sorted list and an array: no per-client dict);
     ``columns`` reads one client's rows in insertion (rowid) order and decodes their ``tf.train.Example``s. A
     database whose ``examples`` table has no index on the client id is read correctly but slowly: a warning says
@@ -325,7 +326,7 @@ class StackOverflowSqlite(_Reader):
                 f"unknown StackOverflow split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}"
             )
         self.path = resolve_sqlite_path(
-            given, cache_dir, f"StackOverflow SQLite file {given} does not exist: {_hint('stackoverflow.sqlite.lzma')}"
+            given, cache_dir, dataset="StackOverflow", name=SQLITE_FILE, hint=_hint("stackoverflow.sqlite.lzma")
         )
         self.split = split
         self._db = SqliteSplitConnection(self.path, split)
@@ -401,16 +402,17 @@ def open_stackoverflow(
     directory: str | os.PathLike[str], split: str, *, cache_dir: str | os.PathLike[str] | None = None
 ) -> StackOverflowH5 | StackOverflowSqlite:
     """Open ``split`` from ``directory``: ``stackoverflow_<split>.h5`` if present, else ``stackoverflow.sqlite``,
-    else ``stackoverflow.sqlite.lzma`` (decompressed once into ``cache_dir``, default ``directory``)."""
+    else ``stackoverflow.sqlite.lzma`` (decompressed once into ``cache_dir``, default ``directory``); a
+    ``stackoverflow.sqlite`` older than the ``.lzma`` beside it is refused
+    (:func:`~fedpub.data.emnist_sqlite.find_sqlite`)."""
     if split not in SPLITS:
         raise DatasetError(f"unknown StackOverflow split {split!r}: allowed splits are {', '.join(SPLITS)}")
     root = Path(directory)
     h5 = root / H5_FILES[split]
     if h5.is_file():
         return StackOverflowH5(h5)
-    for name in (SQLITE_FILE, SQLITE_FILE + ".lzma"):
-        if (root / name).is_file():
-            return StackOverflowSqlite(root / name, split, cache_dir=cache_dir)
+    if any((root / name).is_file() for name in (SQLITE_FILE, SQLITE_FILE + ".lzma")):
+        return StackOverflowSqlite(root, split, cache_dir=cache_dir)
     raise DatasetError(
         f"{root} holds neither {H5_FILES[split]} nor {SQLITE_FILE}[.lzma]: {_hint('stackoverflow.tar.bz2')} "
         f"or {_hint('stackoverflow.sqlite.lzma')}"
