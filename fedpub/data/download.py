@@ -133,11 +133,17 @@ def check_lzma_sqlite_header(path: str | os.PathLike[str]) -> None:
         raise DatasetError(f"{path} decompresses to something that is not a SQLite database (starts {head[:16]!r})")
 
 
-def ensure_decompressed(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def ensure_decompressed(
+    path: str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    prepare: Callable[[Path], None] | None = None,
+) -> Path:
     """Decompress ``X.lzma`` once to ``X`` (beside it, or in ``cache_dir``), atomically; returns the cache path.
 
     The cache is reused while it is at least as new as the compressed file; a compressed file that is gone is not
-    needed when its cache is there.
+    needed when its cache is there. ``prepare`` is called on the complete copy under its temporary name, before it
+    is renamed into place (the SQLite readers index it there, so no reader ever sees it half done).
     """
     source = Path(path)
     target = Path(cache_dir if cache_dir is not None else source.parent) / source.name.removesuffix(".lzma")
@@ -154,6 +160,9 @@ def ensure_decompressed(path: str | os.PathLike[str], cache_dir: str | os.PathLi
                 raise DatasetError(f"{source} is not a valid lzma/xz file (corrupt?): {exc}") from None
         if not decompressor.eof:
             raise DatasetError(f"{source} ends before its lzma stream does (truncated download?)")
+        dst.close()
+        if prepare is not None:
+            prepare(tmp)
     return target
 
 

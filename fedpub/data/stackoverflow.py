@@ -27,8 +27,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import sqlite3
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -40,7 +38,7 @@ import numpy as np
 
 from fedpub.data.base import DatasetError, h5_errors, open_h5, require_listed
 from fedpub.data.download import TFF_BASE
-from fedpub.data.emnist_sqlite import SqliteSplitConnection, connect_tff_sqlite, decode_row, resolve_sqlite_path
+from fedpub.data.emnist_sqlite import SqliteSplitConnection, add_client_index, decode_row, resolve_sqlite_path
 
 FIELDS: tuple[str, ...] = ("creation_date", "score", "tags", "title", "tokens", "type")
 """The six fields of every example, in TFF's (sorted) order; ``score`` is an integer, the others strings."""
@@ -275,32 +273,6 @@ class StackOverflowH5(_Reader):
         return f"StackOverflowH5({str(self.path)!r}, clients={len(self.client_ids)})"
 
 
-def _has_client_index(connection: sqlite3.Connection) -> bool:
-    """Whether ``examples`` has an index that finds one client's rows without a full scan."""
-    for row in connection.execute("PRAGMA index_list(examples)"):
-        columns = [info[2] for info in connection.execute(f"PRAGMA index_info({row[1]!r})")]
-        if columns[:1] == ["client_id"] or set(columns[:2]) == {"split_name", "client_id"}:
-            return True
-    return False
-
-
-def add_client_index(path: str | os.PathLike[str]) -> None:
-    """Index ``examples`` on (split_name, client_id), as TFF's own writer does, unless it has such an index.
-
-    Without one, reading a client scans the whole table (about 169 million rows in the real database).
-    """
-    probe = connect_tff_sqlite(path)
-    try:
-        indexed = _has_client_index(probe)
-    finally:
-        probe.close()
-    if indexed:
-        return
-    with sqlite3.connect(path) as connection:
-        connection.execute("CREATE INDEX idx_client_id_split ON examples (split_name, client_id)")
-    connection.close()
-
-
 class StackOverflowSqlite(_Reader):
     """One split (``train``, ``heldout`` or ``test``) of TFF's ``stackoverflow.sqlite``, read lazily per client.
 
@@ -309,8 +281,10 @@ class StackOverflowSqlite(_Reader):
     (:func:`~fedpub.data.emnist_sqlite.find_sqlite`). Client ids and example counts come
     from ``client_metadata`` when the object is made (kept as a sorted list and an array: no per-client dict);
     ``columns`` reads one client's rows in insertion (rowid) order and decodes their ``tf.train.Example``s. A
-    database whose ``examples`` table has no index on the client id is read correctly but slowly: a warning says
-    so (:func:`add_client_index` adds one). Pickling keeps the path, split and metadata.
+    database whose ``examples`` table has no index on the client id, as TFF writes them, is read correctly but
+    every client read scans the whole table (about 20 s per client for TFF's 169 million rows, with the file in
+    memory): a warning says so, and :func:`add_client_index` adds the index; the copy decompressed from a
+    ``.sqlite.lzma`` gets it before it is put in place. Pickling keeps the path, split and metadata.
     """
 
     def __init__(
@@ -331,12 +305,7 @@ class StackOverflowSqlite(_Reader):
         self.split = split
         self._db = SqliteSplitConnection(self.path, split)
         self.client_ids, self._counts = self._read_metadata()
-        if not _has_client_index(self._db.handle()):
-            warnings.warn(
-                f"{self.path}: table 'examples' has no index on client_id, so every client read scans the whole "
-                "table; fedpub.data.stackoverflow.add_client_index adds one",
-                stacklevel=2,
-            )
+        self._db.warn_without_client_index()
 
     def _read_metadata(self) -> tuple[list[str], np.ndarray]:
         rows = self._db.query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
@@ -382,12 +351,16 @@ class StackOverflowSqlite(_Reader):
             "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ? ORDER BY rowid",
             (client_id, self.split),
         )
-        where = f"{self.path}: split {self.split!r}, client {client_id!r}"
         if len(rows) != expected:
+            where = self._db.where(client_id)
             raise DatasetError(f"{where} has {len(rows)} examples but client_metadata says {expected}")
-        decoded = [
-            decode_stackoverflow_example(blob, f"{where}, example {i}", fields) for i, (blob,) in enumerate(rows)
-        ]
+        return self.decode_rows(client_id, [blob for blob, in rows], fields)
+
+    def decode_rows(self, client_id: str, blobs: Sequence[object], fields: Sequence[str] = FIELDS) -> Columns:
+        """The ``fields`` of ``client_id``'s examples from its ``serialized_example_proto`` cells, in order, checked
+        as :meth:`columns` checks them (``fedpub data verify`` decodes a whole file this way, in one scan)."""
+        where = self._db.where(client_id)
+        decoded = [decode_stackoverflow_example(blob, f"{where}, example {i}", fields) for i, blob in enumerate(blobs)]
         return {name: [row[j] for row in decoded] for j, name in enumerate(fields)}
 
     def close(self) -> None:

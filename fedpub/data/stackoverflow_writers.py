@@ -8,8 +8,8 @@ Layouts as in :mod:`fedpub.data.stackoverflow` (TFF ``simulation/datasets/stacko
   low-level API and compact storage (small datasets inside their object headers): TFF's file has 342,477 client
   groups of six datasets each, so the per-object overhead of h5py's high-level API would dominate.
 - SQLite: the tables of TFF's writer, one ``tf.train.Example`` per row
-  (:func:`fedpub.data.tf_example.encode_example`), one ``client_metadata`` row per (client, split); a name ending
-  in ``.lzma`` is compressed (LZMA_Alone container).
+  (:func:`fedpub.data.tf_example.encode_example`), one ``client_metadata`` row per (client, split), and the indexes
+  TFF's tests add unless ``index=False``; a name ending in ``.lzma`` is compressed (LZMA_Alone container).
 - ``stackoverflow.word_count`` (``word count`` lines, in the given order) and ``stackoverflow.tag_count`` (one JSON
   object, in the given order: deliberately not sorted, so a reader must sort).
 
@@ -41,7 +41,7 @@ import numpy as np
 
 from fedpub.atomic import atomic_path, write_text_atomic
 from fedpub.data.download import CHUNK
-from fedpub.data.emnist_writers import SQLITE_DDL
+from fedpub.data.emnist_writers import SQLITE_DDL, SQLITE_INDEXES
 from fedpub.data.generated import refuse_other_spec
 from fedpub.data.stackoverflow import (
     FIELDS,
@@ -140,9 +140,8 @@ def _write_sqlite(path: Path, splits: Mapping[str, Iterable[tuple[str, Columns]]
     connection = sqlite3.connect(path)
     try:
         with connection:
-            for statement in SQLITE_DDL:
-                if index or not statement.startswith("CREATE INDEX"):
-                    connection.execute(statement)
+            for statement in SQLITE_DDL + (SQLITE_INDEXES if index else ()):
+                connection.execute(statement)
             for split, clients in splits.items():
                 for client_id, columns in clients:
                     _check_client_id(client_id)
@@ -187,8 +186,8 @@ def write_stackoverflow_sqlite(
 ) -> Path:
     """Write ``{split: clients}`` as TFF's ``stackoverflow.sqlite``; a name ending in ``.lzma`` is compressed.
 
-    Split names must be TFF's (``train``, ``heldout``, ``test``). ``index=False`` leaves out the indexes of TFF's
-    DDL (to test readers on a database without them).
+    Split names must be TFF's (``train``, ``heldout``, ``test``). ``index=False`` leaves out the indexes TFF's
+    tests add: the tables of TFF's writer alone, as published.
     """
     return _write_sqlite_file(Path(path), {split: _checked(clients) for split, clients in splits.items()}, index)
 
@@ -391,10 +390,12 @@ def write_synthetic_stackoverflow(
     *,
     split: str = "train",
     layout: Literal["h5", "sqlite"] = "h5",
+    index: bool = True,
 ) -> StackOverflowFiles:
     """Write ``spec`` as one split, plus ``stackoverflow.word_count`` and ``stackoverflow.tag_count``, in
     ``directory``: ``layout="h5"`` writes ``stackoverflow_<split>.h5`` (TFF's HDF5 name for the split),
-    ``"sqlite"`` writes ``stackoverflow.sqlite`` holding that split. Clients are streamed, never all in memory."""
+    ``"sqlite"`` writes ``stackoverflow.sqlite`` holding that split (with ``index=False``, without the indexes
+    TFF's tests add, as TFF's writer). Clients are streamed, never all in memory."""
     if split not in SPLITS:
         raise ValueError(f"unknown StackOverflow split {split!r}; allowed: {', '.join(SPLITS)}")
     if layout not in ("h5", "sqlite"):
@@ -403,7 +404,7 @@ def write_synthetic_stackoverflow(
     if layout == "h5":
         data = _write_h5(root / H5_FILES[split], synthetic_columns(spec))
     else:
-        data = _write_sqlite_file(root / SQLITE_FILE, {split: synthetic_columns(spec)}, index=True)
+        data = _write_sqlite_file(root / SQLITE_FILE, {split: synthetic_columns(spec)}, index)
     word_counts, tag_counts = synthetic_counts(spec)
     return StackOverflowFiles(
         data=data,

@@ -6,6 +6,7 @@ import lzma
 import os
 import pickle
 import sqlite3
+import warnings
 from pathlib import Path
 
 import h5py
@@ -16,7 +17,7 @@ import torch
 from fedpub.data import DatasetError, EmnistH5, FederatedDataset, load_emnist_split
 from fedpub.data import download as download_module
 from fedpub.data.download import ensure_decompressed
-from fedpub.data.emnist_sqlite import EmnistSqlite, load_emnist_sqlite
+from fedpub.data.emnist_sqlite import EmnistSqlite, has_client_index, load_emnist_sqlite
 from fedpub.data.emnist_writers import read_emnist_clients, write_emnist_h5, write_emnist_sqlite
 from fedpub.data.tf_example import encode_example
 
@@ -129,6 +130,25 @@ def test_stale_cache_is_replaced(tmp_path: Path, logical: dict) -> None:
     os.utime(cache, (1, 1))
     packed = write_emnist_sqlite(tmp_path / "emnist_all.sqlite.lzma", {"digits_only_test": logical["test"]})
     assert ensure_decompressed(packed) == cache and cache.read_bytes()[:6] == b"SQLite"
+
+
+def test_tff_layout_without_index_warns_and_its_lzma_copy_is_indexed(tmp_path: Path, logical: dict) -> None:
+    """TFF's writer creates no index: such a file reads the same, in the same order, with a warning on the cost;
+    the copy fedpub decompresses from a .sqlite.lzma is indexed before it is put in place."""
+    splits = {"digits_only_train": logical["train"]}
+    plain = write_emnist_sqlite(tmp_path / "plain" / "emnist_all.sqlite", splits, index=False)
+    packed = write_emnist_sqlite(tmp_path / "emnist_all.sqlite.lzma", splits, index=False)
+    with pytest.warns(UserWarning, match="emnist_all.sqlite: table 'examples' has no index on client_id"):
+        unindexed = EmnistSqlite(plain, "digits_only_train")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        indexed = EmnistSqlite(packed, "digits_only_train")
+    with unindexed, indexed:
+        assert indexed.path == tmp_path / "emnist_all.sqlite"
+        _assert_same(unindexed, indexed)
+    with sqlite3.connect(indexed.path) as connection:
+        assert has_client_index(connection)
+    connection.close()
 
 
 def test_a_folder_holding_the_database(tmp_path: Path, logical: dict, both_layouts: tuple[Path, Path]) -> None:

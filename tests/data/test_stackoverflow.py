@@ -451,7 +451,8 @@ def test_sqlite_count_mismatch(edge_sqlite: Path) -> None:
 
 def test_sqlite_without_index_warns_and_index_can_be_added(tmp_path: Path) -> None:
     path = write_stackoverflow_sqlite(tmp_path / "stackoverflow.sqlite", {"train": EDGE.clients}, index=False)
-    with pytest.warns(UserWarning, match="no index on client_id"):
+    with pytest.warns(UserWarning, match=r"no index on client_id \(TFF's writer creates none\), so every client read "
+                      r"scans the whole table, 0 MiB: about 0.0 s per client .*\.add_client_index adds one"):
         reader = StackOverflowSqlite(path, "train")
     assert _all_examples(reader) == EDGE.clients  # correct, only slower
     reader.close()
@@ -460,6 +461,26 @@ def test_sqlite_without_index_warns_and_index_can_be_added(tmp_path: Path) -> No
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         StackOverflowSqlite(path, "train").close()
+
+
+def test_the_copy_decompressed_from_lzma_is_indexed(tmp_path: Path) -> None:
+    """TFF's published .sqlite.lzma has no index; the copy fedpub decompresses gets one before it is put in place,
+    and reads the same examples in the same order as the unindexed file."""
+    splits = {"train": EDGE.clients}
+    packed = write_stackoverflow_sqlite(tmp_path / "stackoverflow.sqlite.lzma", splits, index=False)
+    plain = write_stackoverflow_sqlite(tmp_path / "plain" / "stackoverflow.sqlite", splits, index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with StackOverflowSqlite(packed, "train") as reader:
+            assert reader.path == tmp_path / "stackoverflow.sqlite"
+            indexed = _all_examples(reader)
+    with pytest.warns(UserWarning, match="no index"), StackOverflowSqlite(plain, "train") as unindexed:
+        assert indexed == _all_examples(unindexed) == EDGE.clients
+    with sqlite3.connect(tmp_path / "stackoverflow.sqlite") as connection:
+        indexes = connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+    connection.close()
+    assert indexes == [("idx_client_id_split",)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", "stackoverflow.sqlite", "stackoverflow.sqlite.lzma"]
 
 
 def test_writers_reject_bad_input(tmp_path: Path) -> None:
