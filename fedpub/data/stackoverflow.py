@@ -235,11 +235,6 @@ class StackOverflowH5(_Reader):
         other datasets are checked when they are read)."""
         return int(self._datasets(client_id, ("tokens",))["tokens"].shape[0])
 
-    def check_client(self, client_id: str) -> int:
-        """Check all six datasets of ``client_id`` from metadata only (1-D, parallel, integer ``score``, string
-        others: no example is read) and return its number of examples; raises :class:`DatasetError` if one is off."""
-        return int(self._datasets(client_id, FIELDS)["tokens"].shape[0])
-
     def columns(self, client_id: str, fields: Sequence[str] = FIELDS) -> Columns:
         """The requested fields of one client, one value per example in stored order."""
         _check_fields(fields)
