@@ -394,7 +394,8 @@ def _check_vocab_size(vocab_size: int | None) -> None:
 
 def read_word_counts(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, int]]:
     """``stackoverflow.word_count`` as (line number, word, count), one line at a time in file order (a 6-million-line
-    file is never held whole). Each line is ``word count`` split with ``line.split()`` (TFF ``load_word_counts``);
+    file is never held whole). Each line is ``word count`` split with ``line.split()``, Python's split on any
+    Unicode whitespace, as TFF's ``load_word_counts`` splits it (the text is split as bytes only by the tasks);
     raises :class:`DatasetError` on a missing file or a line that is not ``word count``."""
     path = Path(path)
     if not path.is_file():

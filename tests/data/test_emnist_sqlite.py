@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 import torch
 
+from fedpub.config import parse_config
 from fedpub.data import DatasetError, EmnistH5, FederatedDataset, load_emnist_split
 from fedpub.data import download as download_module
 from fedpub.data.download import ensure_decompressed
 from fedpub.data.emnist_sqlite import EmnistSqlite, has_client_index, load_emnist_sqlite
 from fedpub.data.emnist_writers import read_emnist_clients, write_emnist_h5, write_emnist_sqlite
+from fedpub.data.registry import load_data
 from fedpub.data.tf_example import encode_example
 
 
@@ -169,6 +171,15 @@ def test_a_folder_holding_the_database(tmp_path: Path, logical: dict, both_layou
     os.utime(packed, (packed.stat().st_atime, packed.stat().st_mtime - 10))  # the copy is newer: it is the cache
     with EmnistSqlite(tmp_path, "digits_only_train") as again:
         assert again.path == tmp_path / "emnist_all.sqlite"
+
+
+def test_the_config_may_name_the_folder(both_layouts: tuple[Path, Path]) -> None:
+    """``data.path`` of an ``emnist_sqlite`` config: the folder holding emnist_all.sqlite, as its description says."""
+    _, sqlite_path = both_layouts
+    config = parse_config({"data": {"source": "emnist_sqlite", "path": str(sqlite_path.parent)}})
+    data = load_data(config)
+    with EmnistSqlite(sqlite_path, "digits_only_test") as reference:
+        _assert_same(reference, data.test)
 
 
 def test_a_folder_without_one_database_names_the_folder_and_the_names(tmp_path: Path, db: Path) -> None:
