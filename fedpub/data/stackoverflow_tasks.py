@@ -24,9 +24,9 @@ through a JSON escape in ``stackoverflow.tag_count``) is refused, as TensorFlow 
   (500) tags sorted by count, OOV tags dropped, as TFF's ``reduce_sum`` of one-hot vectors: a tag listed twice in
   a post (``python|python``) counts 2.0.
 - **AdaDPS single-label variant** (Li et al., ICML'22, repo litian96/AdaDPS ``federated/data/stackoverflow/
-  create_dataset.py``): ``"all_tokens"`` features and ``y = argmax(multi_hot)``, a 500-way label (the most frequent
-  of the post's top tags; 0 when it has none), for the first 400 sorted train clients, each split 80/20 within the
-  client after a shuffle (:func:`adadps_tag_prediction`).
+  create_dataset.py``): ``"all_tokens"`` features and ``y = argmax(multi_hot)``, a 500-way label (the top tag the
+  post lists most often, ties to the most frequent tag; 0 when it has none), for the first 400 sorted train
+  clients, each split 80/20 within the client after a shuffle (:func:`adadps_tag_prediction`).
 - **Next-word prediction** (SO-NWP). Per example only ``tokens``: ``tf.strings.split(tokens, sep=' ')``, on the
   space byte alone (empty pieces kept; a tab or non-breaking space stays inside its word), the first
   ``sequence_length`` (20) words, ids pad 0, word ``i`` -> ``i + 1``, OOV ``V + 1``, BOS ``V + 2``, EOS ``V + 3``
