@@ -1,7 +1,8 @@
 """`fedpub data`: what a dataset file holds, whether it is intact, and downloading TFF's public files.
 
     fedpub data info PATH               layout, clients, examples, classes and size of one file
-    fedpub data verify PATH_OR_DIR      registry checksums (where published) and structural checks; exit 1 on a problem
+    fedpub data verify PATH_OR_DIR      registry checksums (where published), every example read as a run reads it;
+                                        exit 1 on a problem
     fedpub data download NAME [--dir]   resumable, verified download of a file from the registry (fedpub.data.download)
     fedpub data export-user FILE ID OUT one user of a TFF HDF5 file as a device's data: a folder or a one-user file
 
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional, cast
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 if TYPE_CHECKING:
     from fedpub.simulations.data_inspect import FileReport
@@ -32,11 +34,11 @@ def _fail(error: Exception) -> None:
 
 
 def _print_report(report: FileReport) -> None:
-    console.print(f"[bold]{report.path}[/]: {report.layout}", highlight=False, soft_wrap=True)
+    console.print(f"[bold]{escape(str(report.path))}[/]: {report.layout}", highlight=False, soft_wrap=True)
     for label, value in report.facts:
-        console.print(f"  {label}: {value}", highlight=False, soft_wrap=True)
-    for problem in report.problems:
-        console.print(f"  [bold red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+        console.print(f"  {label}: {escape(value)}", highlight=False, soft_wrap=True)
+    for problem in report.problems:  # escaped: a value such as [b'1'] is not rich markup
+        console.print(f"  [bold red]problem:[/] {escape(problem)}", highlight=False, soft_wrap=True)
 
 
 @data_app.command()
@@ -60,7 +62,8 @@ def info(path: Annotated[Path, typer.Argument(help="a dataset file")]) -> None:
 
 @data_app.command()
 def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a directory of them")]) -> None:
-    """Registry checksums where published, plus structural checks of every dataset file; exit 1 on any problem.
+    """Registry checksums where published, and every example of every dataset file read as a run reads it (so a
+    file that verifies is one a run accepts; TFF's StackOverflow database takes hours); exit 1 on any problem.
 
     PATH: a dataset file, or a directory of them."""
     from fedpub.simulations.data_inspect import inspect_path

@@ -1,12 +1,13 @@
 """TFF's public federated dataset files: a registry, resumable verified downloads, safe extraction, lzma caching.
 
-URLs and SHA-256 digests are the ones TFF's loaders use (google-parfait/tensorflow-federated,
-``tensorflow_federated/python/simulation/datasets/{emnist,stackoverflow,download}.py``, and the HDF5-era loaders
-before commit 7bb20162f), with FedML's S3 mirror (FedML-AI/FedML ``python/fedml/data/*/download_*.sh``) where it
-holds the file; see ``shared/reference/datasets.md`` §1.1, §1.2 and §2.1-2.3. Where the reference has no digest
-(the ``.sqlite.lzma`` files) a download is checked by size and format only; where it has only the first and last
-hex digits (``stackoverflow.{word,tag}_count.tar.bz2``) only those are compared. ``.lzma`` files are decompressed
-the way TFF's ``download.get_compressed_file`` does it: streamed through ``lzma.LZMADecompressor``.
+URLs and SHA-256 digests are the ones TFF's loaders pass to ``tf.keras.utils.get_file(file_hash=...)``
+(google-parfait/tensorflow-federated, ``tensorflow_federated/python/simulation/datasets/stackoverflow.py``
+``load_word_counts`` and ``load_tag_counts``, and the HDF5-era ``emnist.py`` and ``stackoverflow.py`` before commit
+7bb20162f), in full, with FedML's S3 mirror (FedML-AI/FedML ``python/fedml/data/*/download_*.sh``) where it holds
+the file; see ``shared/reference/datasets.md`` §1.1, §1.2 and §2.1-2.3. TFF publishes no digest for the
+``.sqlite.lzma`` files (``download.get_compressed_file`` checks none), so a download of one is checked by size and
+format only. ``.lzma`` files are decompressed the way ``get_compressed_file`` does it: streamed through
+``lzma.LZMADecompressor``.
 
 Downloads go to ``<name>.part`` (resumed with an HTTP ``Range`` request when present) and are renamed to the final
 name only after the checksum matched; archives are extracted member by member after every member was checked to be
@@ -41,30 +42,12 @@ ProgressCallback = Callable[[int, "int | None"], None]
 
 
 @dataclass(frozen=True)
-class Sha256:
-    """A SHA-256 digest (64 hex digits), or only its first and last digits where that is all that is published."""
-
-    prefix: str
-    suffix: str = ""
-
-    @property
-    def complete(self) -> bool:
-        return len(self.prefix) == 64
-
-    def matches(self, digest: str) -> bool:
-        return len(digest) == 64 and digest.startswith(self.prefix) and digest.endswith(self.suffix)
-
-    def __str__(self) -> str:
-        return self.prefix if self.complete else f"{self.prefix}…{self.suffix}"
-
-
-@dataclass(frozen=True)
 class RemoteFile:
     """One downloadable file: where it is (first URL first, then mirrors), its digest, what an archive holds."""
 
     name: str
     urls: tuple[str, ...]
-    sha256: Sha256 | None
+    sha256: str | None  # 64 hex digits, as TFF publishes it; None where TFF publishes none
     members: tuple[str, ...] = ()  # files a .tar.bz2 extracts to
 
     @property
@@ -75,12 +58,10 @@ class RemoteFile:
         """How a download of this file is checked, in words."""
         if self.sha256 is None:
             return "no published SHA-256: checked by size and format only"
-        if not self.sha256.complete:
-            return f"only part of its SHA-256 is published ({self.sha256}): the first and last digits are compared"
         return f"SHA-256 {self.sha256}"
 
 
-def _entry(name: str, sha256: Sha256 | None, *, mirror: bool, members: tuple[str, ...] = ()) -> RemoteFile:
+def _entry(name: str, sha256: str | None, *, mirror: bool, members: tuple[str, ...] = ()) -> RemoteFile:
     urls = (f"{TFF_BASE}/{name}",) + ((f"{FEDML_BASE}/{name}",) if mirror else ())
     return RemoteFile(name=name, urls=urls, sha256=sha256, members=members)
 
@@ -90,32 +71,32 @@ REGISTRY: dict[str, RemoteFile] = {
     for entry in (
         _entry(
             "fed_emnist.tar.bz2",
-            Sha256("fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0"),
+            "fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0",
             mirror=True,
             members=("fed_emnist_train.h5", "fed_emnist_test.h5"),
         ),
         _entry(
             "fed_emnist_digitsonly.tar.bz2",
-            Sha256("55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b"),
+            "55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b",
             mirror=False,
             members=("fed_emnist_digitsonly_train.h5", "fed_emnist_digitsonly_test.h5"),
         ),
         _entry("emnist_all.sqlite.lzma", None, mirror=False),
         _entry(
             "stackoverflow.tar.bz2",
-            Sha256("99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2"),
+            "99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2",
             mirror=True,
             members=("stackoverflow_train.h5", "stackoverflow_held_out.h5", "stackoverflow_test.h5"),
         ),
         _entry(
             "stackoverflow.word_count.tar.bz2",
-            Sha256("1dc00256", "0c519c"),
+            "1dc00256d6e527c54b9756d968118378ae14e6692c0b3b6cad470cdd3f0c519c",
             mirror=True,
             members=("stackoverflow.word_count",),
         ),
         _entry(
             "stackoverflow.tag_count.tar.bz2",
-            Sha256("6fe281ce", "96772d"),
+            "6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d",
             mirror=True,
             members=("stackoverflow.tag_count",),
         ),
@@ -152,11 +133,17 @@ def check_lzma_sqlite_header(path: str | os.PathLike[str]) -> None:
         raise DatasetError(f"{path} decompresses to something that is not a SQLite database (starts {head[:16]!r})")
 
 
-def ensure_decompressed(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def ensure_decompressed(
+    path: str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    prepare: Callable[[Path], None] | None = None,
+) -> Path:
     """Decompress ``X.lzma`` once to ``X`` (beside it, or in ``cache_dir``), atomically; returns the cache path.
 
     The cache is reused while it is at least as new as the compressed file; a compressed file that is gone is not
-    needed when its cache is there.
+    needed when its cache is there. ``prepare`` is called on the complete copy under its temporary name, before it
+    is renamed into place (the SQLite readers index it there, so no reader ever sees it half done).
     """
     source = Path(path)
     target = Path(cache_dir if cache_dir is not None else source.parent) / source.name.removesuffix(".lzma")
@@ -173,6 +160,9 @@ def ensure_decompressed(path: str | os.PathLike[str], cache_dir: str | os.PathLi
                 raise DatasetError(f"{source} is not a valid lzma/xz file (corrupt?): {exc}") from None
         if not decompressor.eof:
             raise DatasetError(f"{source} ends before its lzma stream does (truncated download?)")
+        dst.close()
+        if prepare is not None:
+            prepare(tmp)
     return target
 
 
@@ -292,7 +282,7 @@ def _check_download(entry: RemoteFile, path: Path, source: str) -> None:
     """The digest (or, without one, the format) of a finished download; a mismatch deletes it."""
     if entry.sha256 is not None:
         digest = sha256_of(path)
-        if not entry.sha256.matches(digest):
+        if digest != entry.sha256:
             path.unlink()
             raise DatasetError(
                 f"{entry.name} from {source}: SHA-256 {digest} does not match the expected {entry.sha256}; "
@@ -340,7 +330,7 @@ def download(
     root.mkdir(parents=True, exist_ok=True)
     final = root / entry.name
     if final.is_file():
-        if entry.sha256 is not None and not entry.sha256.matches(sha256_of(final)):
+        if entry.sha256 is not None and sha256_of(final) != entry.sha256:
             raise DatasetError(
                 f"{final} is already there but its SHA-256 does not match the expected {entry.sha256}; "
                 "delete it to download it again"

@@ -4,10 +4,18 @@ TFF's ``SqlClientData`` (google-parfait/tensorflow-federated, ``tensorflow_feder
 sql_client_data.py`` and ``emnist.py``, since commit 7bb20162f) reads two tables:
 ``examples(split_name, client_id, serialized_example_proto)`` and ``client_metadata(client_id, split_name,
 num_examples)``. Client ids are ``SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?`` sorted in
-Python; a client's rows are selected without ORDER BY; each row is a serialised ``tf.train.Example`` with ``pixels``
-(784 floats, row-major 28x28) and ``label`` (one int64), parsed as ``emnist._add_proto_parsing`` does. One file holds
-the splits ``all_train``, ``all_test``, ``digits_only_train`` and ``digits_only_test``. See
+Python; a client's rows are selected without ORDER BY (so in the order of the table scan: rowid order; fedpub says
+ORDER BY rowid, the same order with or without an index); each row is a serialised ``tf.train.Example`` with
+``pixels`` (784 floats, row-major 28x28) and ``label`` (one int64), parsed as ``emnist._add_proto_parsing`` does. One
+file holds the splits ``all_train``, ``all_test``, ``digits_only_train`` and ``digits_only_test``. See
 ``shared/reference/datasets.md`` §1.2-1.3.
+
+TFF's writer (``sql_client_data_utils.save_to_sql_client_data``) creates no index, only TFF's tests do, so the
+published databases have none and every client read scans the whole ``examples`` table (measured with
+``simulations/benchmarks/sqlite_index.py``: about 2 GB/s with the file in memory, so seconds per client for
+EMNIST's 3.5 GB and about half a minute for StackOverflow). The copy fedpub decompresses from a ``.sqlite.lzma`` is
+indexed before it is put in place (:func:`add_client_index`, minutes and about a tenth more disk for
+StackOverflow); a ``.sqlite`` opened as it is, without the index, is read correctly with a warning.
 
 Arrays come back exactly as from :class:`~fedpub.data.emnist.EmnistH5`: x float32 ``(N, 1, 28, 28)`` in [0, 1]
 (background 1.0, no inversion), y int64 ``(N,)``.
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +48,7 @@ TFF_TABLES: dict[str, tuple[str, ...]] = {
 NUM_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
 SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
 """What sqlite3 raises on a corrupt database (a damaged page, or text that is no longer UTF-8)."""
+SQLITE_FILE = "emnist_all.sqlite"
 SQLITE_HINT = (
     "download https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma "
     "(`fedpub data download emnist_all.sqlite.lzma`)"
@@ -79,15 +89,80 @@ def connect_tff_sqlite(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return connection
 
 
+CLIENT_INDEX = "CREATE INDEX idx_client_id_split ON examples (split_name, client_id)"
+"""The index on the client id that TFF's tests give ``examples`` (``sql_client_data_test.py``). TFF's writer,
+``sql_client_data_utils.save_to_sql_client_data``, creates the two tables and no index, and TFF's reader selects a
+client's rows with ``WHERE client_id = ... and split_name = ...``: without the index every client read scans the
+whole table."""
+SCAN_BYTES_PER_SECOND = 2e9
+"""How fast SQLite scans ``examples`` with the file in memory: about 2 GB/s, measured by
+``simulations/benchmarks/sqlite_index.py``; from disk, slower."""
+
+
+def has_client_index(connection: sqlite3.Connection) -> bool:
+    """Whether ``examples`` has an index that finds one client's rows without a full scan."""
+    for row in connection.execute("PRAGMA index_list(examples)"):
+        columns = [info[2] for info in connection.execute(f"PRAGMA index_info({row[1]!r})")]
+        if columns[:1] == ["client_id"] or set(columns[:2]) == {"split_name", "client_id"}:
+            return True
+    return False
+
+
+def add_client_index(path: str | os.PathLike[str]) -> None:
+    """Index ``examples`` of a TFF SqlClientData file on (split_name, client_id) (:data:`CLIENT_INDEX`) unless it
+    has such an index. The file grows by about a tenth for StackOverflow's short rows (less for EMNIST's images);
+    see :data:`CLIENT_INDEX` for why TFF's databases need it."""
+    probe = connect_tff_sqlite(path)
+    try:
+        indexed = has_client_index(probe)
+    finally:
+        probe.close()
+    if indexed:
+        return
+    with sqlite3.connect(path) as connection:
+        connection.execute(CLIENT_INDEX)
+    connection.close()
+
+
+def _index_copy(copy: Path) -> None:
+    """Index a database fedpub has just decompressed, before it is renamed into place. One that is not a
+    readable TFF database is left as it is: opening it, the reader names the file and what is wrong."""
+    try:
+        add_client_index(copy)
+    except (DatasetError, *SQLITE_ERRORS):
+        pass
+
+
+def find_sqlite(folder: Path, name: str, hint: str) -> Path:
+    """The database ``name`` (e.g. ``emnist_all.sqlite``) in ``folder``: ``name``, or ``name.lzma`` when only that
+    is there. Both there: ``name`` when it is at least as new as ``name.lzma`` (the decompressed copy
+    :func:`~fedpub.data.download.ensure_decompressed` keeps beside it); an older ``name`` is a stale copy or
+    another database, and is refused. Neither there, or that refusal: a DatasetError naming the folder and both
+    names (``hint`` says where to get the file)."""
+    plain, packed = folder / name, folder / f"{name}.lzma"
+    if plain.is_file() and packed.is_file() and plain.stat().st_mtime < packed.stat().st_mtime:
+        raise DatasetError(
+            f"{folder} holds both {name} and {name}.lzma, and {name} is older, so it is not the decompressed copy "
+            f"of {name}.lzma: delete {name} to read {name}.lzma, or {name}.lzma to read {name}"
+        )
+    for candidate in (plain, packed):
+        if candidate.is_file():
+            return candidate
+    raise DatasetError(f"{folder} is a folder holding neither {name} nor {name}.lzma (the names looked for): {hint}")
+
+
 def resolve_sqlite_path(
-    given: Path, cache_dir: str | os.PathLike[str] | None, missing: str
+    given: Path, cache_dir: str | os.PathLike[str] | None, *, dataset: str, name: str, hint: str
 ) -> Path:
-    """The SQLite file to read: ``given`` itself, or its decompressed copy when it is a ``.lzma``;
-    a missing file raises DatasetError with the ``missing`` explanation."""
+    """The SQLite file to read: ``given`` itself; its decompressed copy when it is a ``.lzma`` (indexed on the
+    client id before it is put in place: :func:`add_client_index`); for a folder, the database ``name`` in it
+    (:func:`find_sqlite`). A missing file raises DatasetError naming the ``dataset`` and the ``hint``."""
+    if given.is_dir():
+        given = find_sqlite(given, name, hint)
     if given.name.endswith(".lzma"):
-        return ensure_decompressed(given, cache_dir)
+        return ensure_decompressed(given, cache_dir, prepare=_index_copy)
     if not given.is_file():
-        raise DatasetError(missing)
+        raise DatasetError(f"{dataset} SQLite file {given} does not exist: {hint}")
     return given
 
 
@@ -124,6 +199,27 @@ class SqliteSplitConnection:
         except SQLITE_ERRORS as exc:
             raise DatasetError(f"{self.path}: cannot read split {self.split!r} (corrupt database?): {exc}") from None
 
+    def where(self, client_id: str) -> str:
+        """How an error names one client: the file, the split and the client."""
+        return f"{self.path}: split {self.split!r}, client {client_id!r}"
+
+    def warn_without_client_index(self) -> None:
+        """Warn (UserWarning) when ``examples`` has no index on the client id, saying what reading costs then."""
+        try:
+            indexed = has_client_index(self.handle())
+        except SQLITE_ERRORS as exc:
+            raise DatasetError(f"{self.path}: cannot read its indexes (corrupt database?): {exc}") from None
+        if not indexed:
+            size = self.path.stat().st_size
+            warnings.warn(
+                f"{self.path}: table 'examples' has no index on client_id (TFF's writer creates none), so every "
+                f"client read scans the whole table, {size / 2**20:,.0f} MiB: about "
+                f"{size / SCAN_BYTES_PER_SECOND:,.1f} s per client with the file in memory, more from disk, against "
+                "milliseconds with the index. fedpub.data.emnist_sqlite.add_client_index adds one to the file "
+                "(fedpub adds it to the copy it decompresses from a .sqlite.lzma)",
+                stacklevel=3,
+            )
+
     def close(self) -> None:
         if self._connection is not None and self._pid == os.getpid():
             self._connection.close()
@@ -139,8 +235,9 @@ class SqliteSplitConnection:
 class EmnistSqlite:
     """One split of TFF's ``emnist_all.sqlite`` as a lazy :class:`FederatedDataset`.
 
-    ``path`` may be the ``.sqlite`` file or the published ``.sqlite.lzma``, which is decompressed once (streamed)
-    to ``cache_dir`` (default: beside it) and reused afterwards. Client ids and example counts come from
+    ``path`` may be the ``.sqlite`` file, the published ``.sqlite.lzma``, which is decompressed once (streamed)
+    to ``cache_dir`` (default: beside it) and reused afterwards, or a folder holding ``emnist_all.sqlite`` or
+    ``emnist_all.sqlite.lzma`` (:func:`find_sqlite`). Client ids and example counts come from
     ``client_metadata`` when the object is made; ``client_data`` reads one client's rows. The connection stays
     open until ``close()`` (or the end of a ``with`` block); pickling keeps the path, split and metadata, and a
     process that did not open the connection (unpickled or forked) opens its own on first use.
@@ -156,14 +253,13 @@ class EmnistSqlite:
         given = Path(path)
         if split not in SPLITS:
             raise DatasetError(f"unknown EMNIST split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}")
-        self.path = resolve_sqlite_path(
-            given, cache_dir, f"EMNIST SQLite file {given} does not exist: {SQLITE_HINT}"
-        )
+        self.path = resolve_sqlite_path(given, cache_dir, dataset="EMNIST", name=SQLITE_FILE, hint=SQLITE_HINT)
         self.split = split
         self.num_classes = SPLITS[split]
         self._db = SqliteSplitConnection(self.path, split)
         self._counts = self._read_metadata()
         self.client_ids: list[str] = sorted(self._counts)
+        self._db.warn_without_client_index()
 
     def _read_metadata(self) -> dict[str, int]:
         rows = self._db.query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
@@ -212,15 +308,21 @@ class EmnistSqlite:
         """Read one client: x float32 ``(N, 1, 28, 28)`` in [0, 1] (background 1.0), y int64 ``(N,)``."""
         expected = self.num_examples(client_id)
         rows = self._db.query(
-            "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ?",
+            "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ? ORDER BY rowid",
             (client_id, self.split),
         )
-        where = f"{self.path}: split {self.split!r}, client {client_id!r}"
         if len(rows) != expected:
+            where = self._db.where(client_id)
             raise DatasetError(f"{where} has {len(rows)} examples but client_metadata says {expected}")
-        x = np.empty((len(rows), *IMAGE_SHAPE), dtype=np.float32)
-        y = np.empty(len(rows), dtype=np.int64)
-        for i, (blob,) in enumerate(rows):
+        return self.decode_rows(client_id, [blob for blob, in rows])
+
+    def decode_rows(self, client_id: str, blobs: Sequence[object]) -> ClientData:
+        """``client_id``'s examples from its ``serialized_example_proto`` cells, in order, checked as
+        :meth:`client_data` checks them (``fedpub data verify`` decodes a whole file this way, in one scan)."""
+        where = self._db.where(client_id)
+        x = np.empty((len(blobs), *IMAGE_SHAPE), dtype=np.float32)
+        y = np.empty(len(blobs), dtype=np.int64)
+        for i, blob in enumerate(blobs):
             x[i], y[i] = self._parse(blob, f"{where}, example {i}")
         return checked_client_data(x, y, self.num_classes, where)
 
@@ -243,7 +345,8 @@ class EmnistSqlite:
 def load_emnist_sqlite(
     path: str | os.PathLike[str], only_digits: bool, *, cache_dir: str | os.PathLike[str] | None = None
 ) -> tuple[EmnistSqlite, EmnistSqlite]:
-    """Open the train and test splits of ``emnist_all.sqlite[.lzma]`` (``digits_only_*`` or ``all_*``)."""
+    """Open the train and test splits (``digits_only_*`` or ``all_*``) of ``emnist_all.sqlite[.lzma]``: ``path``
+    is that file or a folder holding it."""
     prefix = "digits_only" if only_digits else "all"
     train = EmnistSqlite(path, f"{prefix}_train", cache_dir=cache_dir)
     try:
