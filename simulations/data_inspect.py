@@ -154,6 +154,8 @@ def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
         for split, clients, examples in splits:
             classes = f", {EMNIST_SPLITS[split]} classes" if split in EMNIST_SPLITS else ""
             report.add(f"split {split}", f"{clients} clients, {examples} examples{classes}")
+        report.problems += [f"split {split} has no clients: a run that reads it refuses the file"
+                            for split in _missing_splits(names)]
         indexed = has_client_index(connection)
         report.add(
             "index on client_id",
@@ -166,6 +168,15 @@ def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
                 report.add("checked", "tables, per-client example counts, every example decoded as a run decodes it")
     finally:
         connection.close()
+
+
+def _missing_splits(names: set[str]) -> list[str]:
+    """The splits a run reads beside those present: StackOverflow's train and one of test or heldout (its
+    ``data.stackoverflow.test_split``), EMNIST's test split of a train split and the reverse."""
+    if names and names <= set(SO_SPLITS):
+        return [s for s in ("train",) if s not in names] + ([] if names & {"test", "heldout"} else ["test"])
+    pairs = [(f"{kind}_train", f"{kind}_test") for kind in ("digits_only", "all")]
+    return [other for pair in pairs for split, other in (pair, pair[::-1]) if split in names and other not in names]
 
 
 def _check_every_example(path: Path, connection: sqlite3.Connection, splits: list[str], report: FileReport) -> None:
@@ -199,6 +210,9 @@ def _check_every_example(path: Path, connection: sqlite3.Connection, splits: lis
             if client_id in listed.get(split, ()):
                 blobs.append(blob)
         decode(run)
+        unlisted = sorted({str(s) for s, _ in stored if s not in readers})
+        if unlisted:
+            report.problems.append(f"example rows of split(s) {unlisted} have no client_metadata: a run never reads them")
         for split, reader in readers.items():
             claimed = {c: reader.num_examples(c) for c in reader.client_ids}
             present = set(claimed) | {c for (s, c) in stored if s == split}

@@ -212,7 +212,7 @@ def test_verify_decodes_every_example_as_a_run_does(emnist_dir: Path, tmp_path: 
     so = tmp_path / "stackoverflow.sqlite"
     posts = {f"0000000{i}": [{**_POST, "title": f"post {i}"}] * 2 for i in range(3)}
     posts["00000001"] = [{**_POST, "title": decode_text(b"caf\xe9 au lait")}]
-    write_stackoverflow_sqlite(so, {"train": posts}, index=False)
+    write_stackoverflow_sqlite(so, {"train": posts, "test": {"00000009": [_POST]}}, index=False)
     code, out = invoke("verify", str(so))
     assert code == 0, out
     assert "every example decoded as a run decodes it" in out and "index on client_id: none (as TFF writes it)" in out
@@ -226,11 +226,27 @@ def test_verify_decodes_every_example_as_a_run_does(emnist_dir: Path, tmp_path: 
     emnist.close()
     code, out = invoke("verify", str(tmp_path))
     assert code == 1, out
-    assert "stackoverflow.sqlite: split 'train', client '00000002', example 1: feature 'score' is [b'1']" in out
+    assert "stackoverflow.sqlite: split 'test', client '00000009', example 0: feature 'score' is [b'1']" in out
     assert "has 783 'pixels' values, expected 784 floats" in out and "0 of 2 file(s) ok" in out
-    with pytest.raises(DatasetError, match="client '00000002', example 1: feature 'score'"), warnings.catch_warnings():
+    with pytest.raises(DatasetError, match="client '00000009', example 0: feature 'score'"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        StackOverflowSqlite(so, "train").examples("00000002")  # what a run makes of it
+        StackOverflowSqlite(so, "test").examples("00000009")  # what a run makes of it
+
+
+def test_verify_reports_a_split_a_run_needs_and_rows_no_client_lists(tmp_path: Path) -> None:
+    so = tmp_path / "stackoverflow.sqlite"
+    write_stackoverflow_sqlite(so, {"train": {"00000001": [_POST]}, "test": {"00000002": [_POST]}})
+    with sqlite3.connect(so) as connection:
+        connection.execute("DELETE FROM client_metadata WHERE split_name = 'test'")
+    connection.close()
+    code, out = invoke("verify", str(so))
+    assert code == 1, out
+    assert "split test has no clients: a run that reads it refuses the file" in out
+    with sqlite3.connect(so) as connection:
+        connection.execute("INSERT INTO client_metadata VALUES ('00000002', 'heldout', 1)")
+    connection.close()
+    code, out = invoke("verify", str(so))
+    assert code == 1 and "example rows of split(s) ['test'] have no client_metadata" in out, out
 
 
 def test_verify_errors(tmp_path: Path) -> None:
