@@ -99,13 +99,15 @@ NEXT_WORD = [
 
 @pytest.fixture(scope="module", params=["h5", "sqlite", "sqlite.lzma"])
 def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The posts as one client of the train split, in one of TFF's layouts, with the two count files."""
+    """The posts as one client of the train split (and of the test split a run also reads), in one of TFF's
+    layouts, with the two count files."""
     root = tmp_path_factory.mktemp(request.param.replace(".", "_"))
     clients = {"00000001": POSTS}
     if request.param == "h5":
         write_stackoverflow_h5(root / "stackoverflow_train.h5", clients)
     else:
-        write_stackoverflow_sqlite(root / f"stackoverflow.{request.param}", {"train": clients}, index=False)
+        write_stackoverflow_sqlite(root / f"stackoverflow.{request.param}", {"train": clients, "test": clients},
+                                   index=False)
     write_word_count(root / "stackoverflow.word_count", WORDS)
     write_tag_count(root / "stackoverflow.tag_count", TAGS)
     return root
