@@ -197,34 +197,84 @@ def run_sweep(
     ``started`` is told each run's directory as it starts. An interrupted run (Ctrl-C, SIGTERM) stops the sweep:
     :class:`~fedpub.simulations.session.RunInterrupted` (or KeyboardInterrupt) goes up, the run checkpointed."""
     with RunLock(sweep.root, "sweep directory"):
-        return _run_sweep(sweep, fresh, console or Console(), backend, started)
+        results = _Results(sweep, fresh, console or Console())
+        _one_by_one(results, fresh, backend, started)
+        return SweepResult(results.failures, results.comparison())
 
 
-def _run_sweep(
-    sweep: Sweep, fresh: bool, console: Console, backend: Backend, started: Callable[[RunDirectory], None] | None
-) -> SweepResult:
-    csv_path = sweep.root / CSV_FILE
-    if fresh:
-        for name in OUTPUT_FILES:
-            (sweep.root / name).unlink(missing_ok=True)
-    rows = read_csv(csv_path) if csv_path.exists() else []
-    recorded = {(r["strategy"], r["target_epsilon"], r["seed"]): r for r in rows}
-    done: dict[tuple[str, float, int], ComparedRun] = {}
-    failures: list[RunFailure] = []
-    for i, run in enumerate(sweep.runs, 1):
-        step = f"[{i}/{len(sweep.runs)}] {run.describe()}"
-        row = recorded.get(run.key)
+class _Results:
+    """The sweep's finished runs: recorded in ``compare.csv`` (rewritten in the sweep's run order) as each one ends,
+    and said on the console; the failed ones listed."""
+
+    def __init__(self, sweep: Sweep, fresh: bool, console: Console) -> None:
+        self.sweep, self.console = sweep, console
+        self.csv_path = sweep.root / CSV_FILE
+        if fresh:
+            for name in OUTPUT_FILES:
+                (sweep.root / name).unlink(missing_ok=True)
+        rows = read_csv(self.csv_path) if self.csv_path.exists() else []
+        self.recorded = {(r["strategy"], r["target_epsilon"], r["seed"]): r for r in rows}
+        self.done: dict[tuple[str, float, int], ComparedRun] = {}
+        self.failures: list[RunFailure] = []
+        self._position = {run.key: i for i, run in enumerate(sweep.runs, 1)}
+
+    def step(self, run: SweepRun) -> str:
+        """``[i/n] <run>``: the line's start for ``run``."""
+        return f"[{self._position[run.key]}/{len(self.sweep.runs)}] {run.describe()}"
+
+    def is_recorded(self, run: SweepRun) -> bool:
+        """Whether ``compare.csv`` holds ``run``, whose directory holds the same config."""
         stored = run.run_dir.stored_config()
-        if row is not None and stored is not None and not run_changes(stored, dump_config(run.config)):
-            done[run.key] = ComparedRun(row, eval_curve(run.run_dir.read_metrics(), sweep.headline), sweep.headline)
-            console.print(f"{step}: recorded, skipped", highlight=False)
+        return run.key in self.recorded and stored is not None and not run_changes(stored, dump_config(run.config))
+
+    def skip(self, run: SweepRun) -> bool:
+        """Take a recorded run's row (and say so) and return True; False for a run to do."""
+        if not self.is_recorded(run):
+            return False
+        headline = self.sweep.headline
+        self.done[run.key] = ComparedRun(self.recorded[run.key], eval_curve(run.run_dir.read_metrics(), headline),
+                                         headline)
+        self.console.print(f"{self.step(run)}: recorded, skipped", highlight=False)
+        return True
+
+    def finished(self, run: SweepRun, final_metrics: dict[str, Any], epsilon: float, rounds_done: int,
+                 seconds: float) -> None:
+        """Record a finished run (``compare.csv`` rewritten at once) and say its figures."""
+        headline = self.sweep.headline
+        self.done[run.key] = read_run(run.run_dir, run.label, final_metrics)
+        rows = [self.done[r.key].row for r in self.sweep.runs if r.key in self.done]
+        write_text_atomic(self.csv_path, csv_text(rows, headline))
+        metric = final_metrics.get(f"eval_{headline}", float("nan"))
+        self.console.print(
+            f"{self.step(run)}: {headline} {metric:.4f}, ε {epsilon:.4g} after {rounds_done} rounds, {seconds:.1f} s",
+            highlight=False,
+        )
+
+    def failed(self, run: SweepRun, kind: str, message: str) -> None:
+        """List a failed run (its error's ``kind`` and ``message``) and say so."""
+        self.failures.append(RunFailure(run, f"{kind}: {message}"))
+        self.console.print(f"{self.step(run)}: [red]failed[/]: {escape(message)}", highlight=False)
+
+    def comparison(self) -> str | None:
+        """Write compare.md and the plots over the finished runs; their table (None when no run has finished)."""
+        compared = [self.done[r.key] for r in self.sweep.runs if r.key in self.done]
+        return write_comparison(self.sweep.root, compared, f"Comparison `{self.sweep.name}`") if compared else None
+
+
+def _one_by_one(
+    results: _Results, fresh: bool, backend: Backend, started: Callable[[RunDirectory], None] | None
+) -> None:
+    """Run the sweep's runs in this process, one after the other, each with a progress display."""
+    headline = results.sweep.headline
+    for run in results.sweep.runs:
+        if results.skip(run):
             continue
-        console.print(f"{step}: started", highlight=False)
+        results.console.print(f"{results.step(run)}: started", highlight=False)
         if started is not None:
             started(run.run_dir)
         began = time.perf_counter()
         try:
-            with RoundDisplay(console, run.config.rounds, sweep.headline, f"{run.describe()}: round") as display:
+            with RoundDisplay(results.console, run.config.rounds, headline, f"{run.describe()}: round") as display:
                 result = run_experiment(
                     build_experiment(run.config), backend, fresh=fresh, on_round=display.on_round,
                     on_resume=display.on_resume,
@@ -232,18 +282,6 @@ def _run_sweep(
         except RunInterrupted:
             raise
         except Exception as error:  # noqa: BLE001 — one failed run must not stop the sweep
-            failures.append(RunFailure(run, f"{type(error).__name__}: {error}"))
-            console.print(f"{step}: [red]failed[/]: {escape(str(error))}", highlight=False)
+            results.failed(run, type(error).__name__, str(error))
             continue
-        done[run.key] = read_run(run.run_dir, run.label, result.final_metrics)
-        rows = [done[r.key].row for r in sweep.runs if r.key in done]
-        write_text_atomic(csv_path, csv_text(rows, sweep.headline))
-        metric = result.final_metrics.get(f"eval_{sweep.headline}", float("nan"))
-        console.print(
-            f"{step}: {sweep.headline} {metric:.4f}, ε {result.epsilon:.4g} after {result.rounds_done} rounds, "
-            f"{time.perf_counter() - began:.1f} s",
-            highlight=False,
-        )
-    compared = [done[r.key] for r in sweep.runs if r.key in done]
-    table = write_comparison(sweep.root, compared, f"Comparison `{sweep.name}`") if compared else None
-    return SweepResult(failures, table)
+        results.finished(run, result.final_metrics, result.epsilon, result.rounds_done, time.perf_counter() - began)
