@@ -340,7 +340,7 @@ def compare(
         for run, rounds_done in stop.stopped:
             _say_stopped(run.run_dir, rounds_done, run.config.rounds)
         if stop.not_started:
-            console.print(f"{stop.not_started} runs not started", highlight=False)
+            console.print(f"runs not started: {stop.not_started}", highlight=False)
         _resume_with(resume)
     except KeyboardInterrupt:
         if not current:

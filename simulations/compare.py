@@ -265,7 +265,7 @@ class _Results:
 
     def finished(self, run: SweepRun, final_metrics: dict[str, Any], epsilon: float, rounds_done: int,
                  seconds: float, tail: str = "") -> None:
-        """Record a finished run (``compare.csv`` rewritten at once) and say its figures, then ``tail``."""
+        """Record a finished run (``compare.csv`` rewritten at once) and say its figures, then ``tail`` (one line)."""
         headline = self.sweep.headline
         self.done[run.key] = read_run(run.run_dir, run.label, final_metrics)
         rows = [self.done[r.key].row for r in self.sweep.runs if r.key in self.done]
@@ -273,13 +273,14 @@ class _Results:
         metric = final_metrics.get(f"eval_{headline}", float("nan"))
         self.console.print(
             f"{self.step(run)}: {headline} {metric:.4f}, ε {epsilon:.4g} after {rounds_done} rounds, {seconds:.1f} s"
-            + tail, highlight=False,
+            + tail, highlight=False, soft_wrap=bool(tail),  # with a tail (runs at once): never wrapped, one line each
         )
 
     def failed(self, run: SweepRun, kind: str, message: str, tail: str = "") -> None:
-        """List a failed run (its error's ``kind`` and ``message``) and say so, then ``tail``."""
+        """List a failed run (its error's ``kind`` and ``message``) and say so, then ``tail`` (on one line)."""
         self.failures.append(RunFailure(run, f"{kind}: {message}"))
-        self.console.print(f"{self.step(run)}: [red]failed[/]: {escape(message)}{escape(tail)}", highlight=False)
+        self.console.print(f"{self.step(run)}: [red]failed[/]: {escape(message)}{escape(tail)}", highlight=False,
+                           soft_wrap=bool(tail))
 
     def comparison(self) -> str | None:
         """Write compare.md and the plots over the finished runs; their table (None when no run has finished)."""
@@ -316,6 +317,8 @@ def _one_by_one(
 def _at_once(results: _Results, fresh: bool, jobs: int, started: Callable[[RunDirectory], None] | None) -> None:
     """Run the sweep's runs in process, ``jobs`` at once in worker processes: a line as each starts and ends."""
     todo = [run for run in results.sweep.runs if not results.skip(run)]
+    if not todo:
+        return
     threads = threads_per_job(jobs)
     results.console.print(
         f"{jobs} runs at once, each in its own process with {threads} torch thread{'s' * (threads > 1)} "
