@@ -77,6 +77,9 @@ def _under_way(folder: Path) -> list[str]:
     return [p.parent.name for p in checkpoints if not (p.parent / "final_metrics.json").exists()]
 
 
+needs_proc = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the workers in Linux's /proc")
+
+
 def _workers(pid: int) -> list[int]:
     """The sweep process's worker processes (spawned by multiprocessing, from any of its threads; not its resource
     tracker)."""
@@ -120,6 +123,7 @@ def test_two_jobs_record_the_rows_and_metrics_of_one_after_the_other(reference, 
     assert "started" not in again.output and "at once" not in again.output  # nothing to run: no workers
 
 
+@needs_proc
 def test_ctrl_c_stops_every_run_under_way_checkpointed_and_the_rerun_resumes_them(reference, tiny_emnist_dir, tmp_path):
     path = _sweep_file(tmp_path, tiny_emnist_dir)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -161,6 +165,7 @@ def test_ctrl_c_stops_every_run_under_way_checkpointed_and_the_rerun_resumes_the
 
 
 @pytest.mark.slow
+@needs_proc
 def test_a_killed_worker_fails_the_runs_under_way_the_rest_go_on_and_the_rerun_resumes(
     reference, tiny_emnist_dir, tmp_path
 ):
