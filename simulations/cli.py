@@ -122,8 +122,8 @@ def _resume_command(*words: str) -> str:
     return shlex.join(["fedpub", *words])
 
 
-def _stopped(run_dir: RunDirectory, rounds_done: int | None, rounds: int, resume: str) -> None:
-    """Where an interrupted run stopped and how to go on; exits 130."""
+def _say_stopped(run_dir: RunDirectory, rounds_done: int | None, rounds: int) -> None:
+    """Where an interrupted run stopped."""
     if rounds_done is None:  # stopped mid-round: the checkpoint on disk says where
         checkpoint = run_dir.load_checkpoint() if run_dir.checkpoint_path.exists() else None
         rounds_done = 0 if checkpoint is None else checkpoint["rounds_done"]
@@ -131,8 +131,18 @@ def _stopped(run_dir: RunDirectory, rounds_done: int | None, rounds: int, resume
         f"interrupted: {run_dir.root}/ holds {rounds_done} of {rounds} rounds, checkpointed (metrics.jsonl and "
         "ledger.json hold nothing past the checkpoint)", highlight=False, soft_wrap=True,
     )
+
+
+def _resume_with(resume: str) -> None:
+    """How to go on after an interruption; exits 130."""
     console.print(f"resume with: {resume}", highlight=False, soft_wrap=True, markup=False)
     raise typer.Exit(130)
+
+
+def _stopped(run_dir: RunDirectory, rounds_done: int | None, rounds: int, resume: str) -> None:
+    """Where an interrupted run stopped and how to go on; exits 130."""
+    _say_stopped(run_dir, rounds_done, rounds)
+    _resume_with(resume)
 
 
 @app.command()
@@ -289,34 +299,49 @@ def compare(
     overrides: Annotated[Optional[list[str]], typer.Option(
         "--set", metavar="KEY=VALUE", help=SET_HELP.replace("config key", "key of the base config") +
         "; the strategies' overrides, ε, seed and name still apply over it")] = None,
+    jobs: Annotated[str, typer.Option(
+        "--jobs", "-j", metavar="N|auto",
+        help="runs at once (in process only), each in its own worker process with max(1, cores // N) torch threads; "
+        "their progress is a line as each starts and ends; 0 or auto: one per core; 1: one after the other, with "
+        "the round progress")] = "1",
 ) -> None:
     """Run every (strategy, ε, seed) of a sweep (resumable) in process or on Flower simulation, then write
     compare.csv, compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/. Ctrl-C stops
-    the run under way at the end of its round, checkpointed, and exits 130.
+    the runs under way at the end of their round, checkpointed, and exits 130.
 
     SWEEP: the sweep YAML (base config, epsilons, seeds, strategies; see the README)."""
     from fedpub.simulations.backends import check_backend
-    from fedpub.simulations.compare import load_sweep, run_sweep
+    from fedpub.simulations.compare import SweepInterrupted, load_sweep, run_sweep
     from fedpub.simulations.engine import RunInterrupted
     from fedpub.simulations.run_dir import RunDirectory
     from fedpub.simulations.run_lock import RunDirectoryLocked
+    from fedpub.simulations.sweep_jobs import check_jobs, parse_jobs
 
     sets = overrides or []
     try:
         backend = check_backend(backend)
+        at_once = parse_jobs(jobs)
+        check_jobs(at_once, backend)
         plan = load_sweep(sweep, sets)
     except USER_ERRORS as error:
         _fail(error)
     resume = _resume_command("compare", str(sweep), *(w for item in sets for w in ("--set", item)),
-                             *(["--backend", backend] if backend != "inprocess" else []))
+                             *(["--backend", backend] if backend != "inprocess" else []),
+                             *(["--jobs", jobs] if at_once != 1 else []))
     console.print(f"[bold]{plan.name}[/]: {len(plan.runs)} runs into {plan.root}/ (backend {backend})", highlight=False)
     current: list[RunDirectory] = []
     try:
-        result = run_sweep(plan, fresh=fresh, console=console, backend=backend, started=current.append)
+        result = run_sweep(plan, fresh=fresh, console=console, backend=backend, started=current.append, jobs=at_once)
     except RunDirectoryLocked as error:
         _fail(error)
     except RunInterrupted as stop:
         _stopped(stop.run_dir, stop.rounds_done, stop.rounds, resume)
+    except SweepInterrupted as stop:
+        for run, rounds_done in stop.stopped:
+            _say_stopped(run.run_dir, rounds_done, run.config.rounds)
+        if stop.not_started:
+            console.print(f"runs not started: {stop.not_started}", highlight=False)
+        _resume_with(resume)
     except KeyboardInterrupt:
         if not current:
             raise typer.Exit(130) from None

@@ -1,5 +1,5 @@
-"""``fedpub compare``: every (strategy, ε, seed) of a sweep file, run in process (or on Flower simulation with
-``--backend flower``), then compared.
+"""``fedpub compare``: every (strategy, ε, seed) of a sweep file, run in process (several at once with ``--jobs``:
+:mod:`fedpub.simulations.sweep_jobs`) or on Flower simulation (``--backend flower``), then compared.
 
 A sweep file names a base experiment config (a path relative to the sweep file, or an inline
 mapping), target ε values, seeds and strategies, each a label with overrides deep-merged over the
@@ -46,6 +46,14 @@ from fedpub.simulations.progress import RoundDisplay
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.run_lock import RunLock
 from fedpub.simulations.session import RunInterrupted, run_changes
+from fedpub.simulations.sweep_jobs import (
+    JobOutcome,
+    available_cores,
+    check_jobs,
+    resolve_jobs,
+    run_jobs,
+    threads_per_job,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 LABEL = re.compile(r"[A-Za-z0-9.-]+(_[A-Za-z0-9.-]+)*")
@@ -191,40 +199,109 @@ def run_sweep(
     console: Console | None = None,
     backend: Backend = "inprocess",
     started: Callable[[RunDirectory], None] | None = None,
+    jobs: int = 1,
 ) -> SweepResult:
     """Run every run not yet recorded (all of them with ``fresh``) on ``backend``, then write the comparison,
     holding the sweep directory's lock (a second sweep of it is refused: :class:`RunDirectoryLocked`).
-    ``started`` is told each run's directory as it starts. An interrupted run (Ctrl-C, SIGTERM) stops the sweep:
-    :class:`~fedpub.simulations.session.RunInterrupted` (or KeyboardInterrupt) goes up, the run checkpointed."""
+    ``started`` is told each run's directory as it starts. ``jobs``: how many runs at once (in process only; 0: one
+    per core, :mod:`fedpub.simulations.sweep_jobs`); 1 runs them one after the other with a progress display. An
+    interrupted run (Ctrl-C, SIGTERM) stops the sweep: :class:`~fedpub.simulations.session.RunInterrupted` (or
+    KeyboardInterrupt) goes up, the run checkpointed; with several at once, :class:`SweepInterrupted`."""
+    check_jobs(jobs, backend)
     with RunLock(sweep.root, "sweep directory"):
-        return _run_sweep(sweep, fresh, console or Console(), backend, started)
+        results = _Results(sweep, fresh, console or Console())
+        jobs = resolve_jobs(jobs, sum(not results.is_recorded(run) for run in sweep.runs))
+        if jobs == 1:
+            _one_by_one(results, fresh, backend, started)
+        else:
+            _at_once(results, fresh, jobs, started)
+        return SweepResult(results.failures, results.comparison())
 
 
-def _run_sweep(
-    sweep: Sweep, fresh: bool, console: Console, backend: Backend, started: Callable[[RunDirectory], None] | None
-) -> SweepResult:
-    csv_path = sweep.root / CSV_FILE
-    if fresh:
-        for name in OUTPUT_FILES:
-            (sweep.root / name).unlink(missing_ok=True)
-    rows = read_csv(csv_path) if csv_path.exists() else []
-    recorded = {(r["strategy"], r["target_epsilon"], r["seed"]): r for r in rows}
-    done: dict[tuple[str, float, int], ComparedRun] = {}
-    failures: list[RunFailure] = []
-    for i, run in enumerate(sweep.runs, 1):
-        step = f"[{i}/{len(sweep.runs)}] {run.describe()}"
-        row = recorded.get(run.key)
+class SweepInterrupted(Exception):
+    """A sweep running several runs at once was stopped (Ctrl-C, SIGTERM): the finished runs are recorded, those under
+    way checkpointed (``stopped``: each with its rounds done, None when stopped mid-round: its checkpoint says), the
+    ``not_started`` others not started; running it again resumes."""
+
+    def __init__(self, stopped: list[tuple[SweepRun, int | None]], not_started: int) -> None:
+        super().__init__(f"interrupted: {len(stopped)} runs checkpointed, {not_started} not started")
+        self.stopped, self.not_started = stopped, not_started
+
+
+class _Results:
+    """The sweep's finished runs: recorded in ``compare.csv`` (rewritten in the sweep's run order) as each one ends,
+    and said on the console; the failed ones listed."""
+
+    def __init__(self, sweep: Sweep, fresh: bool, console: Console) -> None:
+        self.sweep, self.console = sweep, console
+        self.csv_path = sweep.root / CSV_FILE
+        if fresh:
+            for name in OUTPUT_FILES:
+                (sweep.root / name).unlink(missing_ok=True)
+        rows = read_csv(self.csv_path) if self.csv_path.exists() else []
+        self.recorded = {(r["strategy"], r["target_epsilon"], r["seed"]): r for r in rows}
+        self.done: dict[tuple[str, float, int], ComparedRun] = {}
+        self.failures: list[RunFailure] = []
+        self._position = {run.key: i for i, run in enumerate(sweep.runs, 1)}
+
+    def step(self, run: SweepRun) -> str:
+        """``[i/n] <run>``: the line's start for ``run``."""
+        return f"[{self._position[run.key]}/{len(self.sweep.runs)}] {run.describe()}"
+
+    def is_recorded(self, run: SweepRun) -> bool:
+        """Whether ``compare.csv`` holds ``run``, whose directory holds the same config."""
         stored = run.run_dir.stored_config()
-        if row is not None and stored is not None and not run_changes(stored, dump_config(run.config)):
-            done[run.key] = ComparedRun(row, eval_curve(run.run_dir.read_metrics(), sweep.headline), sweep.headline)
-            console.print(f"{step}: recorded, skipped", highlight=False)
+        return run.key in self.recorded and stored is not None and not run_changes(stored, dump_config(run.config))
+
+    def skip(self, run: SweepRun) -> bool:
+        """Take a recorded run's row (and say so) and return True; False for a run to do."""
+        if not self.is_recorded(run):
+            return False
+        headline = self.sweep.headline
+        self.done[run.key] = ComparedRun(self.recorded[run.key], eval_curve(run.run_dir.read_metrics(), headline),
+                                         headline)
+        self.console.print(f"{self.step(run)}: recorded, skipped", highlight=False)
+        return True
+
+    def finished(self, run: SweepRun, final_metrics: dict[str, Any], epsilon: float, rounds_done: int,
+                 seconds: float, tail: str = "") -> None:
+        """Record a finished run (``compare.csv`` rewritten at once) and say its figures, then ``tail`` (one line)."""
+        headline = self.sweep.headline
+        self.done[run.key] = read_run(run.run_dir, run.label, final_metrics)
+        rows = [self.done[r.key].row for r in self.sweep.runs if r.key in self.done]
+        write_text_atomic(self.csv_path, csv_text(rows, headline))
+        metric = final_metrics.get(f"eval_{headline}", float("nan"))
+        self.console.print(
+            f"{self.step(run)}: {headline} {metric:.4f}, ε {epsilon:.4g} after {rounds_done} rounds, {seconds:.1f} s"
+            + tail, highlight=False, soft_wrap=bool(tail),  # with a tail (runs at once): never wrapped, one line each
+        )
+
+    def failed(self, run: SweepRun, kind: str, message: str, tail: str = "") -> None:
+        """List a failed run (its error's ``kind`` and ``message``) and say so, then ``tail`` (on one line)."""
+        self.failures.append(RunFailure(run, f"{kind}: {message}"))
+        self.console.print(f"{self.step(run)}: [red]failed[/]: {escape(message)}{escape(tail)}", highlight=False,
+                           soft_wrap=bool(tail))
+
+    def comparison(self) -> str | None:
+        """Write compare.md and the plots over the finished runs; their table (None when no run has finished)."""
+        compared = [self.done[r.key] for r in self.sweep.runs if r.key in self.done]
+        return write_comparison(self.sweep.root, compared, f"Comparison `{self.sweep.name}`") if compared else None
+
+
+def _one_by_one(
+    results: _Results, fresh: bool, backend: Backend, started: Callable[[RunDirectory], None] | None
+) -> None:
+    """Run the sweep's runs in this process, one after the other, each with a progress display."""
+    headline = results.sweep.headline
+    for run in results.sweep.runs:
+        if results.skip(run):
             continue
-        console.print(f"{step}: started", highlight=False)
+        results.console.print(f"{results.step(run)}: started", highlight=False)
         if started is not None:
             started(run.run_dir)
         began = time.perf_counter()
         try:
-            with RoundDisplay(console, run.config.rounds, sweep.headline, f"{run.describe()}: round") as display:
+            with RoundDisplay(results.console, run.config.rounds, headline, f"{run.describe()}: round") as display:
                 result = run_experiment(
                     build_experiment(run.config), backend, fresh=fresh, on_round=display.on_round,
                     on_resume=display.on_resume,
@@ -232,18 +309,41 @@ def _run_sweep(
         except RunInterrupted:
             raise
         except Exception as error:  # noqa: BLE001 — one failed run must not stop the sweep
-            failures.append(RunFailure(run, f"{type(error).__name__}: {error}"))
-            console.print(f"{step}: [red]failed[/]: {escape(str(error))}", highlight=False)
+            results.failed(run, type(error).__name__, str(error))
             continue
-        done[run.key] = read_run(run.run_dir, run.label, result.final_metrics)
-        rows = [done[r.key].row for r in sweep.runs if r.key in done]
-        write_text_atomic(csv_path, csv_text(rows, sweep.headline))
-        metric = result.final_metrics.get(f"eval_{sweep.headline}", float("nan"))
-        console.print(
-            f"{step}: {sweep.headline} {metric:.4f}, ε {result.epsilon:.4g} after {result.rounds_done} rounds, "
-            f"{time.perf_counter() - began:.1f} s",
-            highlight=False,
-        )
-    compared = [done[r.key] for r in sweep.runs if r.key in done]
-    table = write_comparison(sweep.root, compared, f"Comparison `{sweep.name}`") if compared else None
-    return SweepResult(failures, table)
+        results.finished(run, result.final_metrics, result.epsilon, result.rounds_done, time.perf_counter() - began)
+
+
+def _at_once(results: _Results, fresh: bool, jobs: int, started: Callable[[RunDirectory], None] | None) -> None:
+    """Run the sweep's runs in process, ``jobs`` at once in worker processes: a line as each starts and ends."""
+    todo = [run for run in results.sweep.runs if not results.skip(run)]
+    if not todo:
+        return
+    threads = threads_per_job(jobs)
+    results.console.print(
+        f"{jobs} runs at once, each in its own process with {threads} torch thread{'s' * (threads > 1)} "
+        f"({available_cores()} cores)", highlight=False,
+    )
+    ended: list[JobOutcome] = []
+    stopped: list[tuple[SweepRun, int | None]] = []
+
+    def on_start(index: int) -> None:
+        results.console.print(f"{results.step(todo[index])}: started", highlight=False)
+        if started is not None:
+            started(todo[index].run_dir)
+
+    def on_end(outcome: JobOutcome) -> None:
+        run = todo[outcome.index]
+        if outcome.status == "interrupted":
+            stopped.append((run, outcome.rounds_done))
+            results.console.print(f"{results.step(run)}: interrupted", highlight=False)
+            return
+        ended.append(outcome)
+        tail = f"; {len(ended)} of {len(todo)} done"
+        if outcome.status == "failed":
+            results.failed(run, outcome.error_kind, outcome.error, tail)
+        else:
+            results.finished(run, outcome.final_metrics, outcome.epsilon, outcome.rounds_done, outcome.seconds, tail)
+
+    if run_jobs([run.config for run in todo], jobs, fresh=fresh, started=on_start, ended=on_end) or stopped:
+        raise SweepInterrupted(stopped, len(todo) - len(ended) - len(stopped))
