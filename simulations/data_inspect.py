@@ -1,98 +1,37 @@
 """What a dataset file holds and whether it is intact, for ``fedpub data info|verify`` (:mod:`fedpub.simulations.data_cli`).
 
-Layouts recognised (shared/reference/datasets.md §1-2): federated EMNIST as TFF HDF5 files, as TFF's SQLite
-database or its ``.sqlite.lzma``; federated StackOverflow as HDF5 files or SQLite (recognised by structure, counts
-only), ``stackoverflow.word_count`` and ``stackoverflow.tag_count``; the registry's ``.tar.bz2`` archives.
+The containers are read here: TFF's HDF5 files and SQLite databases, ``.sqlite.lzma`` streams and the ``.tar.bz2``
+archives of the registry's downloads. What a file of a dataset holds is said by that dataset's describers
+(:attr:`fedpub.data.spec.Dataset.describers`), the dataset recognised by the fields of its HDF5 client groups, the
+split names of its SQLite database, or (its other files) by the dataset itself.
 """
 
 from __future__ import annotations
 
 import lzma
 import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
-import numpy as np
 
+from fedpub.data import registry
 from fedpub.data.base import DatasetError
-from fedpub.data.download import (
-    CHUNK,
-    REGISTRY,
-    SQLITE_HEADER,
-    check_lzma_sqlite_header,
-    check_tar_bz2,
-    sha256_of,
-)
-from fedpub.data.emnist import EmnistH5
-from fedpub.data.emnist_sqlite import SPLITS as EMNIST_SPLITS
-from fedpub.data.emnist_sqlite import EmnistSqlite, connect_tff_sqlite
-from fedpub.data.stackoverflow import FIELDS as SO_FIELDS
-from fedpub.data.stackoverflow import SPLITS as SO_SPLITS
-from fedpub.data.stackoverflow import StackOverflowH5, decode_stackoverflow_example, load_tag_counts, read_word_counts
-
+from fedpub.data.download import CHUNK, REGISTRY, SQLITE_HEADER, check_lzma_sqlite_header, check_tar_bz2, sha256_of
+from fedpub.data.file_report import Describer, FileDescribers, FileReport, size_text
+from fedpub.data.spec import Dataset, resolve
+from fedpub.data.tff_sqlite import connect_tff_sqlite
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
-@dataclass
-class FileReport:
-    """What one file holds (``facts``, label/value pairs) and what is wrong with it (``problems``)."""
-
-    path: Path
-    layout: str = "unknown"
-    facts: list[tuple[str, str]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    def add(self, label: str, value: object) -> None:
-        self.facts.append((label, str(value)))
+def _describers(dataset: Dataset) -> FileDescribers:
+    describers: FileDescribers = resolve(dataset.describers)
+    return describers
 
 
-def size_text(num_bytes: int) -> str:
-    if num_bytes < 1024:
-        return f"{num_bytes} B"
-    value, unit = num_bytes / 1024, "KiB"
-    for larger in ("MiB", "GiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, larger
-    return f"{value:.1f} {unit} ({num_bytes} B)"
-
-
-def _spread(counts: list[int]) -> str:
-    return f"{sum(counts)} (per client min {min(counts)}, median {int(np.median(counts))}, max {max(counts)})"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# One describer per layout; ``deep`` (verify) reads more than ``info`` does.
-
-
-def _describe_emnist_h5(path: Path, report: FileReport, deep: bool) -> None:
-    report.layout = "federated EMNIST, TFF HDF5"
-    with EmnistH5(path) as ds:
-        counts = [ds.num_examples(c) for c in ds.client_ids]  # checks every client's shapes and dtypes
-        if deep:  # reads every client, with EmnistH5's pixel and label range checks
-            for client_id in ds.client_ids:
-                ds.client_data(client_id)
-        client_ids, num_classes = ds.client_ids, ds.num_classes
-    report.add("clients", len(client_ids))
-    report.add("examples", _spread(counts))
-    with h5py.File(path, "r") as f:
-        labels = np.concatenate([f["examples"][c]["label"][()].reshape(-1) for c in client_ids])
-    distinct = np.unique(labels)
-    report.add("classes", f"{len(distinct)} distinct labels seen; {num_classes} expected (from the file name)")
-    if distinct.size and (distinct[0] < 0 or distinct[-1] >= num_classes):
-        report.problems.append(f"labels in [{distinct[0]}, {distinct[-1]}], outside [0, {num_classes - 1}]")
-
-
-def _describe_so_h5(path: Path, report: FileReport, deep: bool) -> None:
-    report.layout = "federated StackOverflow, TFF HDF5"
-    with StackOverflowH5(path) as ds:  # deep: every client's six datasets checked, from metadata only
-        count = ds.check_client if deep else ds.num_examples
-        counts = [count(client_id) for client_id in ds.client_ids]
-    report.add("clients", len(counts))
-    report.add("examples", _spread(counts))
+def _layouts() -> str:
+    """Every registered dataset's HDF5 client fields, for a message about a file that has none of them."""
+    return "; ".join(f"{d.name} ({', '.join(sorted(d.client_fields))})" for d in registry.DATASETS)
 
 
 def _describe_hdf5(path: Path, report: FileReport, deep: bool) -> None:
@@ -107,12 +46,11 @@ def _describe_hdf5(path: Path, report: FileReport, deep: bool) -> None:
     except OSError as exc:
         report.problems.append(f"not a readable HDF5 file: {exc}")
         return
-    if set(SO_FIELDS) <= fields:
-        _describe_so_h5(path, report, deep)
-    elif {"label", "pixels"} <= fields:
-        _describe_emnist_h5(path, report, deep)
-    else:
-        report.problems.append(f"clients hold {sorted(fields)}: neither EMNIST (label, pixels) nor StackOverflow")
+    dataset = registry.dataset_of_client_fields(fields)
+    if dataset is None:
+        report.problems.append(f"clients hold {sorted(fields)}: no registered dataset's layout ({_layouts()})")
+        return
+    _describers(dataset).hdf5(path, report, deep)
 
 
 def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
@@ -123,17 +61,16 @@ def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
             "SELECT split_name, COUNT(DISTINCT client_id), SUM(num_examples) FROM client_metadata "
             "GROUP BY split_name ORDER BY split_name"
         ).fetchall()
-        names = {s for s, _, _ in splits}
-        if names and names <= set(EMNIST_SPLITS):
-            report.layout = "federated EMNIST, TFF SQLite"
-        elif names and names <= set(SO_SPLITS):
-            report.layout = "federated StackOverflow, TFF SQLite"
-        else:
+        dataset = registry.dataset_of_sqlite_splits({s for s, _, _ in splits})
+        if dataset is None:
             report.layout = "TFF SQLite"
-            report.problems.append(f"splits {sorted(names)} are neither EMNIST's nor StackOverflow's")
+            known = "; ".join(f"{d.name}: {', '.join(d.sqlite_splits)}" for d in registry.DATASETS if d.sqlite_splits)
+            report.problems.append(f"splits {sorted(s for s, _, _ in splits)} are no registered dataset's ({known})")
+            return
+        describers = _describers(dataset)
+        report.layout = f"{describers.label}, TFF SQLite"
         for split, clients, examples in splits:
-            classes = f", {EMNIST_SPLITS[split]} classes" if split in EMNIST_SPLITS else ""
-            report.add(f"split {split}", f"{clients} clients, {examples} examples{classes}")
+            report.add(f"split {split}", f"{clients} clients, {examples} examples{describers.sqlite_split_note(split)}")
             if not deep:
                 continue
             stored = dict(
@@ -152,15 +89,7 @@ def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
                     f"split {split}: {len(wrong)} client(s) whose example rows disagree with client_metadata "
                     f"(first: {wrong[0]!r} has {stored.get(wrong[0], 0)} rows, metadata says {claimed.get(wrong[0])})"
                 )
-            if split in EMNIST_SPLITS:
-                with EmnistSqlite(path, split) as ds:
-                    ds.client_data(ds.client_ids[0])  # decodes and checks the first client's examples
-            elif split in SO_SPLITS:
-                row = connection.execute(
-                    "SELECT serialized_example_proto FROM examples WHERE split_name = ? LIMIT 1", (split,)
-                ).fetchone()
-                if row is not None:
-                    decode_stackoverflow_example(row[0], f"split {split!r}, first example")
+            describers.check_sqlite_split(path, connection, split)
         if deep:
             report.add("checked", "tables, per-client example counts, first client of each split decoded")
     finally:
@@ -217,28 +146,7 @@ def _describe_archive(path: Path, report: FileReport, deep: bool) -> None:
             )
 
 
-def _describe_word_count(path: Path, report: FileReport, deep: bool) -> None:
-    report.layout = "StackOverflow word_count"
-    words, previous, top = 0, None, []
-    for number, word, count in read_word_counts(path):
-        if previous is not None and count > previous:
-            report.problems.append(f"line {number}: counts are not in descending order ({previous} then {count})")
-            return
-        previous, words = count, words + 1
-        if len(top) < 3:
-            top.append(f"{word!r} {count}")
-    report.add("words", words)
-    report.add("most frequent", ", ".join(top) or "none")
-
-
-def _describe_tag_count(path: Path, report: FileReport, deep: bool) -> None:
-    report.layout = "StackOverflow tag_count"
-    tags = load_tag_counts(path)  # sorted by count, descending
-    report.add("tags", len(tags))
-    report.add("most frequent", ", ".join(f"{t!r} {c}" for t, c in list(tags.items())[:3]))
-
-
-def _describer(path: Path) -> Callable[[Path, FileReport, bool], None] | None:
+def _describer(path: Path) -> Describer | None:
     name = path.name
     if name.endswith(".tar.bz2"):
         return _describe_archive
@@ -250,10 +158,10 @@ def _describer(path: Path) -> Callable[[Path, FileReport, bool], None] | None:
         return _describe_hdf5
     if head == SQLITE_HEADER:
         return _describe_sqlite
-    if name.endswith("word_count"):
-        return _describe_word_count
-    if name.endswith("tag_count") or head.lstrip().startswith(b"{"):
-        return _describe_tag_count
+    for dataset in registry.DATASETS:
+        describe = _describers(dataset).side_file(path)
+        if describe is not None:
+            return describe
     return None
 
 
@@ -288,9 +196,3 @@ def inspect_path(path: Path, *, deep: bool) -> FileReport | None:
     except (DatasetError, OSError, UnicodeDecodeError, sqlite3.Error) as exc:
         report.problems.append(str(exc))
     return report
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Commands.
-
-

@@ -72,3 +72,13 @@ class FederatedDataset(Protocol):
     def client_data(self, client_id: str) -> ClientData: ...
 
     def num_examples(self, client_id: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class Splits:
+    """What a source opens (:attr:`fedpub.data.spec.Source.splits`): the training and test users as the task sees
+    them, and the held-out users when the config's public pool is the dataset's held-out split."""
+
+    train: FederatedDataset
+    test: FederatedDataset
+    heldout: FederatedDataset | None = None

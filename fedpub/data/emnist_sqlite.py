@@ -25,58 +25,18 @@ from typing import Any
 import numpy as np
 
 from fedpub.data.base import ClientData, DatasetError
-from fedpub.data.download import SQLITE_HEADER, ensure_decompressed
+from fedpub.data.download import ensure_decompressed
 from fedpub.data.emnist import IMAGE_SHAPE, checked_client_data
 from fedpub.data.tf_example import ExampleDecodeError, FeatureValue, decode_example
+from fedpub.data.tff_sqlite import SQLITE_ERRORS, connect_tff_sqlite
 
 SPLITS: dict[str, int] = {"all_train": 62, "all_test": 62, "digits_only_train": 10, "digits_only_test": 10}
 """EMNIST split name -> number of classes."""
-TFF_TABLES: dict[str, tuple[str, ...]] = {
-    "examples": ("split_name", "client_id", "serialized_example_proto"),
-    "client_metadata": ("client_id", "split_name", "num_examples"),
-}
-"""The tables and columns TFF's SqlClientData requires (extra ones are allowed)."""
 NUM_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
-SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
-"""What sqlite3 raises on a corrupt database (a damaged page, or text that is no longer UTF-8)."""
 SQLITE_HINT = (
     "download https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma "
     "(`fedpub data download emnist_all.sqlite.lzma`)"
 )
-
-
-def connect_tff_sqlite(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open a TFF SqlClientData database read-only, after checking it has TFF's tables and columns."""
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"SQLite file {path} does not exist")
-    with open(path, "rb") as f:
-        header = f.read(len(SQLITE_HEADER))
-    if header != SQLITE_HEADER:
-        raise DatasetError(f"{path} is not a SQLite database (its first bytes are {header!r})")
-    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
-    try:
-        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        for table, required in TFF_TABLES.items():
-            if table not in tables:
-                raise DatasetError(
-                    f"{path} has no '{table}' table (tables: {', '.join(sorted(tables)) or 'none'}): "
-                    "not a TFF SqlClientData database"
-                )
-            columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
-            missing = [c for c in required if c not in columns]
-            if missing:
-                raise DatasetError(
-                    f"{path}: table '{table}' lacks column(s) {', '.join(missing)} "
-                    f"(it has {', '.join(sorted(columns))}; TFF needs {', '.join(required)})"
-                )
-    except SQLITE_ERRORS as exc:
-        connection.close()
-        raise DatasetError(f"{path} is not a readable SQLite database (corrupt?): {exc}") from None
-    except BaseException:
-        connection.close()
-        raise
-    return connection
 
 
 def resolve_sqlite_path(

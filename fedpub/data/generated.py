@@ -1,6 +1,6 @@
 """Generated look-alike data is never replaced under a run's feet.
 
-A synthetic dataset (``synthetic_emnist``, ``synthetic_stackoverflow``) is generated into ``data.path`` the first
+A look-alike dataset (a ``data.source`` that generates its files) is generated into ``data.path`` the first
 time a config asks for it and reused while the spec is the same. A config with another spec for the same folder is
 refused, naming the fields that differ: regenerating in place would change the data of a run that is reading it (or
 will resume on it), and files fedpub did not write there (a real TFF download) are never overwritten.

@@ -36,8 +36,9 @@ import h5py
 import numpy as np
 
 from fedpub.data.base import DatasetError, h5_errors, open_h5, require_listed
-from fedpub.data.download import TFF_BASE
-from fedpub.data.emnist_sqlite import SqliteSplitConnection, connect_tff_sqlite, decode_row, resolve_sqlite_path
+from fedpub.data.remote_files import TFF_BASE
+from fedpub.data.emnist_sqlite import SqliteSplitConnection, decode_row, resolve_sqlite_path
+from fedpub.data.tff_sqlite import connect_tff_sqlite
 
 FIELDS: tuple[str, ...] = ("creation_date", "score", "tags", "title", "tokens", "type")
 """The six fields of every example, in TFF's (sorted) order; ``score`` is an integer, the others strings."""

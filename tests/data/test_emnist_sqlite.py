@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedpub.data import DatasetError, EmnistH5, FederatedDataset, load_emnist_split
+from fedpub.data.base import DatasetError, FederatedDataset
+from fedpub.data.emnist import EmnistH5, load_emnist_split
 from fedpub.data import download as download_module
 from fedpub.data.download import ensure_decompressed
 from fedpub.data.emnist_sqlite import EmnistSqlite, load_emnist_sqlite
