@@ -25,7 +25,7 @@ def test_defaults_and_round_trip_through_yaml():
         ({"strategy": {"noise_multiplier": 1, "sampling": {"kind": "uniform", "clients_per_round": 2}}}, "'poisson', 'fixed' or 'epoch_blocks'"),
         ({"strategy": {"noise_multiplier": 1, "target_epsilon": 2}}, "exactly one of noise_multiplier or target_epsilon"),
         ({"strategy": {"noise_multiplier": 1, "sampling": {"clients_per_round": 2, "sampling_rate": 0.1}}}, "exactly one of clients_per_round"),
-        ({"model": {"name": "resnet"}}, "allowed: emnist_cnn_dropout, emnist_mlp, emnist_small_cnn"),
+        ({"model": {"name": "resnet"}}, "emnist_cnn_dropout, emnist_mlp, emnist_small_cnn"),
         ({"privacy": {"accountant": "gdp"}}, "'pld' or 'rdp'"),
         ({"data": {"source": "mnist"}}, "'synthetic_emnist', 'emnist_h5', 'emnist_sqlite', 'stackoverflow'"),
     ],
