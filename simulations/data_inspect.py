@@ -1,4 +1,5 @@
-"""What a dataset file holds and whether it is intact, for ``fedpub data info|verify`` (:mod:`fedpub.simulations.data_cli`).
+"""What a dataset file holds and whether it is intact, for ``fedpub data info|verify``
+(:mod:`fedpub.simulations.data_cli`).
 
 The containers are read here: TFF's HDF5 files and SQLite databases, ``.sqlite.lzma`` streams and the ``.tar.bz2``
 archives of the registry's downloads. What a file of a dataset holds is said by that dataset's describers

@@ -1,6 +1,6 @@
 """Everything an experiment needs, assembled from its config before any file is written: the users
-(:mod:`fedpub.data.users`, through the dataset registry), the device (:mod:`fedpub.clients.device`), the private strategy with its noise and
-planned event (:mod:`fedpub.strategies.build`) and the local training.
+(:mod:`fedpub.data.users`, through the dataset registry), the device (:mod:`fedpub.clients.device`), the private
+strategy with its noise and planned event (:mod:`fedpub.strategies.build`) and the local training.
 
 Both backends start here, so the same config gives the same data, model, strategy and noise.
 Failures (missing data, an unreachable ε target, a budget smaller than one round) surface here,

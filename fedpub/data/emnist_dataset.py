@@ -41,7 +41,9 @@ EMNIST = Dataset(
     ),
     tasks=(TaskDeclaration("classification", "softmax cross-entropy, accuracy", "fedpub.tasks:CLASSIFICATION"),),
     models=(
-        ModelDeclaration("emnist_small_cnn", "two 5x5 convolutions, about 18k parameters", "fedpub.models.emnist:SmallCNN"),
+        ModelDeclaration(
+            "emnist_small_cnn", "two 5x5 convolutions, about 18k parameters", "fedpub.models.emnist:SmallCNN"
+        ),
         ModelDeclaration("emnist_cnn_dropout", "TFF's cnn_dropout", "fedpub.models.emnist:CnnDropout"),
         ModelDeclaration("emnist_mlp", "TFF's 2nn, 200-200", "fedpub.models.emnist:Mlp"),
     ),
@@ -65,7 +67,9 @@ EMNIST = Dataset(
     config_fields={
         "only_digits": (
             bool,
-            Field(True, description="10 classes (fed_emnist_digitsonly_* / digits_only_*) or 62 (fed_emnist_* / all_*)"),
+            Field(
+                True, description="10 classes (fed_emnist_digitsonly_* / digits_only_*) or 62 (fed_emnist_* / all_*)"
+            ),
         ),
         "synthetic": (SyntheticEmnistConfig, SyntheticEmnistConfig()),
     },

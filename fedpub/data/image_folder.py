@@ -15,7 +15,9 @@ from fedpub.data.base import DatasetError
 IMAGE_SUFFIX = ".png"
 
 
-def read_image_folder(folder: Path, num_classes: int, mode: str, size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def read_image_folder(
+    folder: Path, num_classes: int, mode: str, size: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 ``(N, height, width[, channels])``, labels int64 ``(N,)``) of ``folder``, every image of PIL
     ``mode`` (``L`` grayscale, ``RGB``) and ``size`` (width, height); a DatasetError names a file that is not."""
     from PIL import Image  # Pillow: only a device reading images needs it

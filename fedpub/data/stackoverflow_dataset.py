@@ -63,16 +63,21 @@ STACKOVERFLOW = Dataset(
         ),
     ),
     tasks=(
-        TaskDeclaration("so_tag", "multi-label tags: sigmoid cross-entropy, recall@5, precision", f"{_TASKS}:TAG_PREDICTION"),
-        TaskDeclaration("so_tag_single", "AdaDPS's single-label tags: softmax cross-entropy", "fedpub.tasks:CLASSIFICATION"),
         TaskDeclaration(
-            "so_nwp", "next word: token cross-entropy, accuracy without pad/OOV/BOS/EOS", f"{_TASKS}:NEXT_WORD_PREDICTION"
+            "so_tag", "multi-label tags: sigmoid cross-entropy, recall@5, precision", f"{_TASKS}:TAG_PREDICTION"
+        ),
+        TaskDeclaration(
+            "so_tag_single", "AdaDPS's single-label tags: softmax cross-entropy", "fedpub.tasks:CLASSIFICATION"
+        ),
+        TaskDeclaration(
+            "so_nwp", "next word: token cross-entropy, accuracy without pad/OOV/BOS/EOS",
+            f"{_TASKS}:NEXT_WORD_PREDICTION",
         ),
     ),
     models=(
         ModelDeclaration(
-            "so_tag_logreg", "logistic regression, 10,000 words -> 500 tags", "fedpub.models.stackoverflow:TagLogisticRegression",
-            bag_of_words_weight="0.weight",
+            "so_tag_logreg", "logistic regression, 10,000 words -> 500 tags",
+            "fedpub.models.stackoverflow:TagLogisticRegression", bag_of_words_weight="0.weight",
         ),
         ModelDeclaration("so_nwp_lstm", "Embedding 96, LSTM 670 (TFF)", "fedpub.models.stackoverflow:NextWordLstm"),
     ),

@@ -14,7 +14,14 @@ from pathlib import Path
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import DatasetError, FederatedDataset
 from fedpub.data.device_user import DeviceFormats, DeviceUser, ExportFormat, pick_user
-from fedpub.data.stackoverflow import FIELDS, TAG_COUNT_FILE, WORD_COUNT_FILE, Columns, StackOverflowH5, columns_to_examples
+from fedpub.data.stackoverflow import (
+    FIELDS,
+    TAG_COUNT_FILE,
+    WORD_COUNT_FILE,
+    Columns,
+    StackOverflowH5,
+    columns_to_examples,
+)
 from fedpub.data.stackoverflow_sources import stackoverflow_view
 from fedpub.data.stackoverflow_writers import write_stackoverflow_h5
 
