@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
+from fedpub.data.cifar100_dataset import CIFAR100
 from fedpub.data.emnist_dataset import EMNIST
 from fedpub.data.remote_files import RemoteFile
 from fedpub.data.spec import PUBLIC_POOLS, Dataset, ModelDeclaration, Source, TaskDeclaration
 from fedpub.data.stackoverflow_dataset import STACKOVERFLOW
 
-DATASETS: tuple[Dataset, ...] = (EMNIST, STACKOVERFLOW)
+DATASETS: tuple[Dataset, ...] = (EMNIST, STACKOVERFLOW, CIFAR100)
 """Every dataset, in the order help texts and allowed-value lists show them."""
 DEFAULT_SOURCE = "synthetic_emnist"
 """``data.source`` of a config that names none (the offline quick start); its dataset's first task and model are the
