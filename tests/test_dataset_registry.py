@@ -3,8 +3,8 @@
 No module of fedpub's four packages names a dataset, except the registry and the dataset's own modules (those named
 after it, ``fedpub/data/cifar100_writers.py`` or ``fedpub/models/cifar100.py``); the benchmarks and reproductions
 choose their datasets the way a YAML config does, and are left out. A dataset's name here is its registered name,
-its ``data.source`` values, its models and the tasks only it serves (neither their name nor their score is another dataset's; their common
-prefix too, such as ``so_``),
+its ``data.source`` values, its models and the tasks only it serves (neither their name nor their score is
+another dataset's; their common prefix too, such as ``so_``),
 matched case-insensitively and with an optional hyphen before digits (``CIFAR-100``): every word comes from the
 registry, so a new dataset is covered without editing this file.
 
