@@ -595,5 +595,12 @@ def load_config(path: Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
 
 
 def dump_config(config: ExperimentConfig) -> str:
-    """The resolved configuration as YAML (what a run writes next to its results)."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """The resolved configuration as YAML (what a run writes next to its results). Of the datasets' own ``data``
+    sections only those of ``data.source``'s dataset are written: the others do not change the run, and
+    registering a dataset then changes no other run's resolved config."""
+    raw = config.model_dump(mode="json")
+    own = registry.source(config.data.source)[0].config_fields
+    for name in registry.data_fields():
+        if name not in own:
+            del raw["data"][name]
+    return yaml.safe_dump(raw, sort_keys=False)

@@ -23,6 +23,8 @@ from typer.testing import CliRunner
 
 from fedpub.config import ConfigError, parse_config
 from fedpub.data import registry
+from fedpub.data.device_user import DeviceFormats
+from fedpub.data.file_report import FileDescribers
 from fedpub.data.spec import Dataset, resolve
 from fedpub.models import build_model
 from fedpub.simulations.data_cli import data_app
@@ -101,15 +103,14 @@ def test_the_check_catches_names_in_code_strings_and_comments(tmp_path: Path):
     assert not word_pattern("so_").search("also_tagged")
 
 
-def test_every_declared_reference_resolves():
+def test_every_declared_reference_resolves_to_what_it_declares():
     for dataset in registry.DATASETS:
-        refs = [dataset.describers] + [r for r in (dataset.device, dataset.token_frequencies) if r is not None]
-        refs += [s.splits for s in dataset.sources] + [s.generate for s in dataset.sources if s.generate]
-        refs += [m.build for m in dataset.models]
-        for ref in refs:
-            assert callable(resolve(ref)) or resolve(ref) is not None, ref
-        for task in dataset.tasks:
-            assert isinstance(get_task(task.name), Task)
+        assert isinstance(resolve(dataset.describers), FileDescribers)
+        assert dataset.device is None or isinstance(resolve(dataset.device), DeviceFormats)
+        functions = [s.splits for s in dataset.sources] + [s.generate for s in dataset.sources if s.generate]
+        functions += [m.build for m in dataset.models] + [r for r in [dataset.token_frequencies] if r is not None]
+        assert all(callable(resolve(ref)) for ref in functions)
+        assert all(isinstance(get_task(task.name), Task) for task in dataset.tasks)
 
 
 @pytest.mark.parametrize("dataset", registry.DATASETS, ids=lambda d: d.name)

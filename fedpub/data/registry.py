@@ -10,7 +10,7 @@ h5py).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from fedpub.data.cifar100_dataset import CIFAR100
@@ -119,7 +119,7 @@ def data_fields() -> dict[str, tuple[Any, Any]]:
     return {name: definition for d in DATASETS for name, definition in d.config_fields.items()}
 
 
-def sources_where(keep: Any) -> list[str]:
+def sources_where(keep: Callable[[Dataset, Source], bool]) -> list[str]:
     """The ``data.source`` values whose (dataset, source) ``keep`` accepts (for the allowed values of a message)."""
     return [name for name, (d, s) in _BY_SOURCE.items() if keep(d, s)]
 
@@ -127,11 +127,6 @@ def sources_where(keep: Any) -> list[str]:
 def remote_files() -> dict[str, RemoteFile]:
     """Every downloadable file, by name."""
     return {f.name: f for d in DATASETS for f in d.files}
-
-
-def dataset_of_file(name: str) -> Dataset | None:
-    """The dataset whose downloadable files include ``name``."""
-    return next((d for d in DATASETS if any(f.name == name for f in d.files)), None)
 
 
 def dataset_of_client_fields(fields: Collection[str]) -> Dataset | None:
