@@ -420,6 +420,39 @@ class FlowerConfig(Section):
         return self
 
 
+class WandbConfig(Section):
+    """A Weights & Biases run for each fedpub run (``pip install 'fedpub[tracking]'``)."""
+
+    project: str = Field(..., min_length=1, description="the W&B project the run is logged to")
+    entity: str | None = Field(None, description="the W&B team or user; null = your default entity")
+    mode: Literal["online", "offline"] = Field(
+        "online", description="online: sent to W&B as it runs; offline: kept in <run dir>/wandb/ for `wandb sync`"
+    )
+    tags: tuple[str, ...] = Field((), description="tags of the W&B run")
+
+
+class MlflowConfig(Section):
+    """An MLflow run for each fedpub run (``pip install 'fedpub[tracking]'``: mlflow-skinny, or full mlflow)."""
+
+    tracking_uri: str | None = Field(
+        None, description="where MLflow keeps runs: a server (http://host:5000), a database (sqlite:///mlflow.db); "
+        "null = MLflow's default (MLFLOW_TRACKING_URI, else ./mlflow.db)",
+    )
+    experiment: str = Field(..., min_length=1, description="the MLflow experiment (created when missing)")
+
+
+class TrackingConfig(Section):
+    """Experiment trackers that also receive what a run releases (metrics.jsonl's records, the config, the final
+    figures; never diagnostics), all off by default. Not part of what the run computes: changing this section
+    does not make a resumed run another config (README "Experiment tracking")."""
+
+    tensorboard: bool = Field(
+        False, description="TensorBoard event files in <run dir>/tensorboard/ (pip install 'fedpub[tracking]')"
+    )
+    wandb: WandbConfig | None = Field(None, description="a Weights & Biases run: {project, entity, mode, tags}")
+    mlflow: MlflowConfig | None = Field(None, description="an MLflow run: {tracking_uri, experiment}")
+
+
 class ExperimentConfig(Section):
     name: str = Field("quickstart", pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
@@ -444,6 +477,7 @@ class ExperimentConfig(Section):
     strategy: StrategyConfig = StrategyConfig(noise_multiplier=1.0)
     privacy: PrivacyConfig = PrivacyConfig()
     flower: FlowerConfig = FlowerConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @field_validator("device")
     @classmethod

@@ -89,6 +89,7 @@ def _dry_run(cfg: ExperimentConfig, experiment: Experiment, run_dir: RunDirector
     """What ``fedpub run`` would do with this experiment, from its files; nothing is written."""
     from fedpub.config import dump_config
     from fedpub.simulations.run_lock import lock_holder
+    from fedpub.simulations.session import run_changes
 
     strategy = experiment.strategy
     delta = cfg.privacy.delta
@@ -106,7 +107,7 @@ def _dry_run(cfg: ExperimentConfig, experiment: Experiment, run_dir: RunDirector
         state = f"in use by {holder}: a run now would be refused"
     elif stored is None or fresh:
         state = "a new run" + (" (--fresh: its files would be replaced)" if stored is not None else "")
-    elif stored != dump_config(cfg):
+    elif run_changes(stored, dump_config(cfg)):
         state = "holds a different config: refused (another `name`, or --fresh)"
     elif run_dir.holds_finished_run():
         state = "holds this run, finished: nothing to do"

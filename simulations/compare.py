@@ -45,7 +45,7 @@ from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.progress import RoundDisplay
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.run_lock import RunLock
-from fedpub.simulations.session import RunInterrupted
+from fedpub.simulations.session import RunInterrupted, run_changes
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 LABEL = re.compile(r"[A-Za-z0-9.-]+(_[A-Za-z0-9.-]+)*")
@@ -214,7 +214,8 @@ def _run_sweep(
     for i, run in enumerate(sweep.runs, 1):
         step = f"[{i}/{len(sweep.runs)}] {run.describe()}"
         row = recorded.get(run.key)
-        if row is not None and run.run_dir.stored_config() == dump_config(run.config):
+        stored = run.run_dir.stored_config()
+        if row is not None and stored is not None and not run_changes(stored, dump_config(run.config)):
             done[run.key] = ComparedRun(row, eval_curve(run.run_dir.read_metrics(), sweep.headline), sweep.headline)
             console.print(f"{step}: recorded, skipped", highlight=False)
             continue

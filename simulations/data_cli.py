@@ -3,7 +3,8 @@ public files. Every dataset-specific answer comes from the dataset registry (:mo
 
     fedpub data info DATASET|PATH       a dataset's declaration (sources, tasks, models, files), or one file's layout,
                                         clients, examples, classes and size
-    fedpub data verify PATH_OR_DIR      registry checksums (where published) and structural checks; exit 1 on a problem
+    fedpub data verify PATH_OR_DIR      registry checksums (where published), every example read as a run reads it;
+                                        exit 1 on a problem
     fedpub data download NAME [--dir]   resumable, verified download of a file of the registry, or of a dataset's one
                                         file (fedpub.data.download)
     fedpub data export-user FILE ID OUT one user of a TFF HDF5 file as a device's data: a folder or a one-user file
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Optional, cast
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from fedpub.data import registry
 
@@ -41,28 +43,24 @@ def _fail(error: Exception) -> None:
 
 
 def _print_report(report: FileReport) -> None:
-    console.print(f"[bold]{report.path}[/]: {report.layout}", highlight=False, soft_wrap=True)
+    console.print(f"[bold]{escape(str(report.path))}[/]: {report.layout}", highlight=False, soft_wrap=True)
     for label, value in report.facts:
-        console.print(f"  {label}: {value}", highlight=False, soft_wrap=True)
-    for problem in report.problems:
-        console.print(f"  [bold red]problem:[/] {problem}", highlight=False, soft_wrap=True)
+        console.print(f"  {label}: {escape(value)}", highlight=False, soft_wrap=True)
+    for problem in report.problems:  # escaped: a value such as [b'1'] is not rich markup
+        console.print(f"  [bold red]problem:[/] {escape(problem)}", highlight=False, soft_wrap=True)
 
 
 def _print_dataset(dataset: Dataset) -> None:
     """What the registry declares about ``dataset``."""
-    console.print(f"[bold]{dataset.name}[/]: {dataset.title}", highlight=False, soft_wrap=True)
-    console.print(f"  layout and preprocessing from: {dataset.reference}", highlight=False, soft_wrap=True)
-    for source in dataset.sources:
-        console.print(f"  data.source {source.name}: data.path holds {source.reads}", highlight=False, soft_wrap=True)
-    for task in dataset.tasks:
-        console.print(f"  task {task.name}: {task.summary}", highlight=False, soft_wrap=True)
-    for model in dataset.models:
-        console.print(f"  model.name {model.name}: {model.summary}", highlight=False, soft_wrap=True)
-    console.print(f"  data.public.pool: {' | '.join(dataset.public_pools)}", highlight=False, soft_wrap=True)
-    for file in dataset.files:
-        console.print(
-            f"  download {file.name}: {' or '.join(file.urls)}; {file.checksum_note()}", highlight=False, soft_wrap=True
-        )
+    lines = [f"layout and preprocessing from: {dataset.reference}"]
+    lines += [f"data.source {s.name}: data.path holds {s.reads}" for s in dataset.sources]
+    lines += [f"task {t.name}: {t.summary}" for t in dataset.tasks]
+    lines += [f"model.name {m.name}: {m.summary}" for m in dataset.models]
+    lines += [f"data.public.pool: {' | '.join(dataset.public_pools)}"]
+    lines += [f"download {f.name}: {' or '.join(f.urls)}; {f.checksum_note()}" for f in dataset.files]
+    console.print(f"[bold]{escape(dataset.name)}[/]: {escape(dataset.title)}", highlight=False, soft_wrap=True)
+    for line in lines:  # escaped: a file name such as x[_y]_z.h5 is not rich markup
+        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
 
 
 @data_app.command()
@@ -94,7 +92,8 @@ def info(
 
 @data_app.command()
 def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a directory of them")]) -> None:
-    """Registry checksums where published, plus structural checks of every dataset file; exit 1 on any problem.
+    """Registry checksums where published, and every example of every dataset file read as a run reads it (so a
+    file that verifies is one a run accepts; TFF's largest database takes hours); exit 1 on any problem.
 
     PATH: a dataset file, or a directory of them."""
     from fedpub.simulations.data_inspect import inspect_path

@@ -2,25 +2,35 @@
 (:mod:`fedpub.simulations.data_cli`).
 
 The containers are read here: TFF's HDF5 files and SQLite databases, ``.sqlite.lzma`` streams and the ``.tar.bz2``
-archives of the registry's downloads. What a file of a dataset holds is said by that dataset's describers
+archives of the registry's downloads. A file named like TFF's (``.h5``, ``.sqlite``) that is not one is a problem,
+not skipped. What a file of a dataset holds is said by that dataset's describers
 (:attr:`fedpub.data.spec.Dataset.describers`), the dataset recognised by the fields of its HDF5 client groups, the
 split names of its SQLite database, or (its other files) by the dataset itself.
+
+``verify`` (``deep``) never passes a file a run refuses: it reads every example with the readers' own checks (every
+client of an HDF5 file; every row of a SQLite database in one scan of ``examples``, decoded by the dataset reader's
+``decode_rows``, with each client's row count against ``client_metadata``) and loads the vocabularies as a run does.
+That is a read of the whole file: for TFF's largest database, about 169 million rows decoded in Python (at
+roughly 20,000 rows a second per core here: hours).
 """
 
 from __future__ import annotations
 
 import lzma
 import sqlite3
+import warnings
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import h5py
 
 from fedpub.data import registry
-from fedpub.data.base import DatasetError
+from fedpub.data.base import DatasetError, h5_errors
 from fedpub.data.download import CHUNK, REGISTRY, SQLITE_HEADER, check_lzma_sqlite_header, check_tar_bz2, sha256_of
-from fedpub.data.file_report import Describer, FileDescribers, FileReport, size_text
+from fedpub.data.file_report import Describer, FileDescribers, FileReport, SplitReader, size_text
 from fedpub.data.spec import Dataset, resolve
-from fedpub.data.tff_sqlite import connect_tff_sqlite
+from fedpub.data.tff_sqlite import connect_tff_sqlite, has_client_index
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
 
@@ -38,18 +48,20 @@ def _layouts() -> str:
 def _describe_hdf5(path: Path, report: FileReport, deep: bool) -> None:
     report.layout = "HDF5"
     try:
-        with h5py.File(path, "r") as f:
-            examples = f.get("examples")
-            if not isinstance(examples, h5py.Group) or not len(examples):
-                report.problems.append("no 'examples' group with clients: not a TFF federated HDF5 file")
-                return
-            fields = set(examples[next(iter(examples))].keys())
+        f = h5py.File(path, "r")
     except OSError as exc:
         report.problems.append(f"not a readable HDF5 file: {exc}")
         return
+    with f, h5_errors(str(path)):  # a damaged file: a DatasetError naming it, not h5py's own exception
+        examples = f.get("examples")
+        first = next(iter(examples.values()), None) if isinstance(examples, h5py.Group) else None
+        if not isinstance(first, h5py.Group):
+            report.problems.append("no 'examples' group of client groups: not a TFF federated HDF5 file")
+            return
+        fields = set(first.keys())
     dataset = registry.dataset_of_client_fields(fields)
     if dataset is None:
-        report.problems.append(f"clients hold {sorted(fields)}: no registered dataset's layout ({_layouts()})")
+        report.problems.append(f"clients hold {sorted(fields, key=str)}: no registered dataset's layout ({_layouts()})")
         return
     _describers(dataset).hdf5(path, report, deep)
 
@@ -62,39 +74,82 @@ def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
             "SELECT split_name, COUNT(DISTINCT client_id), SUM(num_examples) FROM client_metadata "
             "GROUP BY split_name ORDER BY split_name"
         ).fetchall()
-        dataset = registry.dataset_of_sqlite_splits({s for s, _, _ in splits})
-        if dataset is None:
+        names = {s for s, _, _ in splits}
+        dataset = registry.dataset_of_sqlite_splits(names)
+        describers = _describers(dataset) if dataset is not None else None
+        if describers is not None:
+            report.layout = f"{describers.label}, TFF SQLite"
+        else:
             report.layout = "TFF SQLite"
             known = "; ".join(f"{d.name}: {', '.join(d.sqlite_splits)}" for d in registry.DATASETS if d.sqlite_splits)
-            report.problems.append(f"splits {sorted(s for s, _, _ in splits)} are no registered dataset's ({known})")
-            return
-        describers = _describers(dataset)
-        report.layout = f"{describers.label}, TFF SQLite"
+            report.problems.append(f"splits {sorted(names)} are no registered dataset's ({known})")
         for split, clients, examples in splits:
-            report.add(f"split {split}", f"{clients} clients, {examples} examples{describers.sqlite_split_note(split)}")
-            if not deep:
-                continue
-            stored = dict(
-                connection.execute(
-                    "SELECT client_id, COUNT(*) FROM examples WHERE split_name = ? GROUP BY client_id", (split,)
-                ).fetchall()
-            )
-            claimed = dict(
-                connection.execute(
-                    "SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (split,)
-                ).fetchall()
-            )
-            wrong = sorted(c for c in set(stored) | set(claimed) if stored.get(c, 0) != claimed.get(c, 0))
-            if wrong:
-                report.problems.append(
-                    f"split {split}: {len(wrong)} client(s) whose example rows disagree with client_metadata "
-                    f"(first: {wrong[0]!r} has {stored.get(wrong[0], 0)} rows, metadata says {claimed.get(wrong[0])})"
-                )
-            describers.check_sqlite_split(path, connection, split)
-        if deep:
-            report.add("checked", "tables, per-client example counts, first client of each split decoded")
+            note = describers.sqlite_split_note(split) if describers is not None else ""
+            report.add(f"split {split}", f"{clients} clients, {examples} examples{note}")
+        if describers is not None:
+            report.problems += [f"split {split} has no clients: a run that reads it refuses the file"
+                                for split in describers.missing_sqlite_splits(names)]
+        indexed = has_client_index(connection)
+        report.add(
+            "index on client_id",
+            "yes" if indexed else "none (as TFF writes it): each client read scans the whole table; "
+            "fedpub.data.tff_sqlite.add_client_index adds one",
+        )
+        if deep and not report.problems and describers is not None and describers.sqlite_reader is not None:
+            _check_every_example(path, connection, sorted(names), describers.sqlite_reader, report)
+            if not report.problems:
+                report.add("checked", "tables, per-client example counts, every example decoded as a run decodes it")
     finally:
         connection.close()
+
+
+def _check_every_example(
+    path: Path, connection: sqlite3.Connection, splits: list[str], open_split: Callable[[Path, str], SplitReader],
+    report: FileReport,
+) -> None:
+    """What a run would refuse, in one scan of ``examples``: each split opened by the dataset's reader (the checks of
+    ``client_metadata``), every listed client's row count against it, and every row of a listed client decoded by
+    the reader's ``decode_rows``, a client's consecutive rows at a time (TFF writes a client's rows together)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the missing index is reported as a fact
+        readers = {split: open_split(path, split) for split in splits}
+    try:
+        listed = {split: set(reader.client_ids) for split, reader in readers.items()}
+        stored: Counter[tuple[object, object]] = Counter()
+        run: tuple[object, object] | None = None
+        blobs: list[object] = []
+
+        def decode(key: tuple[object, object] | None) -> None:
+            if key is not None and blobs:
+                readers[key[0]].decode_rows(key[1], blobs)  # type: ignore[index, arg-type]
+            blobs.clear()
+
+        for split, client_id, blob in connection.execute(
+            "SELECT split_name, client_id, serialized_example_proto FROM examples"
+        ):
+            if (split, client_id) != run:
+                decode(run)
+                run = (split, client_id)
+            stored[run] += 1
+            if client_id in listed.get(split, ()):
+                blobs.append(blob)
+        decode(run)
+        unlisted = sorted({str(s) for s, _ in stored if s not in readers})
+        if unlisted:
+            report.problems.append(f"example rows of split(s) {unlisted} have no client_metadata: a run never reads them")
+        for split, reader in readers.items():
+            claimed = {c: reader.num_examples(c) for c in reader.client_ids}
+            present = set(claimed) | {c for (s, c) in stored if s == split}
+            wrong = [c for c in present if stored[(split, c)] != claimed.get(c, 0)]  # type: ignore[call-overload]
+            if wrong:
+                first = min(wrong, key=str)
+                report.problems.append(
+                    f"split {split}: {len(wrong)} client(s) whose example rows disagree with client_metadata "
+                    f"(first: {first!r} has {stored[(split, first)]} rows, metadata says {claimed.get(first)})"
+                )
+    finally:
+        for reader in readers.values():
+            reader.close()
 
 
 def _describe_lzma(path: Path, report: FileReport, deep: bool) -> None:
@@ -155,9 +210,9 @@ def _describer(path: Path) -> Describer | None:
         return _describe_lzma
     with open(path, "rb") as f:
         head = f.read(16)
-    if h5py.is_hdf5(path):
+    if h5py.is_hdf5(path) or name.endswith(".h5"):  # named like TFF's files: a problem if it is not one
         return _describe_hdf5
-    if head == SQLITE_HEADER:
+    if head == SQLITE_HEADER or name.endswith(".sqlite"):
         return _describe_sqlite
     for dataset in registry.DATASETS:
         describe = _describers(dataset).side_file(path)
@@ -174,7 +229,7 @@ def _checksum(path: Path, report: FileReport) -> None:
         report.add("checksum", "none published: checked by structure only")
         return
     digest = sha256_of(path)
-    if entry.sha256.matches(digest):
+    if digest == entry.sha256:
         report.add("checksum", f"matches ({entry.checksum_note()})")
     else:
         report.problems.append(f"SHA-256 {digest} does not match the registry's {entry.sha256}")

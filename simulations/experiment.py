@@ -3,8 +3,8 @@
 strategy with its noise and planned event (:mod:`fedpub.strategies.build`) and the local training.
 
 Both backends start here, so the same config gives the same data, model, strategy and noise.
-Failures (missing data, an unreachable ε target, a budget smaller than one round) surface here,
-before a run directory exists.
+Failures (missing data, an unreachable ε target, a budget smaller than one round, a tracker whose library is not
+installed) surface here, before a run directory exists.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
 from fedpub.strategies.build import build_experiment_strategy, new_accountant
 from fedpub.simulations.evaluation import EvaluationUsers, evaluation_users
+from fedpub.simulations.tracking import check_trackers
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,9 @@ def build_experiment(
     ``deployment`` (``flwr run``): ``privacy.randomness`` and ``privacy.diagnostics`` ``auto`` mean a secret privacy
     seed and no diagnostics (in a simulation: reproducible, with diagnostics). ``node_users``: (private, public or
     None) users found as nodes (``flower.private_users: nodes``), replacing the data's (None public: the data's,
-    the server's pool); the strategy is built for their number."""
+    the server's pool); the strategy is built for their number. A configured tracker whose library is missing is
+    refused first (:func:`~fedpub.simulations.tracking.check_trackers`)."""
+    check_trackers(config.tracking)
     data = load_data(config)
     if node_users is not None:
         private, public = node_users

@@ -3,7 +3,8 @@
 Released (what DP covers, or says plainly that it does not): ``config.yaml`` (resolved), ``metrics.jsonl`` (one
 record per round), ``ledger.json`` (the composed DpEvent and ε), ``accuracy.png`` and ``summary.md``,
 ``final_metrics.json`` (the released model's final evaluation); ``released_model.pt`` when the released model is
-not the last private one (model reuse).
+not the last private one (model reuse). With trackers (the config's ``tracking``): ``tracking.json`` (the ids of
+their W&B and MLflow runs, so a resumed run continues them), ``tensorboard/`` and ``wandb/`` (their own files).
 
 Not released: ``diagnostics.jsonl`` (one record per round of un-noised statistics of the private users, outside
 the DP guarantee; written only when diagnostics are on) and ``checkpoint.pt`` (model, step states with the noise
@@ -38,6 +39,7 @@ class RunDirectory:
     summary_path = property(lambda self: self.root / "summary.md")
     released_path = property(lambda self: self.root / "released_model.pt")
     final_metrics_path = property(lambda self: self.root / "final_metrics.json")
+    tracking_path = property(lambda self: self.root / "tracking.json")
 
     def start(self, resolved_config: str) -> None:
         """Create the directory, write the config and remove what a killed writer left (its temporary files)."""
@@ -109,7 +111,7 @@ class RunDirectory:
 
     def _files(self) -> tuple[Path, ...]:
         return (self.config_path, self.metrics_path, self.diagnostics_path, self.ledger_path, self.checkpoint_path,
-                self.plot_path, self.summary_path, self.released_path, self.final_metrics_path)
+                self.plot_path, self.summary_path, self.released_path, self.final_metrics_path, self.tracking_path)
 
     def clear(self) -> None:
         """Remove the files a run writes (for ``--fresh``); other files are left alone."""

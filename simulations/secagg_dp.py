@@ -29,7 +29,8 @@ nothing wraps. The error of the sum is under k·2c/T per coordinate (k survivors
 
 What the server still sees in the clear: which users were sampled and which dropped, nothing per user
 (the reply carries no metrics and weight 1). Only plain DP-FedAvg or DP-FTRL is run: fixed C, no public
-users, no adaptive clipping, recentering, preconditioning, mirror or budget schedule. No checkpoint/resume.
+users, no adaptive clipping, recentering, preconditioning, mirror or budget schedule. No checkpoint/resume, no
+experiment tracking.
 
 Run it: ``python -m fedpub.simulations.secagg_dp CONFIG [--rounds R]`` (Flower simulation, one SuperNode per
 training user); it prints each round's noise std and ε and writes ``<output_dir>/<name>/secagg_dp.json``.
@@ -65,7 +66,7 @@ from fedpub import protocol as key
 from fedpub import tree
 from fedpub.atomic import write_json_atomic
 from fedpub.cohort_updates import Cohort
-from fedpub.config import ExperimentConfig, load_config, parse_config
+from fedpub.config import ExperimentConfig, TrackingConfig, load_config, parse_config
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling, event_to_dict, round_event
@@ -160,6 +161,9 @@ def check_supported(config: ExperimentConfig) -> None:
             f"the SecAgg+ variant runs plain DP-FedAvg or DP-FTRL (fixed C, server optimizer); remove strategy."
             f"{', strategy.'.join(unsupported)} or run in-process (fedpub run CONFIG)"
         )
+    if config.tracking != TrackingConfig():
+        raise ValueError("the SecAgg+ variant writes secagg_dp.json only and sends nothing to a tracker: remove "
+                         "tracking, or run in-process (fedpub run CONFIG)")
 
 
 # -- the client ---------------------------------------------------------------------------------

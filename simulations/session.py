@@ -8,7 +8,8 @@ ledger, plot and summary. The backends only deliver the driver's plans and bring
 What a round writes is split by what DP covers: ``metrics.jsonl`` is released (ε, the noised and public
 statistics, the evaluation), ``diagnostics.jsonl`` holds the un-noised statistics of the private users (realised
 cohort, failures, norms, training loss, examples, wall time), outside the guarantee and written only when the
-experiment asks for diagnostics. A secret privacy seed (:mod:`fedpub.privacy.randomness`) is checkpointed
+experiment asks for diagnostics. The released records alone also go to the config's trackers
+(:mod:`fedpub.simulations.tracking`). A secret privacy seed (:mod:`fedpub.privacy.randomness`) is checkpointed
 before the first release, so a resumed run draws the same noise and cohorts; the checkpoint is server-private.
 """
 
@@ -23,6 +24,7 @@ import torch
 import yaml
 
 from fedpub.config import PublicTrainingConfig, dump_config
+from fedpub.data import registry
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.ledger import write_ledger
@@ -36,6 +38,7 @@ from fedpub.simulations.public_training import pooled_data, train_on_public
 from fedpub.simulations.report import write_plot, write_summary
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.run_lock import RunLock
+from fedpub.simulations.tracking import Trackers
 
 
 class RunDirectoryError(RuntimeError):
@@ -72,6 +75,23 @@ def changed_keys(stored: Any, resolved: Any, prefix: str = "") -> list[str]:
     return [k for key in keys for k in changed_keys(stored.get(key), resolved.get(key), f"{prefix}{key}.")]
 
 
+def run_changes(stored: str, resolved: str) -> list[str]:
+    """How a run directory's ``config.yaml`` (``stored``) differs from the config resolved now in what the run
+    computes: the changed dotted keys, or ``["its layout"]`` when only the text differs; empty for the same run.
+    Not part of it: ``tracking`` (where the released records are also sent may change when a run resumes), and the
+    ``data`` sections of the datasets other than the run's (a ``config.yaml`` written before the resolved config
+    left them out holds them)."""
+    if stored == resolved:
+        return []
+    now = yaml.safe_load(resolved)
+    changed = changed_keys(yaml.safe_load(stored), now)
+    if not changed:
+        return ["its layout"]
+    own = registry.source(now["data"]["source"])[0].config_fields
+    others = {f"data.{name}" for name in registry.data_fields() if name not in own}
+    return [key for key in changed if key.split(".")[0] != "tracking" and ".".join(key.split(".")[:2]) not in others]
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
@@ -92,6 +112,7 @@ class RunSession:
         another, is refused with :class:`~fedpub.simulations.run_lock.RunDirectoryLocked` naming the holder."""
         self._lock = RunLock(run_dir.root).acquire()
         self._started = False
+        self._trackers = Trackers(experiment.config.tracking)
         try:
             self._restore(experiment, run_dir, fresh=fresh, checkpoint_each_round=checkpoint_each_round)
         except BaseException:
@@ -104,11 +125,11 @@ class RunSession:
         cfg = experiment.config
         resolved = dump_config(cfg)
         stored = run_dir.stored_config()
-        if not fresh and stored is not None and stored != resolved:
-            changed = ", ".join(changed_keys(yaml.safe_load(stored), yaml.safe_load(resolved))) or "its layout"
+        changed = [] if fresh or stored is None else run_changes(stored, resolved)
+        if changed:
             raise RunDirectoryError(
-                f"{run_dir.root} holds a run with a different config (changed: {changed}); use another `name` or "
-                "--fresh"
+                f"{run_dir.root} holds a run with a different config (changed: {', '.join(changed)}); use another "
+                "`name` or --fresh"
             )
         checkpoint = None if fresh else run_dir.load_checkpoint()
         if checkpoint is not None:
@@ -159,6 +180,7 @@ class RunSession:
             self.run_dir.clear()
         self.run_dir.start(self._resolved)
         self.run_dir.truncate_records(self.rounds_done)
+        self._trackers.start(self.run_dir, self.experiment.config, self.rounds_done)
         if self._unreleased is not None and len(self.run_dir.read_metrics()) == self.rounds_done - 1:
             self._write(self._unreleased)  # checkpointed, then killed before its release
         self._started = True
@@ -200,7 +222,9 @@ class RunSession:
             self.checkpoint()
 
     def close(self) -> None:
-        """Release the directory's lock (a run that wrote nothing leaves no directory behind)."""
+        """Close the trackers still open (a run stopped before its end) and release the directory's lock (a run
+        that wrote nothing leaves no directory behind)."""
+        self._trackers.close()
         self._lock.release(remove_empty=not self._started)
 
     def _train_on_public(self, params: Params, config: PublicTrainingConfig, purpose: str) -> Params:
@@ -278,8 +302,9 @@ class RunSession:
         return {**record, "diagnostics": diagnostics}
 
     def _write(self, records: Mapping[str, dict[str, Any]]) -> None:
-        """A round's released record, and its diagnostics when the experiment writes them."""
+        """A round's released record (also to the trackers), and its diagnostics when the experiment writes them."""
         self.run_dir.append_metrics(records["metrics"])
+        self._trackers.log(records["metrics"])
         if self.experiment.diagnostics:
             self.run_dir.append_diagnostics(records["diagnostics"])
 
@@ -340,6 +365,8 @@ class RunSession:
             self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, self.driver.stopped_by_budget,
             wall_time=None if diagnostics is None else sum(r["wall_time"] for r in diagnostics),
         )
+        final = {**final_metrics, "epsilon": epsilon, "delta": self.delta}
+        self._trackers.finish(self.rounds_done - 1, {f"final/{k}": v for k, v in final.items()})
         self.close()
         return RunResult(
             self.run_dir, released, self.rounds_done, epsilon, self.delta, self.driver.stopped_by_budget,

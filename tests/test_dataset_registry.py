@@ -19,15 +19,17 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
-from fedpub.config import ConfigError, parse_config
+from fedpub.config import ConfigError, dump_config, parse_config
 from fedpub.data import registry
 from fedpub.data.device_user import DeviceFormats
 from fedpub.data.file_report import FileDescribers
 from fedpub.data.spec import Dataset, resolve
 from fedpub.models import build_model
 from fedpub.simulations.data_cli import data_app
+from fedpub.simulations.session import run_changes
 from fedpub.tasks import Task, get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,3 +145,13 @@ def test_a_registry_with_clashing_declarations_is_refused():
         registry._check((source, clone))
     with pytest.raises(ValueError, match=f"unknown dataset 'mnist'; allowed: {', '.join(registry.DATASET_NAMES)}"):
         registry.dataset("mnist")
+
+
+def test_a_run_directory_holding_other_datasets_sections_is_the_same_run():
+    """A config.yaml written when the resolved config held every dataset's data sections resumes; a change in the
+    run's own dataset section does not."""
+    config = parse_config({})
+    every_section = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    assert every_section != dump_config(config) and run_changes(every_section, dump_config(config)) == []
+    changed = dump_config(parse_config({"data": {"only_digits": False}}))  # a field of the quick start's dataset
+    assert run_changes(every_section, changed) == ["data.only_digits"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from fedpub.config_section import Section
-from fedpub.data.remote_files import Sha256, tff_file
+from fedpub.data.remote_files import tff_file
 from fedpub.data.spec import Dataset, ModelDeclaration, Source, TaskDeclaration
 
 
@@ -53,7 +53,7 @@ CIFAR100 = Dataset(
     files=(
         tff_file(
             "fed_cifar100.tar.bz2",
-            Sha256("e8575e22c038ecef1ce6c7d492d7abee7da13b1e1ba9b70a7fc18531ba7590de"),
+            "e8575e22c038ecef1ce6c7d492d7abee7da13b1e1ba9b70a7fc18531ba7590de",
             mirror=True,
             members=("fed_cifar100_train.h5", "fed_cifar100_test.h5"),
         ),

@@ -1,11 +1,11 @@
 """TFF's public federated dataset files: resumable verified downloads, safe extraction, lzma caching.
 
 Which files there are, where, and their SHA-256 digests is each dataset's declaration
-(:mod:`fedpub.data.remote_files`, gathered by :mod:`fedpub.data.registry`): the URLs and digests TFF's loaders use,
-with FedML's S3 mirror where it holds the file. Where a declaration has no digest (TFF's ``.sqlite.lzma`` files) a
-download is checked by size and format only; where it has only the first and last hex digits, only those are
-compared. ``.lzma`` files are decompressed the way TFF's ``download.get_compressed_file`` does it: streamed through
-``lzma.LZMADecompressor``.
+(:mod:`fedpub.data.remote_files`, gathered by :mod:`fedpub.data.registry`): the URLs and the digests TFF's loaders
+pass to ``tf.keras.utils.get_file(file_hash=...)``, in full, with FedML's S3 mirror where it holds the file. TFF
+publishes no digest for the ``.sqlite.lzma`` files (``download.get_compressed_file`` checks none), so a download of
+one is checked by size and format only. ``.lzma`` files are decompressed the way ``get_compressed_file`` does it:
+streamed through ``lzma.LZMADecompressor``.
 
 Downloads go to ``<name>.part`` (resumed with an HTTP ``Range`` request when present) and are renamed to the final
 name only after the checksum matched; archives are extracted member by member after every member was checked to be
@@ -70,11 +70,17 @@ def check_lzma_sqlite_header(path: str | os.PathLike[str]) -> None:
         raise DatasetError(f"{path} decompresses to something that is not a SQLite database (starts {head[:16]!r})")
 
 
-def ensure_decompressed(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def ensure_decompressed(
+    path: str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    prepare: Callable[[Path], None] | None = None,
+) -> Path:
     """Decompress ``X.lzma`` once to ``X`` (beside it, or in ``cache_dir``), atomically; returns the cache path.
 
     The cache is reused while it is at least as new as the compressed file; a compressed file that is gone is not
-    needed when its cache is there.
+    needed when its cache is there. ``prepare`` is called on the complete copy under its temporary name, before it
+    is renamed into place (the SQLite readers index it there, so no reader ever sees it half done).
     """
     source = Path(path)
     target = Path(cache_dir if cache_dir is not None else source.parent) / source.name.removesuffix(".lzma")
@@ -91,6 +97,9 @@ def ensure_decompressed(path: str | os.PathLike[str], cache_dir: str | os.PathLi
                 raise DatasetError(f"{source} is not a valid lzma/xz file (corrupt?): {exc}") from None
         if not decompressor.eof:
             raise DatasetError(f"{source} ends before its lzma stream does (truncated download?)")
+        dst.close()
+        if prepare is not None:
+            prepare(tmp)
     return target
 
 
@@ -210,7 +219,7 @@ def _check_download(entry: RemoteFile, path: Path, source: str) -> None:
     """The digest (or, without one, the format) of a finished download; a mismatch deletes it."""
     if entry.sha256 is not None:
         digest = sha256_of(path)
-        if not entry.sha256.matches(digest):
+        if digest != entry.sha256:
             path.unlink()
             raise DatasetError(
                 f"{entry.name} from {source}: SHA-256 {digest} does not match the expected {entry.sha256}; "
@@ -258,7 +267,7 @@ def download(
     root.mkdir(parents=True, exist_ok=True)
     final = root / entry.name
     if final.is_file():
-        if entry.sha256 is not None and not entry.sha256.matches(sha256_of(final)):
+        if entry.sha256 is not None and sha256_of(final) != entry.sha256:
             raise DatasetError(
                 f"{final} is already there but its SHA-256 does not match the expected {entry.sha256}; "
                 "delete it to download it again"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from fedpub.config_section import Section
-from fedpub.data.remote_files import Sha256, tff_file
+from fedpub.data.remote_files import tff_file
 from fedpub.data.spec import Dataset, ModelDeclaration, Source, TaskDeclaration
 
 
@@ -37,7 +37,10 @@ EMNIST = Dataset(
             generate=f"{_SOURCES}:generate_synthetic",
         ),
         Source("emnist_h5", "a directory with fed_emnist[_digitsonly]_{train,test}.h5", f"{_SOURCES}:open_h5"),
-        Source("emnist_sqlite", "TFF's emnist_all.sqlite or emnist_all.sqlite.lzma", f"{_SOURCES}:open_sqlite"),
+        Source(
+            "emnist_sqlite", "TFF's emnist_all.sqlite or emnist_all.sqlite.lzma, or a folder holding it",
+            f"{_SOURCES}:open_sqlite",
+        ),
     ),
     tasks=(TaskDeclaration("classification", "softmax cross-entropy, accuracy", "fedpub.tasks:CLASSIFICATION"),),
     models=(
@@ -50,13 +53,13 @@ EMNIST = Dataset(
     files=(
         tff_file(
             "fed_emnist.tar.bz2",
-            Sha256("fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0"),
+            "fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0",
             mirror=True,
             members=("fed_emnist_train.h5", "fed_emnist_test.h5"),
         ),
         tff_file(
             "fed_emnist_digitsonly.tar.bz2",
-            Sha256("55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b"),
+            "55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b",
             mirror=False,
             members=("fed_emnist_digitsonly_train.h5", "fed_emnist_digitsonly_test.h5"),
         ),

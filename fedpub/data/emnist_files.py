@@ -1,15 +1,16 @@
 """What ``fedpub data info|verify`` says about federated EMNIST's files: a TFF HDF5 file (clients, examples, the
-classes seen; verify reads every client with the reader's range checks) and its SQLite database's splits.
+classes seen; verify reads every client with the reader's range checks) and its SQLite database's splits (the
+class count of each, the train/test pair a run reads, and the reader that decodes every row for verify).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from fedpub.data.base import h5_errors
 from fedpub.data.emnist import EmnistH5
 from fedpub.data.emnist_sqlite import SPLITS, EmnistSqlite
 from fedpub.data.file_report import FileDescribers, FileReport, spread
@@ -25,7 +26,7 @@ def describe_h5(path: Path, report: FileReport, deep: bool) -> None:
         client_ids, num_classes = ds.client_ids, ds.num_classes
     report.add("clients", len(client_ids))
     report.add("examples", spread(counts))
-    with h5py.File(path, "r") as f:
+    with h5py.File(path, "r") as f, h5_errors(str(path)):
         labels = np.concatenate([f["examples"][c]["label"][()].reshape(-1) for c in client_ids])
     distinct = np.unique(labels)
     report.add("classes", f"{len(distinct)} distinct labels seen; {num_classes} expected (from the file name)")
@@ -37,11 +38,13 @@ def _split_note(split: str) -> str:
     return f", {SPLITS[split]} classes" if split in SPLITS else ""
 
 
-def _check_split(path: Path, connection: sqlite3.Connection, split: str) -> None:
-    with EmnistSqlite(path, split) as ds:
-        ds.client_data(ds.client_ids[0])  # decodes and checks the first client's examples
+def _missing_splits(names: set[str]) -> list[str]:
+    """The test split of a train split a database holds, and the reverse (a run reads both)."""
+    pairs = [(f"{kind}_train", f"{kind}_test") for kind in ("digits_only", "all")]
+    return [other for pair in pairs for split, other in (pair, pair[::-1]) if split in names and other not in names]
 
 
 DESCRIBERS = FileDescribers(
-    label="federated EMNIST", hdf5=describe_h5, sqlite_split_note=_split_note, check_sqlite_split=_check_split
+    label="federated EMNIST", hdf5=describe_h5, sqlite_reader=EmnistSqlite, sqlite_split_note=_split_note,
+    missing_sqlite_splits=_missing_splits,
 )

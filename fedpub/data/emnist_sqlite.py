@@ -4,10 +4,14 @@ TFF's ``SqlClientData`` (google-parfait/tensorflow-federated, ``tensorflow_feder
 sql_client_data.py`` and ``emnist.py``, since commit 7bb20162f) reads two tables:
 ``examples(split_name, client_id, serialized_example_proto)`` and ``client_metadata(client_id, split_name,
 num_examples)``. Client ids are ``SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?`` sorted in
-Python; a client's rows are selected without ORDER BY; each row is a serialised ``tf.train.Example`` with ``pixels``
-(784 floats, row-major 28x28) and ``label`` (one int64), parsed as ``emnist._add_proto_parsing`` does. One file holds
-the splits ``all_train``, ``all_test``, ``digits_only_train`` and ``digits_only_test``. See
+Python; a client's rows are selected without ORDER BY (so in the order of the table scan: rowid order; fedpub says
+ORDER BY rowid, the same order with or without an index); each row is a serialised ``tf.train.Example`` with
+``pixels`` (784 floats, row-major 28x28) and ``label`` (one int64), parsed as ``emnist._add_proto_parsing`` does. One
+file holds the splits ``all_train``, ``all_test``, ``digits_only_train`` and ``digits_only_test``. See
 ``shared/reference/datasets.md`` §1.2-1.3.
+
+The database, its index on the client id and the row decoding are TFF's ``SqlClientData``'s, whatever it holds
+(:mod:`fedpub.data.tff_sqlite`).
 
 Arrays come back exactly as from :class:`~fedpub.data.emnist.EmnistH5`: x float32 ``(N, 1, 28, 28)`` in [0, 1]
 (background 1.0, no inversion), y int64 ``(N,)``.
@@ -16,91 +20,32 @@ Arrays come back exactly as from :class:`~fedpub.data.emnist.EmnistH5`: x float3
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import numpy as np
 
 from fedpub.data.base import ClientData, DatasetError
-from fedpub.data.download import ensure_decompressed
 from fedpub.data.emnist import IMAGE_SHAPE, checked_client_data
-from fedpub.data.tf_example import ExampleDecodeError, FeatureValue, decode_example
-from fedpub.data.tff_sqlite import SQLITE_ERRORS, connect_tff_sqlite
+from fedpub.data.tff_sqlite import SqliteSplitConnection, decode_row, resolve_sqlite_path
 
 SPLITS: dict[str, int] = {"all_train": 62, "all_test": 62, "digits_only_train": 10, "digits_only_test": 10}
 """EMNIST split name -> number of classes."""
 NUM_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
+SQLITE_FILE = "emnist_all.sqlite"
 SQLITE_HINT = (
     "download https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma "
     "(`fedpub data download emnist_all.sqlite.lzma`)"
 )
 
 
-def resolve_sqlite_path(
-    given: Path, cache_dir: str | os.PathLike[str] | None, missing: str
-) -> Path:
-    """The SQLite file to read: ``given`` itself, or its decompressed copy when it is a ``.lzma``;
-    a missing file raises DatasetError with the ``missing`` explanation."""
-    if given.name.endswith(".lzma"):
-        return ensure_decompressed(given, cache_dir)
-    if not given.is_file():
-        raise DatasetError(missing)
-    return given
-
-
-def decode_row(blob: object, where: str) -> dict[str, FeatureValue]:
-    """The features of one ``serialized_example_proto`` cell; raises :class:`DatasetError` naming ``where`` when the
-    cell is not a serialised ``tf.train.Example``."""
-    if not isinstance(blob, bytes):
-        raise DatasetError(f"{where} is a {type(blob).__name__}, not a serialised tf.train.Example")
-    try:
-        return decode_example(blob)
-    except ExampleDecodeError as exc:
-        raise DatasetError(f"{where} is not a valid tf.train.Example: {exc}") from None
-
-
-class SqliteSplitConnection:
-    """A read-only connection to one split of a TFF SqlClientData file, opened by each process on first use
-    (so a forked or unpickled reader opens its own) and closed by :meth:`close`; a database error while
-    reading becomes a :class:`DatasetError` naming the file and the split."""
-
-    def __init__(self, path: Path, split: str) -> None:
-        self.path, self.split = path, split
-        self._connection: sqlite3.Connection | None = None
-        self._pid = -1
-
-    def handle(self) -> sqlite3.Connection:
-        if self._connection is None or self._pid != os.getpid():
-            self._connection = connect_tff_sqlite(self.path)
-            self._pid = os.getpid()
-        return self._connection
-
-    def query(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
-        try:
-            return self.handle().execute(sql, tuple(parameters)).fetchall()
-        except SQLITE_ERRORS as exc:
-            raise DatasetError(f"{self.path}: cannot read split {self.split!r} (corrupt database?): {exc}") from None
-
-    def close(self) -> None:
-        if self._connection is not None and self._pid == os.getpid():
-            self._connection.close()
-        self._connection = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "split": self.split}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["split"])  # type: ignore[misc]
-
-
 class EmnistSqlite:
     """One split of TFF's ``emnist_all.sqlite`` as a lazy :class:`FederatedDataset`.
 
-    ``path`` may be the ``.sqlite`` file or the published ``.sqlite.lzma``, which is decompressed once (streamed)
-    to ``cache_dir`` (default: beside it) and reused afterwards. Client ids and example counts come from
+    ``path`` may be the ``.sqlite`` file, the published ``.sqlite.lzma``, which is decompressed once (streamed)
+    to ``cache_dir`` (default: beside it) and reused afterwards, or a folder holding ``emnist_all.sqlite`` or
+    ``emnist_all.sqlite.lzma`` (:func:`~fedpub.data.tff_sqlite.find_sqlite`). Client ids and example counts come from
     ``client_metadata`` when the object is made; ``client_data`` reads one client's rows. The connection stays
     open until ``close()`` (or the end of a ``with`` block); pickling keeps the path, split and metadata, and a
     process that did not open the connection (unpickled or forked) opens its own on first use.
@@ -116,14 +61,13 @@ class EmnistSqlite:
         given = Path(path)
         if split not in SPLITS:
             raise DatasetError(f"unknown EMNIST split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}")
-        self.path = resolve_sqlite_path(
-            given, cache_dir, f"EMNIST SQLite file {given} does not exist: {SQLITE_HINT}"
-        )
+        self.path = resolve_sqlite_path(given, cache_dir, dataset="EMNIST", name=SQLITE_FILE, hint=SQLITE_HINT)
         self.split = split
         self.num_classes = SPLITS[split]
         self._db = SqliteSplitConnection(self.path, split)
         self._counts = self._read_metadata()
         self.client_ids: list[str] = sorted(self._counts)
+        self._db.warn_without_client_index()
 
     def _read_metadata(self) -> dict[str, int]:
         rows = self._db.query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
@@ -172,15 +116,21 @@ class EmnistSqlite:
         """Read one client: x float32 ``(N, 1, 28, 28)`` in [0, 1] (background 1.0), y int64 ``(N,)``."""
         expected = self.num_examples(client_id)
         rows = self._db.query(
-            "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ?",
+            "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ? ORDER BY rowid",
             (client_id, self.split),
         )
-        where = f"{self.path}: split {self.split!r}, client {client_id!r}"
         if len(rows) != expected:
+            where = self._db.where(client_id)
             raise DatasetError(f"{where} has {len(rows)} examples but client_metadata says {expected}")
-        x = np.empty((len(rows), *IMAGE_SHAPE), dtype=np.float32)
-        y = np.empty(len(rows), dtype=np.int64)
-        for i, (blob,) in enumerate(rows):
+        return self.decode_rows(client_id, [blob for blob, in rows])
+
+    def decode_rows(self, client_id: str, blobs: Sequence[object]) -> ClientData:
+        """``client_id``'s examples from its ``serialized_example_proto`` cells, in order, checked as
+        :meth:`client_data` checks them (``fedpub data verify`` decodes a whole file this way, in one scan)."""
+        where = self._db.where(client_id)
+        x = np.empty((len(blobs), *IMAGE_SHAPE), dtype=np.float32)
+        y = np.empty(len(blobs), dtype=np.int64)
+        for i, blob in enumerate(blobs):
             x[i], y[i] = self._parse(blob, f"{where}, example {i}")
         return checked_client_data(x, y, self.num_classes, where)
 
@@ -203,7 +153,8 @@ class EmnistSqlite:
 def load_emnist_sqlite(
     path: str | os.PathLike[str], only_digits: bool, *, cache_dir: str | os.PathLike[str] | None = None
 ) -> tuple[EmnistSqlite, EmnistSqlite]:
-    """Open the train and test splits of ``emnist_all.sqlite[.lzma]`` (``digits_only_*`` or ``all_*``)."""
+    """Open the train and test splits (``digits_only_*`` or ``all_*``) of ``emnist_all.sqlite[.lzma]``: ``path``
+    is that file or a folder holding it."""
     prefix = "digits_only" if only_digits else "all"
     train = EmnistSqlite(path, f"{prefix}_train", cache_dir=cache_dir)
     try:

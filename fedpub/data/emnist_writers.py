@@ -3,7 +3,8 @@
 The same logical data, ``{client_id: (pixels (N, 28, 28) float32, labels (N,))}`` per split, is written as TFF's
 ``HDF5ClientData`` files (``/examples/<client_id>/{label int32, pixels float32}``, datasets.md §1.1) or as the tables
 of TFF's ``SqlClientData`` with the DDL of TFF's own writer ``sql_client_data_utils.save_to_sql_client_data``
-(datasets.md §1.2; rows are ``tf.train.Example``s with ``pixels`` and ``label``, §1.3). Read back through
+(datasets.md §1.2; rows are ``tf.train.Example``s with ``pixels`` and ``label``, §1.3), plus, unless
+``index=False``, the two indexes TFF's tests add (``sql_client_data_test.py``; the writer adds none). Read back through
 :class:`~fedpub.data.emnist.EmnistH5` and :class:`~fedpub.data.emnist_sqlite.EmnistSqlite`, both give identical
 client ids, pixels and labels. Used by the tests and to convert data (e.g. the synthetic quick-start set) between
 layouts. Every file is written under a temporary name and renamed into place when complete.
@@ -26,6 +27,7 @@ from fedpub.data.base import FederatedDataset
 from fedpub.data.download import CHUNK
 from fedpub.data.emnist import IMAGE_SHAPE
 from fedpub.data.emnist_sqlite import SPLITS
+from fedpub.data.tff_sqlite import CLIENT_INDEX
 from fedpub.data.tf_example import encode_example
 
 EmnistClients = Mapping[str, tuple[np.ndarray, np.ndarray]]
@@ -35,9 +37,10 @@ SQLITE_DDL = (
     "CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
     "serialized_example_proto BLOB NOT NULL)",
     "CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, num_examples INTEGER NOT NULL)",
-    "CREATE INDEX idx_client_id_split ON examples (split_name, client_id)",
-    "CREATE INDEX idx_metadata_client_id ON client_metadata (client_id)",
 )
+"""The tables of TFF's writer, ``save_to_sql_client_data`` (which creates no index)."""
+SQLITE_INDEXES = (CLIENT_INDEX, "CREATE INDEX idx_metadata_client_id ON client_metadata (client_id)")
+"""The indexes of TFF's tests' databases (``sql_client_data_test.py``)."""
 
 
 def _checked(clients: EmnistClients) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -70,9 +73,9 @@ def write_emnist_h5(path: str | os.PathLike[str], clients: EmnistClients) -> Pat
     return path
 
 
-def _write_sqlite(path: Path, splits: Mapping[str, EmnistClients]) -> None:
+def _write_sqlite(path: Path, splits: Mapping[str, EmnistClients], index: bool) -> None:
     with sqlite3.connect(path) as connection:
-        for statement in SQLITE_DDL:
+        for statement in SQLITE_DDL + (SQLITE_INDEXES if index else ()):
             connection.execute(statement)
         for split, clients in splits.items():
             for client_id, pixels, labels in _checked(clients):
@@ -90,11 +93,14 @@ def _write_sqlite(path: Path, splits: Mapping[str, EmnistClients]) -> None:
     connection.close()
 
 
-def write_emnist_sqlite(path: str | os.PathLike[str], splits: Mapping[str, EmnistClients]) -> Path:
+def write_emnist_sqlite(
+    path: str | os.PathLike[str], splits: Mapping[str, EmnistClients], *, index: bool = True
+) -> Path:
     """Write ``{split_name: clients}`` as TFF's ``emnist_all.sqlite``; a name ending in ``.lzma`` is compressed.
 
     Split names must be TFF's (``all_train``, ``all_test``, ``digits_only_train``, ``digits_only_test``). The
     compressed form is the legacy ``.lzma`` (LZMA_Alone) container, which ``lzma.LZMADecompressor`` reads.
+    ``index=False`` leaves out the indexes of TFF's tests: the tables of TFF's writer alone, as published.
     """
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
@@ -102,12 +108,12 @@ def write_emnist_sqlite(path: str | os.PathLike[str], splits: Mapping[str, Emnis
     path = Path(path)
     if not path.name.endswith(".lzma"):
         with atomic_path(path) as tmp:
-            _write_sqlite(tmp, splits)
+            _write_sqlite(tmp, splits, index)
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         plain = Path(scratch) / path.name.removesuffix(".lzma")
-        _write_sqlite(plain, splits)
+        _write_sqlite(plain, splits, index)
         compressor = lzma.LZMACompressor(format=lzma.FORMAT_ALONE)
         with open(plain, "rb") as src, atomic_path(path) as tmp, open(tmp, "wb") as dst:
             while chunk := src.read(CHUNK):

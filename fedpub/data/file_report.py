@@ -4,10 +4,10 @@ declares the describers of its own files (:attr:`fedpub.data.spec.Dataset.descri
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -30,8 +30,25 @@ Describer = Callable[[Path, FileReport, bool], None]
 sqlite3.Error for a file it cannot read (the caller turns that into a problem)."""
 
 
+class SplitReader(Protocol):
+    """What ``verify`` needs of a reader of one split of a TFF SQLite database: its clients and their counts
+    (from ``client_metadata``, checked when it is opened), and a client's rows decoded with the reader's checks."""
+
+    client_ids: list[str]
+
+    def num_examples(self, client_id: str) -> int: ...
+
+    def decode_rows(self, client_id: str, blobs: Sequence[object]) -> object: ...
+
+    def close(self) -> None: ...
+
+
 def _no_side_files(path: Path) -> Describer | None:
     return None
+
+
+def _no_missing_splits(names: set[str]) -> list[str]:
+    return []
 
 
 @dataclass(frozen=True)
@@ -41,11 +58,13 @@ class FileDescribers:
     label: str
     """The dataset as a report's layout names it (``<label>, TFF HDF5``)."""
     hdf5: Describer
-    """One of its TFF HDF5 files (clients, examples, its own checks)."""
+    """One of its TFF HDF5 files (clients, examples, its own checks; ``deep``: every client read as a run reads it)."""
+    sqlite_reader: Callable[[Path, str], SplitReader] | None = None
+    """The reader of one split of its SQLite database (``verify`` decodes every row with it); None without one."""
     sqlite_split_note: Callable[[str], str] = lambda split: ""
     """What a split of its SQLite database adds to the split's line (e.g. the class count), or ``""``."""
-    check_sqlite_split: Callable[[Path, sqlite3.Connection, str], None] = lambda path, connection, split: None
-    """Decode and check the first client or example of a split (verify)."""
+    missing_sqlite_splits: Callable[[set[str]], list[str]] = _no_missing_splits
+    """The splits a run reads beside those a database holds (``names``), which it lacks."""
     side_file: Callable[[Path], Describer | None] = _no_side_files
     """The describer of one of its other files (a vocabulary, recognised by name or content), or None."""
 

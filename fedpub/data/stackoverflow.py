@@ -14,8 +14,11 @@ stackoverflow.py`` and ``sql_client_data.py``; the HDF5 layout from the loader b
   ``stackoverflow.tag_count``: one JSON object ``{tag: count}``, sorted by TFF by count, descending (stable).
 
 Both readers give the same view: ``client_ids`` (sorted lexicographically, as TFF sorts them), ``num_examples``
-(metadata only), ``columns`` (field -> one value per example) and ``examples`` (one dict per example), strings
-decoded to ``str`` and ``score`` to ``int``. The task views (features and targets) are in
+(metadata only), ``columns`` (field -> one value per example) and ``examples`` (one dict per example), ``score``
+as ``int`` and the strings as ``str`` that keep the stored bytes exactly (:func:`decode_text`). TFF never decodes
+them: ``parse_example`` (SQLite) and h5py (HDF5) give ``tf.string`` bytes, and the preprocessing splits and looks up
+bytes. So text that is not valid UTF-8 is read, not refused: its invalid bytes become lone surrogates that
+:func:`encode_text` turns back into the same bytes. The task views (features and targets) are in
 :mod:`fedpub.data.stackoverflow_tasks`.
 """
 
@@ -24,8 +27,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import sqlite3
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,8 +38,7 @@ import numpy as np
 
 from fedpub.data.base import DatasetError, h5_errors, open_h5, require_listed
 from fedpub.data.remote_files import TFF_BASE
-from fedpub.data.emnist_sqlite import SqliteSplitConnection, decode_row, resolve_sqlite_path
-from fedpub.data.tff_sqlite import connect_tff_sqlite
+from fedpub.data.tff_sqlite import SqliteSplitConnection, add_client_index, decode_row, resolve_sqlite_path
 
 FIELDS: tuple[str, ...] = ("creation_date", "score", "tags", "title", "tokens", "type")
 """The six fields of every example, in TFF's (sorted) order; ``score`` is an integer, the others strings."""
@@ -90,13 +90,18 @@ def _check_fields(fields: Sequence[str]) -> None:
         raise ValueError(f"unknown StackOverflow field(s) {unknown}; the fields are {', '.join(FIELDS)}")
 
 
-def _text(value: object) -> str:
-    """A stored string as ``str``: bytes and ``np.bytes_`` are decoded (the data is ASCII), ``str`` kept."""
-    if isinstance(value, bytes):  # np.bytes_ is a bytes subclass
-        return value.decode("utf-8")
-    if isinstance(value, str):
-        return str(value)
-    raise TypeError(f"expected a string, got {type(value).__name__}")
+def decode_text(raw: bytes) -> str:
+    """A stored string as ``str``, losslessly: TFF hands its models the raw bytes (``tf.string``), so they are
+    decoded as UTF-8 with every byte that is not part of valid UTF-8 kept as a lone surrogate U+DC80..U+DCFF
+    (Python's ``surrogateescape``); :func:`encode_text` gives back exactly the stored bytes. ASCII (all of TFF's
+    preprocessed text) decodes as itself."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def encode_text(text: str) -> bytes:
+    """The bytes a string read by :func:`decode_text` was stored as (what TFF's ``tf.string`` holds); raises
+    UnicodeEncodeError for a surrogate :func:`decode_text` cannot produce."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def columns_to_examples(columns: Columns) -> list[StackOverflowExample]:
@@ -117,14 +122,14 @@ def decode_stackoverflow_example(blob: object, where: str, fields: Sequence[str]
                 f"{where} has no '{name}' feature (it has {', '.join(sorted(features)) or 'none'}; "
                 f"a StackOverflow example has {', '.join(FIELDS)})"
             )
-        kind = int if name == "score" else bytes
-        if len(values) != 1 or not isinstance(values[0], kind):
-            expected = "int64" if kind is int else "bytes"
+        value = values[0] if len(values) == 1 else None
+        if name == "score" and isinstance(value, int):
+            out.append(value)
+        elif name != "score" and isinstance(value, bytes):
+            out.append(decode_text(value))
+        else:
+            expected = "int64" if name == "score" else "bytes"
             raise DatasetError(f"{where}: feature '{name}' is {values[:3]!r}, expected one {expected} value")
-        try:
-            out.append(values[0] if kind is int else _text(values[0]))
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{where}: feature '{name}' is not text: {exc}") from None
     return out
 
 
@@ -230,11 +235,6 @@ class StackOverflowH5(_Reader):
         other datasets are checked when they are read)."""
         return int(self._datasets(client_id, ("tokens",))["tokens"].shape[0])
 
-    def check_client(self, client_id: str) -> int:
-        """Check all six datasets of ``client_id`` from metadata only (1-D, parallel, integer ``score``, string
-        others: no example is read) and return its number of examples; raises :class:`DatasetError` if one is off."""
-        return int(self._datasets(client_id, FIELDS)["tokens"].shape[0])
-
     def columns(self, client_id: str, fields: Sequence[str] = FIELDS) -> Columns:
         """The requested fields of one client, one value per example in stored order."""
         _check_fields(fields)
@@ -244,13 +244,7 @@ class StackOverflowH5(_Reader):
                 values = np.empty(dataset.shape, dtype=dataset.dtype)
                 if values.size:
                     dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, values)
-            if name == "score":
-                out[name] = values.tolist()
-                continue
-            try:
-                out[name] = [_text(v) for v in values.tolist()]
-            except (UnicodeDecodeError, TypeError) as exc:
-                raise DatasetError(f"{self.path}: client {client_id!r}: '{name}' is not text: {exc}") from None
+            out[name] = values.tolist() if name == "score" else [decode_text(v) for v in values.tolist()]
         return out
 
     def close(self) -> None:
@@ -274,41 +268,18 @@ class StackOverflowH5(_Reader):
         return f"StackOverflowH5({str(self.path)!r}, clients={len(self.client_ids)})"
 
 
-def _has_client_index(connection: sqlite3.Connection) -> bool:
-    """Whether ``examples`` has an index that finds one client's rows without a full scan."""
-    for row in connection.execute("PRAGMA index_list(examples)"):
-        columns = [info[2] for info in connection.execute(f"PRAGMA index_info({row[1]!r})")]
-        if columns[:1] == ["client_id"] or set(columns[:2]) == {"split_name", "client_id"}:
-            return True
-    return False
-
-
-def add_client_index(path: str | os.PathLike[str]) -> None:
-    """Index ``examples`` on (split_name, client_id), as TFF's own writer does, unless it has such an index.
-
-    Without one, reading a client scans the whole table (about 169 million rows in the real database).
-    """
-    probe = connect_tff_sqlite(path)
-    try:
-        indexed = _has_client_index(probe)
-    finally:
-        probe.close()
-    if indexed:
-        return
-    with sqlite3.connect(path) as connection:
-        connection.execute("CREATE INDEX idx_client_id_split ON examples (split_name, client_id)")
-    connection.close()
-
-
 class StackOverflowSqlite(_Reader):
     """One split (``train``, ``heldout`` or ``test``) of TFF's ``stackoverflow.sqlite``, read lazily per client.
 
-    ``path`` may be the ``.sqlite`` file or the published ``.sqlite.lzma``, which is decompressed once (streamed,
-    atomically) to ``cache_dir`` (default: beside it) and reused afterwards. Client ids and example counts come
+    ``path`` may be the ``.sqlite`` file, the published ``.sqlite.lzma``, which is decompressed once (streamed,
+    atomically) to ``cache_dir`` (default: beside it) and reused afterwards, or a folder holding either
+    (:func:`~fedpub.data.tff_sqlite.find_sqlite`). Client ids and example counts come
     from ``client_metadata`` when the object is made (kept as a sorted list and an array: no per-client dict);
     ``columns`` reads one client's rows in insertion (rowid) order and decodes their ``tf.train.Example``s. A
-    database whose ``examples`` table has no index on the client id is read correctly but slowly: a warning says
-    so (:func:`add_client_index` adds one). Pickling keeps the path, split and metadata.
+    database whose ``examples`` table has no index on the client id, as TFF writes them, is read correctly but
+    every client read scans the whole table (about 20 s per client for TFF's 169 million rows, with the file in
+    memory): a warning says so, and :func:`add_client_index` adds the index; the copy decompressed from a
+    ``.sqlite.lzma`` gets it before it is put in place. Pickling keeps the path, split and metadata.
     """
 
     def __init__(
@@ -324,17 +295,12 @@ class StackOverflowSqlite(_Reader):
                 f"unknown StackOverflow split {split!r} for {given}: allowed splits are {', '.join(SPLITS)}"
             )
         self.path = resolve_sqlite_path(
-            given, cache_dir, f"StackOverflow SQLite file {given} does not exist: {_hint('stackoverflow.sqlite.lzma')}"
+            given, cache_dir, dataset="StackOverflow", name=SQLITE_FILE, hint=_hint("stackoverflow.sqlite.lzma")
         )
         self.split = split
         self._db = SqliteSplitConnection(self.path, split)
         self.client_ids, self._counts = self._read_metadata()
-        if not _has_client_index(self._db.handle()):
-            warnings.warn(
-                f"{self.path}: table 'examples' has no index on client_id, so every client read scans the whole "
-                "table; fedpub.data.stackoverflow.add_client_index adds one",
-                stacklevel=2,
-            )
+        self._db.warn_without_client_index()
 
     def _read_metadata(self) -> tuple[list[str], np.ndarray]:
         rows = self._db.query("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (self.split,))
@@ -380,12 +346,16 @@ class StackOverflowSqlite(_Reader):
             "SELECT serialized_example_proto FROM examples WHERE client_id = ? AND split_name = ? ORDER BY rowid",
             (client_id, self.split),
         )
-        where = f"{self.path}: split {self.split!r}, client {client_id!r}"
         if len(rows) != expected:
+            where = self._db.where(client_id)
             raise DatasetError(f"{where} has {len(rows)} examples but client_metadata says {expected}")
-        decoded = [
-            decode_stackoverflow_example(blob, f"{where}, example {i}", fields) for i, (blob,) in enumerate(rows)
-        ]
+        return self.decode_rows(client_id, [blob for blob, in rows], fields)
+
+    def decode_rows(self, client_id: str, blobs: Sequence[object], fields: Sequence[str] = FIELDS) -> Columns:
+        """The ``fields`` of ``client_id``'s examples from its ``serialized_example_proto`` cells, in order, checked
+        as :meth:`columns` checks them (``fedpub data verify`` decodes a whole file this way, in one scan)."""
+        where = self._db.where(client_id)
+        decoded = [decode_stackoverflow_example(blob, f"{where}, example {i}", fields) for i, blob in enumerate(blobs)]
         return {name: [row[j] for row in decoded] for j, name in enumerate(fields)}
 
     def close(self) -> None:
@@ -400,16 +370,17 @@ def open_stackoverflow(
     directory: str | os.PathLike[str], split: str, *, cache_dir: str | os.PathLike[str] | None = None
 ) -> StackOverflowH5 | StackOverflowSqlite:
     """Open ``split`` from ``directory``: ``stackoverflow_<split>.h5`` if present, else ``stackoverflow.sqlite``,
-    else ``stackoverflow.sqlite.lzma`` (decompressed once into ``cache_dir``, default ``directory``)."""
+    else ``stackoverflow.sqlite.lzma`` (decompressed once into ``cache_dir``, default ``directory``); a
+    ``stackoverflow.sqlite`` older than the ``.lzma`` beside it is refused
+    (:func:`~fedpub.data.tff_sqlite.find_sqlite`)."""
     if split not in SPLITS:
         raise DatasetError(f"unknown StackOverflow split {split!r}: allowed splits are {', '.join(SPLITS)}")
     root = Path(directory)
     h5 = root / H5_FILES[split]
     if h5.is_file():
         return StackOverflowH5(h5)
-    for name in (SQLITE_FILE, SQLITE_FILE + ".lzma"):
-        if (root / name).is_file():
-            return StackOverflowSqlite(root / name, split, cache_dir=cache_dir)
+    if any((root / name).is_file() for name in (SQLITE_FILE, SQLITE_FILE + ".lzma")):
+        return StackOverflowSqlite(root, split, cache_dir=cache_dir)
     raise DatasetError(
         f"{root} holds neither {H5_FILES[split]} nor {SQLITE_FILE}[.lzma]: {_hint('stackoverflow.tar.bz2')} "
         f"or {_hint('stackoverflow.sqlite.lzma')}"
@@ -423,7 +394,8 @@ def _check_vocab_size(vocab_size: int | None) -> None:
 
 def read_word_counts(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, int]]:
     """``stackoverflow.word_count`` as (line number, word, count), one line at a time in file order (a 6-million-line
-    file is never held whole). Each line is ``word count`` split with ``line.split()`` (TFF ``load_word_counts``);
+    file is never held whole). Each line is ``word count`` split with ``line.split()``, Python's split on any
+    Unicode whitespace, as TFF's ``load_word_counts`` splits it (the text is split as bytes only by the tasks);
     raises :class:`DatasetError` on a missing file or a line that is not ``word count``."""
     path = Path(path)
     if not path.is_file():
@@ -464,7 +436,8 @@ def load_word_counts(path: str | os.PathLike[str], vocab_size: int | None = None
 def load_tag_counts(path: str | os.PathLike[str], vocab_size: int | None = None) -> dict[str, int]:
     """``stackoverflow.tag_count`` as ``{tag: count}`` sorted by count, descending, ties in file order (TFF's
     ``sorted(..., reverse=True)`` is stable), then the first ``vocab_size``: the standard tag vocabulary is
-    ``list(load_tag_counts(path, 500))``."""
+    ``list(load_tag_counts(path, 500))``. A kept tag with no UTF-8 form (a lone surrogate written as a JSON escape)
+    is an error, as TFF's lookup table cannot hold it."""
     _check_vocab_size(vocab_size)
     path = Path(path)
     if not path.is_file():
@@ -481,8 +454,16 @@ def load_tag_counts(path: str | os.PathLike[str], vocab_size: int | None = None)
     bad = [(tag, count) for tag, count in raw.items() if not isinstance(count, int) or isinstance(count, bool)]
     if bad:
         raise DatasetError(f"{path}: tag counts must be integers, got {bad[:3]}")
-    ranked = sorted(raw.items(), key=lambda item: item[1], reverse=True)
-    return dict(ranked if vocab_size is None else ranked[:vocab_size])
+    ranked = sorted(raw.items(), key=lambda item: item[1], reverse=True)[:vocab_size]
+    for tag, _ in ranked:
+        try:
+            tag.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DatasetError(
+                f"{path}: tag {tag!r} holds a lone surrogate (a JSON escape such as \\udce9), which has no UTF-8 "
+                "form: TFF cannot look it up (TensorFlow refuses to make it a tf.string)"
+            ) from None
+    return dict(ranked)
 
 
 __all__ = [
@@ -500,6 +481,8 @@ __all__ = [
     "add_client_index",
     "columns_to_examples",
     "decode_stackoverflow_example",
+    "decode_text",
+    "encode_text",
     "load_tag_counts",
     "load_word_counts",
     "open_stackoverflow",

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from fedpub.config_section import Section
-from fedpub.data.remote_files import Sha256, tff_file
+from fedpub.data.remote_files import tff_file
 from fedpub.data.spec import Dataset, ModelDeclaration, Source, TaskDeclaration
 
 
@@ -84,19 +84,19 @@ STACKOVERFLOW = Dataset(
     files=(
         tff_file(
             "stackoverflow.tar.bz2",
-            Sha256("99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2"),
+            "99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2",
             mirror=True,
             members=("stackoverflow_train.h5", "stackoverflow_held_out.h5", "stackoverflow_test.h5"),
         ),
         tff_file(
             "stackoverflow.word_count.tar.bz2",
-            Sha256("1dc00256", "0c519c"),
+            "1dc00256d6e527c54b9756d968118378ae14e6692c0b3b6cad470cdd3f0c519c",
             mirror=True,
             members=("stackoverflow.word_count",),
         ),
         tff_file(
             "stackoverflow.tag_count.tar.bz2",
-            Sha256("6fe281ce", "96772d"),
+            "6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d",
             mirror=True,
             members=("stackoverflow.tag_count",),
         ),

@@ -1,36 +1,44 @@
-"""What ``fedpub data info|verify`` says about federated StackOverflow's files: a TFF HDF5 file (verify checks every
-client's six datasets from metadata), its SQLite database's splits (the first example decoded), and the two
-vocabulary files ``stackoverflow.word_count`` and ``stackoverflow.tag_count``.
+"""What ``fedpub data info|verify`` says about federated StackOverflow's files: a TFF HDF5 file (verify reads every
+client's six datasets as a run does), its SQLite database's splits (the train split and a test or held-out split a
+run reads, and the reader that decodes every row for verify), and the two vocabulary files
+``stackoverflow.word_count`` and ``stackoverflow.tag_count`` (verify loads the word vocabulary a run loads).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from fedpub.data.file_report import Describer, FileDescribers, FileReport, spread
-from fedpub.data.stackoverflow import StackOverflowH5, decode_stackoverflow_example, load_tag_counts, read_word_counts
+from fedpub.data.stackoverflow import (
+    StackOverflowH5,
+    StackOverflowSqlite,
+    load_tag_counts,
+    load_word_counts,
+    read_word_counts,
+)
+from fedpub.data.stackoverflow_tasks import WORD_VOCAB_SIZE
 
 
 def describe_h5(path: Path, report: FileReport, deep: bool) -> None:
     report.layout = "federated StackOverflow, TFF HDF5"
-    with StackOverflowH5(path) as ds:  # deep: every client's six datasets checked, from metadata only
-        count = ds.check_client if deep else ds.num_examples
-        counts = [count(client_id) for client_id in ds.client_ids]
+    with StackOverflowH5(path) as ds:
+        counts = [ds.num_examples(client_id) for client_id in ds.client_ids]
+        if deep:  # every client's six datasets read as a run reads them
+            for client_id in ds.client_ids:
+                ds.columns(client_id)
     report.add("clients", len(counts))
     report.add("examples", spread(counts))
 
 
-def _check_split(path: Path, connection: sqlite3.Connection, split: str) -> None:
-    row = connection.execute(
-        "SELECT serialized_example_proto FROM examples WHERE split_name = ? LIMIT 1", (split,)
-    ).fetchone()
-    if row is not None:
-        decode_stackoverflow_example(row[0], f"split {split!r}, first example")
+def _missing_splits(names: set[str]) -> list[str]:
+    """The splits a run reads: train, and test or heldout (its ``data.stackoverflow.test_split``)."""
+    return [s for s in ("train",) if s not in names] + ([] if names & {"test", "heldout"} else ["test"])
 
 
 def describe_word_count(path: Path, report: FileReport, deep: bool) -> None:
     report.layout = "StackOverflow word_count"
+    if deep:
+        load_word_counts(path, WORD_VOCAB_SIZE)  # the vocabulary a run loads, with its checks
     words, previous, top = 0, None, []
     for number, word, count in read_word_counts(path):
         if previous is not None and count > previous:
@@ -62,5 +70,6 @@ def side_file(path: Path) -> Describer | None:
 
 
 DESCRIBERS = FileDescribers(
-    label="federated StackOverflow", hdf5=describe_h5, check_sqlite_split=_check_split, side_file=side_file
+    label="federated StackOverflow", hdf5=describe_h5, sqlite_reader=StackOverflowSqlite,
+    missing_sqlite_splits=_missing_splits, side_file=side_file,
 )

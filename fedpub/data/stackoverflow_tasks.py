@@ -4,19 +4,31 @@ Preprocessing as TFF defines it (google-parfait/tensorflow-federated, ``tensorfl
 baselines/stackoverflow/{constants,tag_prediction_preprocessing,tag_prediction_tasks,word_prediction_preprocessing,
 word_prediction_tasks}.py``; see ``shared/reference/datasets.md`` §2.4-2.5 and §5):
 
-- **Tag prediction** (SO-LR). ``sentence = tokens + ' ' + title`` split on whitespace (empty pieces dropped);
-  words index the first ``len(word_vocab)`` (10,000) words of ``stackoverflow.word_count``, other words are OOV.
-  Features, normalisation ``"in_vocab"`` (TFF since commit 43169e422, the default): in-vocabulary word counts
-  divided by their sum (all zeros when no word is in the vocabulary); ``"all_tokens"`` (older TFF, GRF, FedML,
-  AdaDPS): counts divided by the number of *all* tokens, OOV included (all zeros for an empty sentence, where
-  TensorFlow's ``reduce_mean`` would give NaN). Targets: ``tags.split('|')`` over the top ``len(tag_vocab)`` (500)
-  tags sorted by count, OOV tags dropped, as a 0/1 multi-hot vector (TFF sums one-hots: the same unless a post
-  lists a tag twice).
+Text is handled as TFF handles it, as bytes (``tag_prediction_preprocessing.build_to_ids_fn`` and
+``word_prediction_preprocessing.build_to_ids_fn``): the readers' strings are turned back into the stored bytes
+(:func:`~fedpub.data.stackoverflow.encode_text`), split as ``tf.strings.split`` splits, and looked up in a table
+whose keys are the vocabulary's UTF-8 bytes (TFF reads the count files as Python ``str`` and
+``tf.lookup.KeyValueTensorInitializer`` stores them as ``tf.string``, UTF-8). A token that is not valid UTF-8 never
+equals a key, so it is out of vocabulary; a vocabulary entry that has no UTF-8 form (a lone surrogate, possible
+through a JSON escape in ``stackoverflow.tag_count``) is refused, as TensorFlow refuses to build such a table.
+
+- **Tag prediction** (SO-LR). ``sentence = tokens + b' ' + title`` split by ``tf.strings.split(sentence)``: on runs
+  of ASCII whitespace (space, tab, newline, vertical tab, form feed, carriage return: ``absl::ascii_isspace``, the
+  same bytes Python's ``bytes.split()`` splits on), empty pieces dropped. Non-breaking spaces, ``\x1c``-``\x1f``
+  and ``\x85``, which Python's ``str.split()`` would also split on, stay inside their word. Words index the first
+  ``len(word_vocab)`` (10,000) words of ``stackoverflow.word_count``, other words are OOV. Features, normalisation
+  ``"in_vocab"`` (TFF since commit 43169e422, the default): in-vocabulary word counts divided by their sum (all
+  zeros when no word is in the vocabulary); ``"all_tokens"`` (older TFF, GRF, FedML, AdaDPS): counts divided by the
+  number of *all* tokens, OOV included (all zeros for an empty sentence, where TensorFlow's ``reduce_mean`` would
+  give NaN). Targets: ``tf.strings.split(tags, sep='|')`` (empty pieces kept) over the top ``len(tag_vocab)``
+  (500) tags sorted by count, OOV tags dropped, as TFF's ``reduce_sum`` of one-hot vectors: a tag listed twice in
+  a post (``python|python``) counts 2.0.
 - **AdaDPS single-label variant** (Li et al., ICML'22, repo litian96/AdaDPS ``federated/data/stackoverflow/
-  create_dataset.py``): ``"all_tokens"`` features and ``y = argmax(multi_hot)``, a 500-way label (the most frequent
-  of the post's top tags; 0 when it has none), for the first 400 sorted train clients, each split 80/20 within the
-  client after a shuffle (:func:`adadps_tag_prediction`).
-- **Next-word prediction** (SO-NWP). Per example only ``tokens``: ``split(' ')`` (empty pieces kept), the first
+  create_dataset.py``): ``"all_tokens"`` features and ``y = argmax(multi_hot)``, a 500-way label (the top tag the
+  post lists most often, ties to the most frequent tag; 0 when it has none), for the first 400 sorted train
+  clients, each split 80/20 within the client after a shuffle (:func:`adadps_tag_prediction`).
+- **Next-word prediction** (SO-NWP). Per example only ``tokens``: ``tf.strings.split(tokens, sep=' ')``, on the
+  space byte alone (empty pieces kept; a tab or non-breaking space stays inside its word), the first
   ``sequence_length`` (20) words, ids pad 0, word ``i`` -> ``i + 1``, OOV ``V + 1``, BOS ``V + 2``, EOS ``V + 3``
   (one OOV bucket; 10,004 ids for V = 10,000); EOS appended only when fewer than ``sequence_length`` words remain;
   BOS prepended; padded with 0 to ``sequence_length + 1``; ``x = seq[:-1]``, ``y = seq[1:]``.
@@ -40,7 +52,7 @@ import numpy as np
 import torch
 
 from fedpub.data.base import ClientData, FederatedDataset
-from fedpub.data.stackoverflow import StackOverflowReader, load_tag_counts, load_word_counts
+from fedpub.data.stackoverflow import StackOverflowReader, encode_text, load_tag_counts, load_word_counts
 from fedpub.seeding import numpy_generator
 
 WORD_VOCAB_SIZE = 10_000
@@ -79,17 +91,21 @@ def load_vocabularies(
     return list(load_word_counts(word_count, word_vocab_size)), list(load_tag_counts(tag_count, tag_vocab_size))
 
 
-def vocab_index(vocab: Sequence[str]) -> dict[str, int]:
-    """``{word: position}``; raises ValueError on a repeated entry (positions would be ambiguous)."""
-    index = {word: i for i, word in enumerate(vocab)}
-    if len(index) != len(vocab):
-        raise ValueError("the vocabulary lists an entry twice")
+def vocab_index(vocab: Sequence[str]) -> dict[bytes, int]:
+    """``{UTF-8 bytes of word: position}``, TFF's lookup table; raises ValueError on a repeated entry (positions
+    would be ambiguous) or, as UnicodeEncodeError, on one with no UTF-8 form (a lone surrogate: TensorFlow cannot
+    make it a ``tf.string``)."""
+    index: dict[bytes, int] = {}
+    for i, word in enumerate(vocab):
+        key = word.encode("utf-8")
+        if index.setdefault(key, i) != i:
+            raise ValueError(f"the vocabulary lists {word!r} twice (entries {index[key]} and {i})")
     if not index:
         raise ValueError("the vocabulary is empty")
     return index
 
 
-def _lookup(pieces: list[list[str]], index: Mapping[str, int], missing: int) -> tuple[np.ndarray, np.ndarray]:
+def _lookup(pieces: list[list[bytes]], index: Mapping[bytes, int], missing: int) -> tuple[np.ndarray, np.ndarray]:
     """(row of every piece, id of every piece): one dictionary lookup per piece."""
     lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
     get = index.get
@@ -101,14 +117,16 @@ def _lookup(pieces: list[list[str]], index: Mapping[str, int], missing: int) -> 
 def tag_features(
     tokens: Sequence[str],
     titles: Sequence[str],
-    word_index: Mapping[str, int],
+    word_index: Mapping[bytes, int],
     normalization: Normalization = "in_vocab",
 ) -> np.ndarray:
-    """Bag-of-words features, float32 ``(n, V)``, of ``tokens[i] + ' ' + titles[i]`` (see the module docstring)."""
+    """Bag-of-words features, float32 ``(n, V)``, of ``tokens[i] + ' ' + titles[i]`` split on ASCII whitespace
+    (see the module docstring); ``word_index`` from :func:`vocab_index`."""
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {normalization!r}")
     n, size = len(tokens), len(word_index)
-    rows, ids = _lookup([f"{t} {title}".split() for t, title in zip(tokens, titles, strict=True)], word_index, size)
+    sentences = (encode_text(f"{t} {title}").split() for t, title in zip(tokens, titles, strict=True))
+    rows, ids = _lookup(list(sentences), word_index, size)
     known = ids < size
     if normalization == "in_vocab":
         totals = np.bincount(rows[known], minlength=n)
@@ -121,25 +139,26 @@ def tag_features(
     return x
 
 
-def tag_targets(tags: Sequence[str], tag_index: Mapping[str, int]) -> np.ndarray:
-    """Multi-hot targets, float32 ``(n, T)``: 1 for every tag of ``tags[i].split('|')`` in the vocabulary."""
+def tag_targets(tags: Sequence[str], tag_index: Mapping[bytes, int]) -> np.ndarray:
+    """Multi-hot targets, float32 ``(n, T)``: for every tag of the vocabulary, how many times ``tags[i]`` split on
+    ``|`` lists it (TFF's sum of one-hot vectors: 1.0, or 2.0 for ``python|python``)."""
     n, size = len(tags), len(tag_index)
-    rows, ids = _lookup([t.split("|") for t in tags], tag_index, size)
+    rows, ids = _lookup([encode_text(t).split(b"|") for t in tags], tag_index, size)
     known = ids < size
     y = np.zeros((n, size), dtype=np.float32)
-    y[rows[known], ids[known]] = 1.0
+    np.add.at(y, (rows[known], ids[known]), np.float32(1.0))
     return y
 
 
 def next_word_ids(
-    tokens: Sequence[str], word_index: Mapping[str, int], sequence_length: int = SEQUENCE_LENGTH
+    tokens: Sequence[str], word_index: Mapping[bytes, int], sequence_length: int = SEQUENCE_LENGTH
 ) -> np.ndarray:
     """TFF next-word-prediction sequences, int64 ``(n, sequence_length + 1)``: BOS, ids, EOS if short, pads."""
     if sequence_length < 1:
         raise ValueError(f"sequence_length must be >= 1, got {sequence_length}")
     n, size = len(tokens), len(word_index)
     special = special_tokens(size)
-    pieces = [t.split(" ")[:sequence_length] for t in tokens]
+    pieces = [encode_text(t).split(b" ")[:sequence_length] for t in tokens]
     rows, ids = _lookup(pieces, word_index, size)  # OOV -> size, so ids + 1 maps it to special.oov
     lengths = np.bincount(rows, minlength=n)
     starts = np.cumsum(lengths) - lengths
@@ -168,7 +187,8 @@ def _check_max_elements(max_elements: int | None) -> None:
 
 class TagPrediction:
     """Tag prediction over a StackOverflow reader: x float32 ``(n, len(word_vocab))``; y float32 multi-hot
-    ``(n, len(tag_vocab))``, or with ``single_label`` int64 ``(n,)`` = the multi-hot argmax (AdaDPS).
+    ``(n, len(tag_vocab))`` (TFF's sum of one-hots: 2.0 for a tag listed twice), or with ``single_label`` int64
+    ``(n,)`` = its argmax (AdaDPS).
 
     ``num_classes`` is the number of tags. ``client_ids`` restricts the view to some of the reader's clients
     (default: all). ``word_vocab`` and ``tag_vocab`` are the ordered vocabularies (:func:`load_vocabularies`).
@@ -325,7 +345,8 @@ def adadps_tag_prediction(
 
 def recall_at_k(logits: torch.Tensor, targets: torch.Tensor, k: int = 5) -> Ratio:
     """Micro recall@k (Keras ``Recall(top_k=k)``): true tags among each example's k highest logits, over all
-    true tags. ``targets`` is multi-hot ``(n, T)``."""
+    true tags. ``targets`` is multi-hot ``(n, T)``; a tag is true when its entry is > 0 (Keras casts labels to bool,
+    so a tag listed twice counts once)."""
     if not 1 <= k <= logits.shape[-1]:
         raise ValueError(f"k must be in [1, {logits.shape[-1]}], got {k}")
     top = logits.topk(k, dim=-1).indices

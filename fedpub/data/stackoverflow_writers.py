@@ -3,14 +3,19 @@
 Layouts as in :mod:`fedpub.data.stackoverflow` (TFF ``simulation/datasets/stackoverflow.py`` and
 ``sql_client_data_utils.save_to_sql_client_data``; ``shared/reference/datasets.md`` §2 and §7):
 
-- HDF5: ``/examples/<client_id>/{creation_date,score,tags,title,tokens,type}``, strings as variable-length ASCII
-  (``h5py.string_dtype('ascii')``, read back as bytes), ``score`` int64. Written with h5py's low-level API and
-  compact storage (small datasets inside their object headers): TFF's file has 342,477 client groups of six
-  datasets each, so the per-object overhead of h5py's high-level API would dominate.
-- SQLite: TFF's DDL, one ``tf.train.Example`` per row (:func:`fedpub.data.tf_example.encode_example`), one
-  ``client_metadata`` row per (client, split); a name ending in ``.lzma`` is compressed (LZMA_Alone container).
+- HDF5: ``/examples/<client_id>/{creation_date,score,tags,title,tokens,type}``, strings as variable-length
+  strings marked ASCII (``h5py.string_dtype('ascii')``, read back as bytes), ``score`` int64. Written with h5py's
+  low-level API and compact storage (small datasets inside their object headers): TFF's file has 342,477 client
+  groups of six datasets each, so the per-object overhead of h5py's high-level API would dominate.
+- SQLite: the tables of TFF's writer, one ``tf.train.Example`` per row
+  (:func:`fedpub.data.tf_example.encode_example`), one ``client_metadata`` row per (client, split), and the indexes
+  TFF's tests add unless ``index=False``; a name ending in ``.lzma`` is compressed (LZMA_Alone container).
 - ``stackoverflow.word_count`` (``word count`` lines, in the given order) and ``stackoverflow.tag_count`` (one JSON
   object, in the given order: deliberately not sorted, so a reader must sort).
+
+Strings are written as the bytes :func:`~fedpub.data.stackoverflow.encode_text` gives (UTF-8, and a lone surrogate
+U+DC80..U+DCFF as the byte it stands for), so text that is not valid UTF-8 can be written, and reads back as the
+same strings.
 
 :func:`edge_case_dataset` gives explicit clients with the cases a reader and the task views must handle;
 :class:`SyntheticStackOverflowSpec` describes deterministic synthetic data, generated in chunks with numpy
@@ -36,7 +41,7 @@ import numpy as np
 
 from fedpub.atomic import atomic_path, write_text_atomic
 from fedpub.data.download import CHUNK
-from fedpub.data.emnist_writers import SQLITE_DDL
+from fedpub.data.emnist_writers import SQLITE_DDL, SQLITE_INDEXES
 from fedpub.data.generated import refuse_other_spec
 from fedpub.data.stackoverflow import (
     FIELDS,
@@ -48,6 +53,7 @@ from fedpub.data.stackoverflow import (
     Columns,
     StackOverflowExample,
     columns_to_examples,
+    encode_text,
 )
 from fedpub.data.tf_example import encode_example
 from fedpub.seeding import numpy_generator
@@ -61,7 +67,8 @@ _CHUNK_CLIENTS = 20_000  # synthetic clients generated at once (part of the seed
 
 
 def examples_to_columns(client_id: str, examples: Sequence[StackOverflowExample]) -> Columns:
-    """``{field: values}`` of one client's examples, checked: six fields, ``score`` int, the rest ASCII ``str``."""
+    """``{field: values}`` of one client's examples, checked: six fields, ``score`` int, the rest ``str`` that
+    :func:`~fedpub.data.stackoverflow.encode_text` can store."""
     columns: Columns = {name: [] for name in FIELDS}
     for i, example in enumerate(examples):
         if set(example) != set(FIELDS):
@@ -70,8 +77,14 @@ def examples_to_columns(client_id: str, examples: Sequence[StackOverflowExample]
             value = example[name]  # type: ignore[literal-required]
             if name == "score" and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ValueError(f"client {client_id!r}, example {i}: score {value!r} is not an int")
-            if name != "score" and (not isinstance(value, str) or not value.isascii()):
-                raise ValueError(f"client {client_id!r}, example {i}: {name} {value!r} is not an ASCII str")
+            if name != "score":
+                if not isinstance(value, str):
+                    raise ValueError(f"client {client_id!r}, example {i}: {name} {value!r} is not a str")
+                try:
+                    encode_text(value)
+                except UnicodeEncodeError as exc:
+                    where = f"client {client_id!r}, example {i}"
+                    raise ValueError(f"{where}: {name} {value!r} has no bytes: {exc}") from None
             columns[name].append(value)
     return columns
 
@@ -98,7 +111,7 @@ def _write_h5(path: Path, clients: Iterable[tuple[str, Columns]]) -> Path:
                 if name == "score":
                     data, kind = np.asarray(columns[name], dtype=np.int64), h5py.h5t.STD_I64LE
                 else:
-                    data = np.array([s.encode("ascii") for s in columns[name]], dtype=_STRING_DTYPE)
+                    data = np.array([encode_text(s) for s in columns[name]], dtype=_STRING_DTYPE)
                     kind = string_type
                 dataset = h5py.h5d.create(group, name.encode(), kind, space, dcpl=layout)
                 if n:
@@ -119,7 +132,7 @@ def write_stackoverflow_h5(path: str | os.PathLike[str], clients: Clients) -> Pa
 def _example_proto(row: Sequence[str | int]) -> bytes:
     """One example (values in ``FIELDS`` order) as TFF's proto: one bytes value per string, one int64 score."""
     return encode_example(
-        {name: [value] if name == "score" else [str(value).encode("ascii")] for name, value in zip(FIELDS, row)}
+        {name: [value] if name == "score" else [encode_text(str(value))] for name, value in zip(FIELDS, row)}
     )
 
 
@@ -127,9 +140,8 @@ def _write_sqlite(path: Path, splits: Mapping[str, Iterable[tuple[str, Columns]]
     connection = sqlite3.connect(path)
     try:
         with connection:
-            for statement in SQLITE_DDL:
-                if index or not statement.startswith("CREATE INDEX"):
-                    connection.execute(statement)
+            for statement in SQLITE_DDL + (SQLITE_INDEXES if index else ()):
+                connection.execute(statement)
             for split, clients in splits.items():
                 for client_id, columns in clients:
                     _check_client_id(client_id)
@@ -174,8 +186,8 @@ def write_stackoverflow_sqlite(
 ) -> Path:
     """Write ``{split: clients}`` as TFF's ``stackoverflow.sqlite``; a name ending in ``.lzma`` is compressed.
 
-    Split names must be TFF's (``train``, ``heldout``, ``test``). ``index=False`` leaves out the indexes of TFF's
-    DDL (to test readers on a database without them).
+    Split names must be TFF's (``train``, ``heldout``, ``test``). ``index=False`` leaves out the indexes TFF's
+    tests add: the tables of TFF's writer alone, as published.
     """
     return _write_sqlite_file(Path(path), {split: _checked(clients) for split, clients in splits.items()}, index)
 
@@ -378,10 +390,12 @@ def write_synthetic_stackoverflow(
     *,
     split: str = "train",
     layout: Literal["h5", "sqlite"] = "h5",
+    index: bool = True,
 ) -> StackOverflowFiles:
     """Write ``spec`` as one split, plus ``stackoverflow.word_count`` and ``stackoverflow.tag_count``, in
     ``directory``: ``layout="h5"`` writes ``stackoverflow_<split>.h5`` (TFF's HDF5 name for the split),
-    ``"sqlite"`` writes ``stackoverflow.sqlite`` holding that split. Clients are streamed, never all in memory."""
+    ``"sqlite"`` writes ``stackoverflow.sqlite`` holding that split (with ``index=False``, without the indexes
+    TFF's tests add, as TFF's writer). Clients are streamed, never all in memory."""
     if split not in SPLITS:
         raise ValueError(f"unknown StackOverflow split {split!r}; allowed: {', '.join(SPLITS)}")
     if layout not in ("h5", "sqlite"):
@@ -390,7 +404,7 @@ def write_synthetic_stackoverflow(
     if layout == "h5":
         data = _write_h5(root / H5_FILES[split], synthetic_columns(spec))
     else:
-        data = _write_sqlite_file(root / SQLITE_FILE, {split: synthetic_columns(spec)}, index=True)
+        data = _write_sqlite_file(root / SQLITE_FILE, {split: synthetic_columns(spec)}, index)
     word_counts, tag_counts = synthetic_counts(spec)
     return StackOverflowFiles(
         data=data,

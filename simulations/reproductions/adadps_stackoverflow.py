@@ -2,7 +2,7 @@
 Alg. 3) in federated form on look-alike StackOverflow tag-prediction data: DP-FedAvg, DP-FedAdam and
 AdaDPS with side information (token frequencies, each local step divided by A), 20 of 400 users per
 round, noise multiplier σ = 0.3, 40 rounds, and the user-level ε that costs at δ = 1/400 (the paper
-reports (34, 0.0025)). ``python -m fedpub.simulations.reproductions.adadps_stackoverflow [--seeds 2]``.
+reports (34, 0.0025)). ``python -m fedpub.simulations.reproductions.adadps_stackoverflow [--seeds 3]``.
 
 The look-alike data put each tag's topic words at frequency ranks 2,000 and beyond
 (``topic_rank_offset``): the tag signal is in rare words, as the paper argues it is on StackOverflow, which
@@ -62,7 +62,7 @@ CLAIMS = (
 
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=2, help="seeds per strategy (default 2)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per strategy (default 3, the fewest the claim judge accepts)")
     parser.add_argument("--rounds", type=int, default=SETTING["rounds"], help="rounds per run (default 40)")
     parser.add_argument("--data", type=Path, default=None, help="look-alike data folder (default: the config's)")
     parser.add_argument("--out", type=Path, default=Path("runs/reproductions/adadps_stackoverflow"))

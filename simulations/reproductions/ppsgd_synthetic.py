@@ -73,6 +73,7 @@ from fedpub.steps.gaussian_noise import gaussian_noise  # noqa: E402
 from fedpub.steps.public_schedule import public_schedule  # noqa: E402
 from fedpub.types import RoundContext  # noqa: E402
 from fedpub.simulations.reproductions.claims import Claim  # noqa: E402
+from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, Estimate, judge_estimates  # noqa: E402
 
 Loss = Literal["hinge", "square"]
 LOSSES: tuple[Loss, ...] = ("hinge", "square")
@@ -440,30 +441,24 @@ CLAIMS = (
 
 
 def verdict(claim: Claim, cells: Sequence[Cell]) -> str:
-    """One sentence: ``claim.better`` wins a (loss, ε) when its mean is better by more than one standard
-    error of the difference (√((sd₁² + sd₂²)/seeds)), loses when worse by as much, else ties; the claim is
-    reproduced when it wins everywhere, partly when somewhere, not when nowhere. The sentence gives every
-    cell's numbers and, for the cells it does not win, how far the other method is from the non-private
-    model and in how many of them PPSGD's budget and clip tests fired."""
+    """One sentence: the claim judged over every (loss, ε) by the rule of
+    :mod:`fedpub.simulations.reproductions.judge`, with every cell's numbers and, for the cells it does not win,
+    how far the other method is from the non-private model and in how many of them PPSGD's budget and clip tests
+    fired."""
     kept = selected(cells)
     keys = sorted({(loss, eps) for loss, eps, method in kept if method == claim.better}
                   & {(loss, eps) for loss, eps, method in kept if method == claim.worse})
-    outcomes: dict[str, list[tuple[Loss, float]]] = {"win": [], "tie": [], "loss": []}
-    details = []
-    for loss, eps in keys:
-        a, b = kept[(loss, eps, claim.better)], kept[(loss, eps, claim.worse)]
-        gap = _score(loss, a.mean) - _score(loss, b.mean)
-        error = math.sqrt((a.std**2 + b.std**2) / min(a.seeds, b.seeds))
-        outcome = "win" if gap > error else "loss" if gap < -error else "tie"
-        outcomes[outcome].append((loss, eps))
-        details.append(f"{loss} ε={eps:g}: {a.mean:.4f}±{a.std:.4f} vs {b.mean:.4f}±{b.std:.4f}"
-                       + {"win": "", "tie": " (tie)", "loss": " (worse)"}[outcome])
-    wins = len(outcomes["win"])
-    status = "reproduced" if keys and wins == len(keys) else "partly reproduced" if wins else "not reproduced"
-    sentence = (f"- {claim.text}: **{status}** — {LABELS[claim.better]} is better than {LABELS[claim.worse]} "
-                f"by more than one standard error in {wins} of {len(keys)} (loss, ε) cells, ties in "
-                f"{len(outcomes['tie'])} and is worse in {len(outcomes['loss'])} ({'; '.join(details)})")
-    others = outcomes["tie"] + outcomes["loss"]
+    judged = ClaimJudgement(tuple(
+        judge_estimates(
+            f"{loss} ε={eps:g}",
+            *(Estimate.from_summary(c.mean, c.std, c.seeds) for c in (kept[(loss, eps, claim.better)],
+                                                                      kept[(loss, eps, claim.worse)])),
+            higher_is_better=HIGHER_IS_BETTER[loss],
+        )
+        for loss, eps in keys
+    ))
+    sentence = judged.sentence(claim.text, LABELS[claim.better], LABELS[claim.worse])
+    others = [key for key, cell in zip(keys, judged.cells) if cell.outcome != "win"]
     if others:
         headroom = {loss: max(abs(kept[(lo, eps, NONPRIVATE)].mean - kept[(lo, eps, claim.worse)].mean)
                               for lo, eps in others if lo == loss) for loss, _ in others}
@@ -566,9 +561,7 @@ def write_comparison(cells: Sequence[Cell], setup: Setup, seeds: int, out: Path)
              "Wang & Zhou, \"Differentially private learning with small public data\" (AAAI 2020), Figure 3: "
              "accuracy (hinge loss) and MSE (square loss) against ε on 100-dimensional Gaussian data with 9,950 "
              "private and 50 public samples.", "", "## Claims", "",
-             "A (loss, ε) cell is won when the mean is better by more than one standard error of the difference, "
-             "√((sd₁² + sd₂²)/seeds), lost when worse by as much, else tied; a claim is reproduced when every cell "
-             "is won, partly when some are, not when none are.", "",
+             RULE, "",
              *(verdict(claim, cells) for claim in CLAIMS), "", "## Setup", "", *setup_lines(setup, seeds), "",
              "Table: `table.md` / `table.csv`; plot: `figure.png`. Hyper-parameter tuning is not counted in ε.", ""]
     text = "\n".join(lines)

@@ -1,5 +1,6 @@
 """Corrupted data files, chosen by Hypothesis: every reader either reads every client or raises a DatasetError
-naming the file; never an exception from inside h5py, sqlite3 or lzma (issue 8, "bad input").
+naming the file; never an exception from inside h5py, sqlite3 or lzma (issue 8, "bad input"). And ``fedpub data
+verify`` reports a problem in every file a reader refuses (issue 20: it never says OK for a file a run refuses).
 
 Each file is written once with the project's writers, then copied and corrupted per example: truncated, bytes
 flipped, groups or datasets deleted, replaced by links or by arrays of another dtype or shape, clients emptied,
@@ -42,6 +43,7 @@ from fedpub.data.stackoverflow_writers import (
     write_stackoverflow_h5,
     write_stackoverflow_sqlite,
 )
+from fedpub.simulations.data_inspect import inspect_path
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EMNIST = {f"f000{i}_0{i}": (np.full((n, 28, 28), 0.5, np.float32), np.arange(n) % 10) for i, n in enumerate((3, 1, 2))}
@@ -75,12 +77,15 @@ def read_stackoverflow_sqlite(path: Path) -> None:
 
 
 def reads_or_names_the_file(path: Path, read: Callable[[Path], None], named: Path | None = None) -> None:
-    """``read(path)`` either succeeds or raises a DatasetError whose message names ``named`` (default: the file)."""
+    """``read(path)`` either succeeds or raises a DatasetError whose message names ``named`` (default: the file);
+    and ``fedpub data verify`` never says OK for a file the read refused."""
     try:
         read(path)
     except DatasetError as error:
         event("DatasetError")
         assert str(named or path) in str(error)
+        report = inspect_path(path, deep=True)
+        assert report is not None and report.problems, f"verify finds nothing wrong, the reader refused: {error}"
     else:
         event("read")
 

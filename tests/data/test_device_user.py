@@ -16,8 +16,12 @@ from fedpub.data.device_user import load_device_user
 from fedpub.data.device_user_writers import export_user
 from fedpub.data.emnist_device import write_pixels
 from fedpub.data.emnist import EmnistH5
+from fedpub.data.stackoverflow import StackOverflowH5
+from fedpub.data.stackoverflow_sources import stackoverflow_view
+from fedpub.data.stackoverflow_writers import write_stackoverflow_h5, write_tag_count, write_word_count
 from fedpub.data.users import load_data
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
+from tests.data.test_tff_bytes import POSTS, TAGS, WORDS
 
 EMNIST = {"num_writers": 3, "min_examples": 4, "max_examples": 8, "seed": 2}
 TRAIN_FILE = "fed_emnist_digitsonly_train.h5"
@@ -102,6 +106,26 @@ def test_an_exported_stackoverflow_user_reads_back_as_the_task_sees_it(tmp_path:
     user = load_device_user(out, parse_config(raw), client_id=cid)
     assert user.client_id == cid and user.data.num_classes == population.train.num_classes
     assert_same(user.data.client_data(cid), population.train.client_data(cid))
+
+
+@pytest.mark.parametrize("fmt", ["folder", "tff"])
+def test_a_user_whose_text_is_not_utf8_exports_and_reads_back_the_same(tmp_path: Path, fmt: str) -> None:
+    """TFF reads text as bytes: posts with bytes that are not UTF-8 and a non-breaking space go to posts.jsonl (as
+    JSON escapes) or a one-user file and come back as the same bytes, so the device's features are the population's."""
+    root = tmp_path / "so"
+    source = write_stackoverflow_h5(root / "stackoverflow_train.h5", {"00000001": POSTS})
+    write_word_count(root / "stackoverflow.word_count", WORDS)
+    write_tag_count(root / "stackoverflow.tag_count", TAGS)
+    config = parse_config({"task": "so_tag", "model": {"name": "so_tag_logreg"},
+                           "data": {"source": "stackoverflow", "path": str(root)}})
+    population = stackoverflow_view(config, StackOverflowH5(source), root)
+    out = export_user(source, "00000001", tmp_path / ("user" if fmt == "folder" else "user.h5"), fmt=fmt)
+    if fmt == "tff":
+        for name in ("stackoverflow.word_count", "stackoverflow.tag_count"):
+            (out.parent / name).write_bytes((root / name).read_bytes())
+    user = load_device_user(out, config, client_id="00000001")
+    assert_same(user.data.client_data("00000001"), population.client_data("00000001"))
+    assert population.client_data("00000001").y[0, 0] == 2.0  # python|python, as TFF sums it
 
 
 def test_a_folder_without_posts_is_refused_naming_what_it_needs(tmp_path: Path) -> None:

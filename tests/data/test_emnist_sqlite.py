@@ -6,6 +6,7 @@ import lzma
 import os
 import pickle
 import sqlite3
+import warnings
 from pathlib import Path
 
 import h5py
@@ -13,12 +14,15 @@ import numpy as np
 import pytest
 import torch
 
+from fedpub.config import parse_config
 from fedpub.data.base import DatasetError, FederatedDataset
 from fedpub.data.emnist import EmnistH5, load_emnist_split
 from fedpub.data import download as download_module
 from fedpub.data.download import ensure_decompressed
 from fedpub.data.emnist_sqlite import EmnistSqlite, load_emnist_sqlite
+from fedpub.data.tff_sqlite import has_client_index
 from fedpub.data.emnist_writers import read_emnist_clients, write_emnist_h5, write_emnist_sqlite
+from fedpub.data.users import load_data
 from fedpub.data.tf_example import encode_example
 
 
@@ -130,6 +134,77 @@ def test_stale_cache_is_replaced(tmp_path: Path, logical: dict) -> None:
     os.utime(cache, (1, 1))
     packed = write_emnist_sqlite(tmp_path / "emnist_all.sqlite.lzma", {"digits_only_test": logical["test"]})
     assert ensure_decompressed(packed) == cache and cache.read_bytes()[:6] == b"SQLite"
+
+
+def test_tff_layout_without_index_warns_and_its_lzma_copy_is_indexed(tmp_path: Path, logical: dict) -> None:
+    """TFF's writer creates no index: such a file reads the same, in the same order, with a warning on the cost;
+    the copy fedpub decompresses from a .sqlite.lzma is indexed before it is put in place."""
+    splits = {"digits_only_train": logical["train"]}
+    plain = write_emnist_sqlite(tmp_path / "plain" / "emnist_all.sqlite", splits, index=False)
+    packed = write_emnist_sqlite(tmp_path / "emnist_all.sqlite.lzma", splits, index=False)
+    with pytest.warns(UserWarning, match="emnist_all.sqlite: table 'examples' has no index on client_id"):
+        unindexed = EmnistSqlite(plain, "digits_only_train")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        indexed = EmnistSqlite(packed, "digits_only_train")
+    with unindexed, indexed:
+        assert indexed.path == tmp_path / "emnist_all.sqlite"
+        _assert_same(unindexed, indexed)
+    with sqlite3.connect(indexed.path) as connection:
+        assert has_client_index(connection)
+    connection.close()
+
+
+def test_a_folder_holding_the_database(tmp_path: Path, logical: dict, both_layouts: tuple[Path, Path]) -> None:
+    """``data.path`` may be the folder: its emnist_all.sqlite, or its emnist_all.sqlite.lzma decompressed beside it
+    (after which the folder holds both, the .sqlite being the newer)."""
+    _, sqlite_path = both_layouts
+    with EmnistSqlite(sqlite_path.parent, "digits_only_train") as by_folder, EmnistSqlite(
+        sqlite_path, "digits_only_train"
+    ) as by_file:
+        assert by_folder.path == sqlite_path
+        _assert_same(by_file, by_folder)
+    splits = {"digits_only_train": logical["train"], "digits_only_test": logical["test"]}
+    packed = write_emnist_sqlite(tmp_path / "emnist_all.sqlite.lzma", splits)
+    train, test = load_emnist_sqlite(tmp_path, only_digits=True)
+    with train, test, EmnistSqlite(sqlite_path, "digits_only_test") as reference:
+        assert train.path == test.path == tmp_path / "emnist_all.sqlite"
+        _assert_same(reference, test)
+    os.utime(packed, (packed.stat().st_atime, packed.stat().st_mtime - 10))  # the copy is newer: it is the cache
+    with EmnistSqlite(tmp_path, "digits_only_train") as again:
+        assert again.path == tmp_path / "emnist_all.sqlite"
+
+
+def test_the_config_may_name_the_folder(both_layouts: tuple[Path, Path]) -> None:
+    """``data.path`` of an ``emnist_sqlite`` config: the folder holding emnist_all.sqlite, as its description says."""
+    _, sqlite_path = both_layouts
+    config = parse_config({"data": {"source": "emnist_sqlite", "path": str(sqlite_path.parent)}})
+    data = load_data(config)
+    with EmnistSqlite(sqlite_path, "digits_only_test") as reference:
+        _assert_same(reference, data.test)
+
+
+def test_a_folder_without_one_database_names_the_folder_and_the_names(tmp_path: Path, db: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DatasetError) as err:
+        EmnistSqlite(empty, "all_train")
+    assert str(err.value).startswith(f"{empty} is a folder holding neither emnist_all.sqlite nor ")
+    assert "emnist_all.sqlite.lzma (the names looked for): download https://" in str(err.value)
+    folder = tmp_path / "both"
+    folder.mkdir()
+    plain = folder / "emnist_all.sqlite"
+    plain.write_bytes(db.read_bytes())
+    os.utime(plain, (1, 1))  # older than the .lzma: not its decompressed copy
+    (folder / "emnist_all.sqlite.lzma").write_bytes(lzma.compress(db.read_bytes(), format=lzma.FORMAT_ALONE))
+    with pytest.raises(DatasetError) as err:
+        load_emnist_sqlite(folder, only_digits=False)
+    assert str(err.value) == (
+        f"{folder} holds both emnist_all.sqlite and emnist_all.sqlite.lzma, and emnist_all.sqlite is older, so it "
+        "is not the decompressed copy of emnist_all.sqlite.lzma: delete emnist_all.sqlite to read "
+        "emnist_all.sqlite.lzma, or emnist_all.sqlite.lzma to read emnist_all.sqlite"
+    )
+    assert plain.stat().st_mtime == 1  # neither file was touched
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from fedpub.config import load_config, parse_config
 from fedpub.data.cifar100 import TEST_FILE, TRAIN_FILE
 from fedpub.data.cifar100_writers import SyntheticCifar100Spec, write_synthetic_cifar100
-from fedpub.data.remote_files import Sha256
 from fedpub.simulations.configs import quickstart_config_path
 from fedpub.simulations.data_cli import data_app
 from fedpub.simulations.engine import run_in_process
@@ -91,7 +90,7 @@ def test_download_by_dataset_name_verifies_and_extracts(
     server: FileServer, monkeypatch: pytest.MonkeyPatch, cifar_dir: Path, tmp_path: Path  # noqa: F811
 ) -> None:
     body = tar_bz2({name: (cifar_dir / name).read_bytes() for name in (TRAIN_FILE, TEST_FILE)})
-    serve_registry_file(server, monkeypatch, "fed_cifar100.tar.bz2", body, Sha256(hashlib.sha256(body).hexdigest()))
+    serve_registry_file(server, monkeypatch, "fed_cifar100.tar.bz2", body, hashlib.sha256(body).hexdigest())
     code, out = invoke("download", "cifar100", "--dir", str(tmp_path))
     assert code == 0, out
     assert (tmp_path / TRAIN_FILE).read_bytes() == (cifar_dir / TRAIN_FILE).read_bytes()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import warnings
 from pathlib import Path
 
 import h5py
@@ -14,8 +15,10 @@ from typer.testing import CliRunner
 
 from fedpub.data.emnist import load_emnist_split
 from fedpub.data.download import REGISTRY
-from fedpub.data.remote_files import Sha256
 from fedpub.data.emnist_writers import read_emnist_clients, write_emnist_h5, write_emnist_sqlite
+from fedpub.data.base import DatasetError
+from fedpub.data.stackoverflow import StackOverflowExample, StackOverflowSqlite, decode_text
+from fedpub.data.stackoverflow_writers import write_stackoverflow_sqlite
 from fedpub.data.tf_example import encode_example
 from fedpub.simulations.data_cli import data_app
 from tests.data.test_download import FileServer, closed_port_url, serve_registry_file, server, tar_bz2  # noqa: F401
@@ -29,6 +32,11 @@ SO_EXAMPLE = {
     "tokens": [b"see <URL> ."],
     "type": [b"answer"],
 }
+
+
+_POST = StackOverflowExample(
+    creation_date="2010-01-08 09:34:05 UTC", score=1, tags="python", title="", tokens="a list .", type="question"
+)
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -193,9 +201,52 @@ def test_verify_checks_stackoverflow_files_with_the_readers_rules(tmp_path: Path
     code, out = invoke("verify", str(tmp_path))
     assert code == 1, out
     assert "client '00000002' has no 'title' dataset" in out
-    assert "split 'test', first example has no 'title' feature" in out
+    assert "stackoverflow.sqlite: split 'test', client '00000001', example 0 has no 'title' feature" in out
     assert "line 2: expected 'word count', got 'word'" in out
     assert "0 of 3 file(s) ok" in out
+
+
+def test_verify_decodes_every_example_as_a_run_does(emnist_dir: Path, tmp_path: Path) -> None:
+    """A malformed example of the last client (not the first one verify used to look at) fails verify, as it fails
+    a run; text that is not valid UTF-8 does neither (TFF reads it as bytes)."""
+    so = tmp_path / "stackoverflow.sqlite"
+    posts = {f"0000000{i}": [{**_POST, "title": f"post {i}"}] * 2 for i in range(3)}
+    posts["00000001"] = [{**_POST, "title": decode_text(b"caf\xe9 au lait")}]
+    write_stackoverflow_sqlite(so, {"train": posts, "test": {"00000009": [_POST]}}, index=False)
+    code, out = invoke("verify", str(so))
+    assert code == 0, out
+    assert "every example decoded as a run decodes it" in out and "index on client_id: none (as TFF writes it)" in out
+    db = tmp_path / "emnist_all.sqlite"
+    db.write_bytes((emnist_dir / "emnist_all.sqlite").read_bytes())
+    with sqlite3.connect(so) as connection, sqlite3.connect(db) as emnist:
+        last = "UPDATE examples SET serialized_example_proto = ? WHERE rowid = (SELECT MAX(rowid) FROM examples)"
+        connection.execute(last, (encode_example({**SO_EXAMPLE, "score": [b"1"]}),))
+        emnist.execute(last, (encode_example({"label": [3], "pixels": [0.5] * 783}),))
+    connection.close()
+    emnist.close()
+    code, out = invoke("verify", str(tmp_path))
+    assert code == 1, out
+    assert "stackoverflow.sqlite: split 'test', client '00000009', example 0: feature 'score' is [b'1']" in out
+    assert "has 783 'pixels' values, expected 784 floats" in out and "0 of 2 file(s) ok" in out
+    with pytest.raises(DatasetError, match="client '00000009', example 0: feature 'score'"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        StackOverflowSqlite(so, "test").examples("00000009")  # what a run makes of it
+
+
+def test_verify_reports_a_split_a_run_needs_and_rows_no_client_lists(tmp_path: Path) -> None:
+    so = tmp_path / "stackoverflow.sqlite"
+    write_stackoverflow_sqlite(so, {"train": {"00000001": [_POST]}, "test": {"00000002": [_POST]}})
+    with sqlite3.connect(so) as connection:
+        connection.execute("DELETE FROM client_metadata WHERE split_name = 'test'")
+    connection.close()
+    code, out = invoke("verify", str(so))
+    assert code == 1, out
+    assert "split test has no clients: a run that reads it refuses the file" in out
+    with sqlite3.connect(so) as connection:
+        connection.execute("INSERT INTO client_metadata VALUES ('00000002', 'heldout', 1)")
+    connection.close()
+    code, out = invoke("verify", str(so))
+    assert code == 1 and "example rows of split(s) ['test'] have no client_metadata" in out, out
 
 
 def test_verify_errors(tmp_path: Path) -> None:
@@ -208,15 +259,15 @@ def test_verify_errors(tmp_path: Path) -> None:
 def test_download_command(server: FileServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # noqa: F811
     body = tar_bz2({"stackoverflow.tag_count": json.dumps({"html": 3}).encode()})
     digest = hashlib.sha256(body).hexdigest()
-    serve_registry_file(server, monkeypatch, "stackoverflow.tag_count.tar.bz2", body, Sha256(digest[:8], digest[-6:]))
+    serve_registry_file(server, monkeypatch, "stackoverflow.tag_count.tar.bz2", body, digest)
     code, out = invoke("download", "stackoverflow.tag_count.tar.bz2", "--dir", str(tmp_path))
     assert code == 0, out
-    assert "only part of its SHA-256 is published" in out
+    assert f"SHA-256 {digest}" in out
     assert str(tmp_path / "stackoverflow.tag_count") in out
     assert json.loads((tmp_path / "stackoverflow.tag_count").read_text()) == {"html": 3}
     code, out = invoke("verify", str(tmp_path))
     assert code == 0, out
-    assert "checksum: matches (only part of its SHA-256 is published" in out and "2 of 2 file(s) ok" in out
+    assert f"checksum: matches (SHA-256 {digest})" in out and "2 of 2 file(s) ok" in out
 
 
 def test_download_command_errors(tmp_path: Path) -> None:

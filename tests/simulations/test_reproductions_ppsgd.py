@@ -118,8 +118,9 @@ def test_end_to_end_writes_the_four_files(tmp_path, monkeypatch):
     table = (out / "table.md").read_text(encoding="utf-8")
     assert all(label in table for label in ppsgd.LABELS.values()) and "ε = 0.05" in table
     claims = [line for line in (out / "comparison.md").read_text(encoding="utf-8").splitlines()
-              if line.startswith("- ") and "reproduced" in line]
+              if line.startswith("- ") and ": **" in line]
     assert len(claims) == len(ppsgd.CLAIMS)
+    assert all(": **not judged** —" in line for line in claims)  # 2 seeds: the judge needs 3
 
 
 @pytest.mark.parametrize("guess", [1, 200])
