@@ -8,7 +8,7 @@ The node config (``flower-supernode --node-config``; docs/deployment.md):
   :mod:`fedpub.data.device_user`); the node then reads nothing of the experiment's ``data.path``.
 - ``client-id``: the user's id (picks the user of a several-user file; names a folder's user). Without
   ``data-path`` and ``client-id``, ``partition-id`` picks the user among the experiment's node users (the training
-  file's client ids in TFF's sorted order, then StackOverflow's held-out public users when they are the public
+  file's client ids in TFF's sorted order, then the dataset's held-out public users when they are the public
   pool), which is what Flower simulation sets.
 - ``public``: the device's own declaration, true or false; without it the node declares nothing and the server
   decides (the node never guesses its flag from a partial file).
@@ -39,7 +39,7 @@ from fedpub.clients.local_training import ClientResult, LocalTrainingConfig, tra
 from fedpub.config import ConfigError, ExperimentConfig, dump_config, parse_config
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.data.device_user import load_device_user
-from fedpub.data.registry import load_data
+from fedpub.data.users import load_data
 from fedpub.models import build_model
 from fedpub.node_identity import load_private_key, sign_identity
 from fedpub.seeding import torch_generator
@@ -53,7 +53,7 @@ class ClientRuntime:
     config: ExperimentConfig
     train: FederatedDataset
     public: FederatedDataset
-    """The public users' data: ``train`` itself, or StackOverflow's held-out split."""
+    """The public users' data: ``train`` itself, or the dataset's held-out split."""
     model: torch.nn.Module
     local_training: LocalTrainingConfig
     task: Task

@@ -1,7 +1,7 @@
 """Local training cut to the input columns a user's examples use: exact for a linear input layer on sparse
 features.
 
-StackOverflow tag prediction (DOPE-SGD, Amid et al. 2022; AdaDPS, Li et al. 2023) feeds 10,000 bag-of-words
+Tag prediction from posts (DOPE-SGD, Amid et al. 2022; AdaDPS, Li et al. 2023) feeds 10,000 bag-of-words
 features to a ``Linear(10000, 500)``; a post uses a few dozen words. The gradient of that layer's weight is
 ``(dL/dlogits)ᵀ x``: zero in every column whose feature is zero in all of the minibatch's examples. A column
 that every local gradient leaves at zero never moves under SGD, with momentum (its buffer stays zero), the prox

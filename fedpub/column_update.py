@@ -1,7 +1,7 @@
 """Updates that change only some columns of one tensor, kept as those columns.
 
-A bag-of-words model's local SGD changes only the input weights of the words the user wrote: on StackOverflow
-tag prediction (the logistic regression of DOPE-SGD, Amid et al. 2022, and AdaDPS, Li et al. 2023) a user with a
+A bag-of-words model's local SGD changes only the input weights of the words the user wrote: on tag prediction
+from posts (the logistic regression of DOPE-SGD, Amid et al. 2022, and AdaDPS, Li et al. 2023) a user with a
 few posts changes a few hundred of the 10,000 columns of a 5M-parameter weight
 (:mod:`fedpub.clients.input_columns`). :class:`ColumnUpdate` holds those columns; the server's clip and sum
 (:class:`~fedpub.cohort_updates.Cohort`) read its norm and add it into the model-sized sum from them, so a cohort costs
@@ -75,8 +75,8 @@ def dense(value: UpdateValue) -> torch.Tensor:
 def vector_norms(values: Sequence[UpdateValue]) -> list[torch.Tensor]:
     """The L2 norm of all of each value's entries, in its dtype (a ColumnUpdate's from its columns). One batched
     call, ``torch._foreach_norm`` (which ``torch.nn.utils.clip_grad_norm_`` uses): the same numbers as
-    ``torch.linalg.vector_norm`` tensor by tensor, without a Python call for each (50 users of the 6-tensor EMNIST
-    MLP: 4 ms instead of 13)."""
+    ``torch.linalg.vector_norm`` tensor by tensor, without a Python call for each (50 users of the quick start's
+    6-tensor MLP: 4 ms instead of 13)."""
     if not values:
         return []
     return list(torch._foreach_norm([v.values if isinstance(v, ColumnUpdate) else v for v in values]))
@@ -88,8 +88,8 @@ class RowSum:
     Tensors are added into the total in place (the first one scaled into it, with no zero fill). ColumnUpdates
     are added into a column-major buffer, where each column is one run of memory, and the buffer is added into the
     total once. Adding the columns of a ``(500, 10000)`` tensor in place writes strided memory instead: 50 users
-    of 300 columns took 59 ms that way and 17 ms this way. With this, a 50-user StackOverflow round's server
-    side took 63 ms instead of 82 ms."""
+    of 300 columns took 59 ms that way and 17 ms this way. With this, a 50-user round of the tag-prediction
+    logistic regression took 63 ms instead of 82 ms on the server's side."""
 
     def __init__(self, like: torch.Tensor) -> None:
         self._like = like

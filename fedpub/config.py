@@ -15,12 +15,11 @@ from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
-MODEL_NAMES: tuple[str, ...] = ("emnist_small_cnn", "emnist_cnn_dropout", "emnist_mlp", "so_tag_logreg", "so_nwp_lstm")
-"""The models :data:`fedpub.models.MODELS` builds, in its order (a test keeps the two equal): named here so that
-validating a config imports neither torch nor the data readers."""
-
+from fedpub.config_section import Section
+from fedpub.data import registry
+from fedpub.data.spec import PUBLIC_POOLS
 
 class ConfigError(ValueError):
     """A configuration that cannot be run; the message names the file and the field."""
@@ -35,67 +34,27 @@ def _no_nul(path: Path) -> Path:
 FilePath = Annotated[Path, AfterValidator(_no_nul)]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
-
-
-class SyntheticEmnistConfig(_Section):
-    """The offline quick-start data: synthetic handwritten digits in TFF's EMNIST HDF5 layout."""
-
-    num_writers: int = Field(500, ge=2)
-    min_examples: int = Field(20, ge=2)
-    max_examples: int = Field(80, ge=2)
-    test_fraction: float = Field(0.15, gt=0, lt=1)
-    seed: int = 0
-
-
-class SyntheticStackOverflowConfig(_Section):
-    """Offline look-alike StackOverflow files (TFF's HDF5 layout and count files)."""
-
-    num_clients: int = Field(400, ge=2)
-    test_clients: int = Field(100, ge=1)
-    min_examples: int = Field(5, ge=1)
-    max_examples: int = Field(30, ge=1)
-    topic_rank_offset: int = Field(
-        0, ge=0, description="frequency rank of the first tag's topic words (large: rare words carry the tags)"
-    )
-    seed: int = 0
-
-
-class StackOverflowConfig(_Section):
-    """TFF's StackOverflow tasks: vocabularies from the count files, features as TFF builds them."""
-
-    tag_vocab_size: int = Field(500, ge=1)
-    normalization: Literal["in_vocab", "all_tokens"] = Field(
-        "in_vocab", description="bag of words ÷ in-vocabulary tokens (TFF now) or ÷ all tokens (older TFF, AdaDPS)"
-    )
-    max_elements: int | None = Field(1000, ge=1, description="cap on a user's examples (TFF: 1,000)")
-    test_split: Literal["test", "heldout"] = "test"
-
-
-class PublicUsersConfig(_Section):
+class PublicUsersConfig(Section):
     """Which users opted out of privacy; they never count in the private population N."""
 
-    pool: Literal["train_fraction", "heldout"] = Field(
-        "train_fraction", description="a seeded fraction of the training users, or StackOverflow's held-out split"
+    pool: Literal[PUBLIC_POOLS] = Field(
+        "train_fraction",
+        description="a seeded fraction of the training users, or the dataset's held-out split (where it has one)",
     )
     fraction: float = Field(0.0, ge=0, lt=1, description="seeded fraction of the training users made public")
     seed: int = 0
 
 
-class DataConfig(_Section):
-    source: Literal[
-        "synthetic_emnist", "emnist_h5", "emnist_sqlite", "stackoverflow", "synthetic_stackoverflow"
-    ] = "synthetic_emnist"
-    path: FilePath = Field(
-        Path("data/synthetic_emnist"),
-        description="directory with fed_emnist[_digitsonly]_{train,test}.h5, or emnist_all.sqlite[.lzma], "
-        "or (StackOverflow) stackoverflow_*.h5 or stackoverflow.sqlite[.lzma] with the two count files",
+class _DataFields(Section):
+    """The ``data`` fields every dataset shares; :data:`DataConfig` adds each dataset's own after ``path``."""
+
+    source: Literal[registry.SOURCE_NAMES] = Field(
+        registry.DEFAULT_SOURCE, description="which dataset and file layout (`fedpub data info DATASET` lists them)"
     )
-    only_digits: bool = True
-    synthetic: SyntheticEmnistConfig = SyntheticEmnistConfig()
-    synthetic_stackoverflow: SyntheticStackOverflowConfig = SyntheticStackOverflowConfig()
-    stackoverflow: StackOverflowConfig = StackOverflowConfig()
+    path: FilePath = Field(
+        Path("data") / registry.DEFAULT_SOURCE,
+        description="what data.source reads: a directory of the dataset's files, or its .sqlite[.lzma] file",
+    )
     uniform_users: int | None = Field(
         None, ge=2, description="DOPE's construction: pool the training examples and deal them to K users"
     )
@@ -121,18 +80,32 @@ class DataConfig(_Section):
     )
 
 
-class ModelConfig(_Section):
-    name: str = "emnist_small_cnn"
+def _data_section() -> type[Section]:
+    """The ``data`` section: the shared fields, each registered dataset's own after ``path`` (registry order)."""
+    shared = {name: (field.annotation, field) for name, field in _DataFields.model_fields.items()}
+    first = {name: shared.pop(name) for name in ("source", "path")}
+    return pydantic.create_model(
+        "DataConfig", __base__=Section, __module__=__name__, __doc__="Which users an experiment trains and "
+        "evaluates on: the dataset and its files, its own sections, the public users, the cache.",
+        **first, **registry.data_fields(), **shared,
+    )
+
+
+DataConfig = _data_section()
+
+
+class ModelConfig(Section):
+    name: str = registry.default_model()
 
     @field_validator("name")
     @classmethod
     def _known_model(cls, name: str) -> str:
-        if name not in MODEL_NAMES:
-            raise ValueError(f"unknown model; allowed: {', '.join(sorted(MODEL_NAMES))}")
+        if name not in registry.MODEL_NAMES:
+            raise ValueError(f"unknown model; allowed: {', '.join(sorted(registry.MODEL_NAMES))}")
         return name
 
 
-class ClientConfig(_Section):
+class ClientConfig(Section):
     """Local training on each client: E epochs of minibatch SGD."""
 
     epochs: int = Field(1, ge=1)
@@ -150,7 +123,7 @@ class ClientConfig(_Section):
     vectorise_min_users: int = Field(
         8, ge=1, description="users with the same number of local steps are vectorised together only when at "
         "least this many: below it vmap's fixed cost per step outweighs what it saves (2 CPU cores: a 10-user "
-        "EMNIST CNN round took 0.096 s vectorised, 0.059 s user by user); 1 = vectorise every group"
+        "quick-start CNN round took 0.096 s vectorised, 0.059 s user by user); 1 = vectorise every group"
     )
 
     def local_training_fields(self) -> dict[str, Any]:
@@ -158,7 +131,7 @@ class ClientConfig(_Section):
         return self.model_dump(exclude={"vectorise", "vectorise_min_users"})
 
 
-class SamplingConfig(_Section):
+class SamplingConfig(Section):
     """Give exactly one of ``clients_per_round`` (expected cohort m) or ``sampling_rate`` (q). ``epoch_blocks``
     samples nothing (DP-FTRL, Kairouz et al. 2021): each epoch deals the private users, shuffled, into blocks of
     about m, one block a round, so every user takes part once an epoch (accounted under replace-special
@@ -178,7 +151,7 @@ class SamplingConfig(_Section):
         return self
 
 
-class ServerOptimizerConfig(_Section):
+class ServerOptimizerConfig(Section):
     name: Literal["sgd", "adam"] = "sgd"
     lr: float = Field(1.0, gt=0)
     momentum: float = Field(0.0, ge=0, lt=1, description="sgd only")
@@ -187,7 +160,7 @@ class ServerOptimizerConfig(_Section):
     eps: float = Field(1e-3, gt=0, description="adam only")
 
 
-class AdaptiveClipConfig(_Section):
+class AdaptiveClipConfig(Section):
     """Adaptive clipping (Andrew et al. 2021): ``clip_norm`` is then the initial C."""
 
     target_quantile: float = Field(0.5, ge=0, le=1, description="fraction of updates left unclipped, γ")
@@ -195,18 +168,18 @@ class AdaptiveClipConfig(_Section):
     count_noise_std: float = Field(..., gt=0, description="σ_b, noise std on the unclipped count (paper: m/20)")
 
 
-class RecenterConfig(_Section):
+class RecenterConfig(Section):
     """DOPE-SGD (Nasr et al. 2023): clip the private updates around the public users' mean update."""
 
     center_clip: float = Field(math.inf, gt=0, description="λ: the center is clipped to this norm (eq. 2)")
     extended: bool = Field(False, description="public updates also enter the average, outside the noisy sum")
 
 
-class PreconditionConfig(_Section):
+class PreconditionConfig(Section):
     """AdaDPS (Li et al. 2023): divide by a public preconditioner A before privatising."""
 
     source: Literal["public", "token_frequency"] = Field(
-        "public", description="public users' RMSProp statistics, or StackOverflow token frequencies"
+        "public", description="public users' RMSProp statistics, or the token frequencies of the dataset's vocabulary"
     )
     placement: Literal["server", "client"] = Field(
         "client", description="divide each update at the server, or each local gradient on the client (Alg. 3)"
@@ -217,14 +190,14 @@ class PreconditionConfig(_Section):
     floor: float = Field(1e-2, gt=0, description="token_frequency: smallest A_j")
 
 
-class MirrorConfig(_Section):
+class MirrorConfig(Section):
     """PDA-DPMD (Amid et al. 2022): g = α_t·private + (1 − α_t)·public, α_t = cos(πt/2K)."""
 
     decay_rounds: int | None = Field(None, ge=1, description="K; null = the run's rounds")
     alpha_floor: float = Field(0.0, ge=0, le=1, description="α never goes below this (and stays there after K)")
 
 
-class PublicScheduleConfig(_Section):
+class PublicScheduleConfig(Section):
     """PPSGD (Wang & Zhou 2020): public users steer the noise multiplier and the clip norm."""
 
     budget_growth: float = Field(0.1, gt=0, description="α: ρ ← (1+α)ρ, i.e. z ← z/sqrt(1+α)")
@@ -234,7 +207,7 @@ class PublicScheduleConfig(_Section):
     min_noise_multiplier: float = Field(0.3, gt=0, description="z never goes below this")
 
 
-class BudgetScheduleConfig(_Section):
+class BudgetScheduleConfig(Section):
     """Seed 001, Table 2: a few rounds with a smaller z (more budget), the rest calibrated to the target."""
 
     boosted_rounds: int = Field(..., ge=1)
@@ -255,13 +228,13 @@ class BudgetScheduleConfig(_Section):
         return self.boosted_noise_ratio * noise_multiplier
 
 
-class TreeAggregationConfig(_Section):
+class TreeAggregationConfig(Section):
     """DP-FTRL (Kairouz et al. 2021): the private mean's noise is tree-aggregated (the binary mechanism), the tree
     restarting every epoch of ``sampling.kind: epoch_blocks`` (each user once per tree). No options: the
     section switches the noise from one Gaussian a round to the tree's."""
 
 
-class PublicTrainingConfig(_Section):
+class PublicTrainingConfig(Section):
     """Non-private training of the global model on the pooled public users' data."""
 
     epochs: int = Field(1, ge=1)
@@ -276,7 +249,7 @@ class ModelReuseConfig(PublicTrainingConfig):
     prox_weight: float = Field(0.1, ge=0, description="λ")
 
 
-class ModelAverageConfig(_Section):
+class ModelAverageConfig(Section):
     """Seed 003 §3.2: also evaluate the mean (window) or EMA of the last global models."""
 
     kind: Literal["window", "ema"] = "window"
@@ -295,7 +268,7 @@ RECIPE_SECTIONS: dict[str, tuple[str, ...]] = {
 """Each recipe name and the sections it switches on (with their defaults when left out)."""
 
 
-class StrategyConfig(_Section):
+class StrategyConfig(Section):
     """User-level DP-FedAvg (McMahan et al. 2018) plus the public-data parts, which compose: a recipe
     ``name`` switches its own section on, and any section may be added to any recipe."""
 
@@ -370,7 +343,7 @@ def _needs_public_cohort(section: dict) -> bool:
     return public_statistics or any(section.get(s) is not None for s in ("recenter", "mirror", "public_schedule"))
 
 
-class PrivacyConfig(_Section):
+class PrivacyConfig(Section):
     delta: float = Field(1e-5, gt=0, lt=1)
     accountant: Literal["pld", "rdp"] = "pld"
     budget_epsilon: float | None = Field(
@@ -403,7 +376,7 @@ class PrivacyConfig(_Section):
     )
 
 
-class FlowerConfig(_Section):
+class FlowerConfig(Section):
     """How the Flower backends run (``fedpub run --backend flower``, ``flwr run``)."""
 
     client_num_cpus: float = Field(1.0, gt=0, description="CPUs per simulated client (Ray actor)")
@@ -447,7 +420,7 @@ class FlowerConfig(_Section):
         return self
 
 
-class WandbConfig(_Section):
+class WandbConfig(Section):
     """A Weights & Biases run for each fedpub run (``pip install 'fedpub[tracking]'``)."""
 
     project: str = Field(..., min_length=1, description="the W&B project the run is logged to")
@@ -458,7 +431,7 @@ class WandbConfig(_Section):
     tags: tuple[str, ...] = Field((), description="tags of the W&B run")
 
 
-class MlflowConfig(_Section):
+class MlflowConfig(Section):
     """An MLflow run for each fedpub run (``pip install 'fedpub[tracking]'``: mlflow-skinny, or full mlflow)."""
 
     tracking_uri: str | None = Field(
@@ -468,7 +441,7 @@ class MlflowConfig(_Section):
     experiment: str = Field(..., min_length=1, description="the MLflow experiment (created when missing)")
 
 
-class TrackingConfig(_Section):
+class TrackingConfig(Section):
     """Experiment trackers that also receive what a run releases (metrics.jsonl's records, the config, the final
     figures; never diagnostics), all off by default. Not part of what the run computes: changing this section
     does not make a resumed run another config (README "Experiment tracking")."""
@@ -480,7 +453,7 @@ class TrackingConfig(_Section):
     mlflow: MlflowConfig | None = Field(None, description="an MLflow run: {tracking_uri, experiment}")
 
 
-class ExperimentConfig(_Section):
+class ExperimentConfig(Section):
     name: str = Field("quickstart", pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
     rounds: int = Field(40, ge=1)
@@ -495,8 +468,8 @@ class ExperimentConfig(_Section):
         "auto", description="a torch device: auto (CUDA when present), cpu, cuda, cuda:1, mps, ... (its form is "
         "checked here, without torch; whether torch knows it and this machine has it, when the experiment is built)",
     )
-    task: Literal["classification", "so_tag", "so_tag_single", "so_nwp"] = Field(
-        "classification", description="loss and metrics; the so_* tasks need StackOverflow data"
+    task: Literal[registry.TASK_NAMES] = Field(
+        registry.default_task(), description="loss and metrics; each data.source serves its dataset's tasks"
     )
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
@@ -515,7 +488,7 @@ class ExperimentConfig(_Section):
 
 
 def _check_public_users(config: ExperimentConfig) -> None:
-    """A recipe that trains public users needs some: data.public (a fraction, or StackOverflow's held-out users), or
+    """A recipe that trains public users needs some: data.public (a fraction, or the dataset's held-out split), or
     the server's own users when the private users are nodes."""
     strategy, public = config.strategy, config.data.public
     needs = [n for n in ("warm_start", "model_reuse") if getattr(strategy, n) is not None]
@@ -523,27 +496,41 @@ def _check_public_users(config: ExperimentConfig) -> None:
         needs.insert(0, f"public_clients_per_round ({strategy.public_clients_per_round})")
     has_public = public.pool == "heldout" or public.fraction > 0 or config.flower.private_users == "nodes"
     if needs and not has_public:
+        heldout = ", ".join(registry.sources_where(lambda d, s: "heldout" in d.public_pools))
         raise ConfigError(
             f"strategy `{strategy.name}` trains public users (strategy.{', strategy.'.join(needs)}), but the data has "
-            "none: set data.public.fraction (e.g. 0.02) or data.public.pool: heldout (StackOverflow)"
+            f"none: set data.public.fraction (e.g. 0.02) or data.public.pool: heldout (data.source {heldout})"
         )
 
 
 def _check_task_and_data(config: ExperimentConfig) -> None:
-    stackoverflow = config.data.source in ("stackoverflow", "synthetic_stackoverflow")
-    if config.flower.private_users == "nodes" and (config.data.source.startswith("synthetic")
-                                                   or config.data.uniform_users is not None):
+    """The task, the model and the public pool are ones the source's dataset declares; a deployment whose private
+    users are nodes reads no generated or pooled data."""
+    data = config.data
+    dataset, source = registry.source(data.source)
+    if config.flower.private_users == "nodes" and (source.generated or data.uniform_users is not None):
         raise ConfigError(
             "flower.private_users `nodes` reads no private data on the server: data.source cannot be synthetic (the "
-            "server would generate every user) and data.uniform_users cannot pool the users' examples"
+            f"server would generate every user; {data.source} is) and data.uniform_users cannot pool the users' "
+            "examples"
         )
-    if config.data.public.pool == "heldout" and not stackoverflow:
-        raise ConfigError("data.public.pool `heldout` needs StackOverflow data (its held-out split)")
-    if stackoverflow != config.task.startswith("so_"):
+    if data.public.pool not in dataset.public_pools:
+        heldout = ", ".join(registry.sources_where(lambda d, s: data.public.pool in d.public_pools))
         raise ConfigError(
-            f"task `{config.task}` does not go with data.source `{config.data.source}`: the so_* tasks "
-            "(so_tag, so_tag_single, so_nwp) need stackoverflow or synthetic_stackoverflow data, "
-            "classification needs EMNIST data"
+            f"data.public.pool `{data.public.pool}` needs a dataset with a held-out split (data.source {heldout}); "
+            f"{dataset.name} has: {', '.join(dataset.public_pools)}"
+        )
+    if config.task not in dataset.task_names:
+        serving = ", ".join(registry.sources_where(lambda d, s: config.task in d.task_names))
+        raise ConfigError(
+            f"task `{config.task}` does not go with data.source `{data.source}`: {dataset.name} data allows task "
+            f"{' | '.join(dataset.task_names)}; task {config.task} needs data.source {serving}"
+        )
+    if config.model.name not in dataset.model_names:
+        serving = ", ".join(registry.sources_where(lambda d, s: config.model.name in d.model_names))
+        raise ConfigError(
+            f"model `{config.model.name}` does not go with data.source `{data.source}`: {dataset.name} data allows "
+            f"model.name {' | '.join(dataset.model_names)}; model {config.model.name} needs data.source {serving}"
         )
 
 
@@ -642,5 +629,12 @@ def load_config(path: Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
 
 
 def dump_config(config: ExperimentConfig) -> str:
-    """The resolved configuration as YAML (what a run writes next to its results)."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """The resolved configuration as YAML (what a run writes next to its results). Of the datasets' own ``data``
+    sections only those of ``data.source``'s dataset are written: the others do not change the run, and
+    registering a dataset then changes no other run's resolved config."""
+    raw = config.model_dump(mode="json")
+    own = registry.source(config.data.source)[0].config_fields
+    for name in registry.data_fields():
+        if name not in own:
+            del raw["data"][name]
+    return yaml.safe_dump(raw, sort_keys=False)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from fedpub.simulations.run_dir import RunDirectory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
-app.add_typer(data_app, name="data", help="Inspect, verify and download TFF's federated EMNIST and StackOverflow files.")
+app.add_typer(data_app, name="data", help=data_app.info.help)
 console = Console()
 USER_ERRORS = (ValueError, FileNotFoundError)
 """What a user's input can cause, shown as one line: fedpub's ConfigError, DatasetError and PrivacyError are

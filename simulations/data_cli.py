@@ -1,13 +1,16 @@
-"""`fedpub data`: what a dataset file holds, whether it is intact, and downloading TFF's public files.
+"""`fedpub data`: the registered datasets, what a dataset file holds, whether it is intact, and downloading TFF's
+public files. Every dataset-specific answer comes from the dataset registry (:mod:`fedpub.data.registry`).
 
-    fedpub data info PATH               layout, clients, examples, classes and size of one file
+    fedpub data info DATASET|PATH       a dataset's declaration (sources, tasks, models, files), or one file's layout,
+                                        clients, examples, classes and size
     fedpub data verify PATH_OR_DIR      registry checksums (where published), every example read as a run reads it;
                                         exit 1 on a problem
-    fedpub data download NAME [--dir]   resumable, verified download of a file from the registry (fedpub.data.download)
+    fedpub data download NAME [--dir]   resumable, verified download of a file of the registry, or of a dataset's one
+                                        file (fedpub.data.download)
     fedpub data export-user FILE ID OUT one user of a TFF HDF5 file as a device's data: a folder or a one-user file
 
 The commands import what they use when they run (:mod:`fedpub.simulations.data_inspect`, the readers, the download), so
-``fedpub --help`` loads neither h5py nor torch.
+``fedpub --help`` loads neither h5py nor torch (the registry is declarations only).
 """
 
 from __future__ import annotations
@@ -20,13 +23,19 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-if TYPE_CHECKING:
-    from fedpub.simulations.data_inspect import FileReport
+from fedpub.data import registry
 
+if TYPE_CHECKING:
+    from fedpub.data.file_report import FileReport
+    from fedpub.data.spec import Dataset
+
+DATASETS_HELP = ", ".join(registry.DATASET_NAMES)
 data_app = typer.Typer(
-    name="data", add_completion=False, no_args_is_help=True, help="Dataset files: inspect, verify, download."
+    name="data", add_completion=False, no_args_is_help=True,
+    help=f"Datasets ({DATASETS_HELP}) and their files: describe, inspect, verify, download.",
 )
 console = Console()
+
 
 def _fail(error: Exception) -> None:
     console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
@@ -41,20 +50,41 @@ def _print_report(report: FileReport) -> None:
         console.print(f"  [bold red]problem:[/] {escape(problem)}", highlight=False, soft_wrap=True)
 
 
-@data_app.command()
-def info(path: Annotated[Path, typer.Argument(help="a dataset file")]) -> None:
-    """What a dataset file holds: layout, clients, examples, classes, size (exit 1 if it is malformed).
+def _print_dataset(dataset: Dataset) -> None:
+    """What the registry declares about ``dataset``."""
+    lines = [f"layout and preprocessing from: {dataset.reference}"]
+    lines += [f"data.source {s.name}: data.path holds {s.reads}" for s in dataset.sources]
+    lines += [f"task {t.name}: {t.summary}" for t in dataset.tasks]
+    lines += [f"model.name {m.name}: {m.summary}" for m in dataset.models]
+    lines += [f"data.public.pool: {' | '.join(dataset.public_pools)}"]
+    lines += [f"download {f.name}: {' or '.join(f.urls)}; {f.checksum_note()}" for f in dataset.files]
+    console.print(f"[bold]{escape(dataset.name)}[/]: {escape(dataset.title)}", highlight=False, soft_wrap=True)
+    for line in lines:  # escaped: a file name such as x[_y]_z.h5 is not rich markup
+        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
 
-    PATH: a dataset file."""
+
+@data_app.command()
+def info(
+    target: Annotated[str, typer.Argument(help=f"a dataset ({DATASETS_HELP}) or a dataset file", show_default=False)],
+) -> None:
+    """What fedpub knows about a dataset (its sources, tasks, models and files), or what a dataset file holds:
+    layout, clients, examples, classes, size (exit 1 if it is malformed).
+
+    TARGET: a registered dataset's name, or a dataset file."""
     from fedpub.data.base import DatasetError
     from fedpub.simulations.data_inspect import inspect_path
 
+    path = Path(target)
+    if not path.exists() and target in registry.DATASET_NAMES:
+        _print_dataset(registry.dataset(target))
+        return
     if not path.is_file():
-        _fail(FileNotFoundError(f"{path} is not a file"))
+        _fail(FileNotFoundError(f"{path} is not a file (nor a dataset: {DATASETS_HELP})"))
     with console.status(f"reading {path}"):
         report = inspect_path(path, deep=False)
     if report is None:
-        _fail(DatasetError(f"{path} is not a dataset file fedpub recognises (EMNIST, StackOverflow or TFF archive)"))
+        _fail(DatasetError(f"{path} is not a dataset file fedpub recognises (a file of {DATASETS_HELP}, or a TFF "
+                           "archive)"))
     _print_report(report)
     if report.problems:
         raise typer.Exit(1)
@@ -63,7 +93,7 @@ def info(path: Annotated[Path, typer.Argument(help="a dataset file")]) -> None:
 @data_app.command()
 def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a directory of them")]) -> None:
     """Registry checksums where published, and every example of every dataset file read as a run reads it (so a
-    file that verifies is one a run accepts; TFF's StackOverflow database takes hours); exit 1 on any problem.
+    file that verifies is one a run accepts; TFF's largest database takes hours); exit 1 on any problem.
 
     PATH: a dataset file, or a directory of them."""
     from fedpub.simulations.data_inspect import inspect_path
@@ -100,26 +130,38 @@ def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a direc
         raise typer.Exit(1)
 
 
+def _remote_file(name: str) -> str:
+    """The registry file ``name`` names: itself, or a dataset's only file; a DatasetError lists the choices."""
+    from fedpub.data.base import DatasetError
+
+    if name in registry.DATASET_NAMES:
+        files = [f.name for f in registry.dataset(name).files]
+        if len(files) != 1:
+            raise DatasetError(f"dataset {name} has {len(files)} files: name one of {', '.join(files)}")
+        return files[0]
+    return name
+
+
 @data_app.command("download")
 def download_command(
-    name: Annotated[str, typer.Argument(help="a file of the registry")],
+    name: Annotated[str, typer.Argument(help="a file of the registry, or a dataset with one file")],
     directory: Annotated[Path, typer.Option("--dir", help="where to put the file(s)")] = Path("data"),
     url: Annotated[Optional[str], typer.Option(help="fetch from this URL instead (a local mirror)")] = None,
 ) -> None:
     """Download a TFF dataset file (resumable), verify it and extract archives.
 
-    NAME is a file of the registry, e.g. fed_emnist.tar.bz2, emnist_all.sqlite.lzma or stackoverflow.tar.bz2 (an
-    unknown name lists them all). A file already in --dir that verifies is reused, so copying a file there by hand
-    and running this extracts it offline.
+    NAME is a file of the registry (`fedpub data info DATASET` lists a dataset's files; an unknown name lists them
+    all), or a dataset that has one file. A file already in --dir that verifies is reused, so copying a file there by
+    hand and running this extracts it offline.
     """
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     from fedpub.data.base import DatasetError
     from fedpub.data.download import download, registry_entry
-    from fedpub.simulations.data_inspect import size_text
+    from fedpub.data.file_report import size_text
 
     try:
-        entry = registry_entry(name)
+        entry = registry_entry(_remote_file(name))
     except DatasetError as error:
         _fail(error)
     progress = Progress(
@@ -132,7 +174,7 @@ def download_command(
             progress.update(task, completed=done, total=total)
 
         try:
-            files = download(name, directory, url=url, progress=on_progress)
+            files = download(entry.name, directory, url=url, progress=on_progress)
         except (DatasetError, OSError) as error:
             progress.stop()
             _fail(error)
@@ -143,25 +185,25 @@ def download_command(
 
 @data_app.command("export-user")
 def export_user_command(
-    source: Annotated[Path, typer.Argument(help="a TFF HDF5 file (EMNIST or StackOverflow)")],
+    source: Annotated[Path, typer.Argument(help="a TFF HDF5 file of a dataset with device formats")],
     client_id: Annotated[str, typer.Argument(help="the user to export")],
     out: Annotated[Path, typer.Argument(help="a new folder, or with --format tff a new .h5 file")],
-    fmt: Annotated[str, typer.Option("--format", help="folder (PNG images or posts.jsonl) or tff (one-user HDF5)")] = (
+    fmt: Annotated[str, typer.Option("--format", help="folder (the dataset's plain folder) or tff (one-user HDF5)")] = (
         "folder"
     ),
 ) -> None:
-    """Write one user of a TFF file as the data a device holds (its SuperNode's ``data-path``): EMNIST as
-    ``OUT/<label>/<n>.png``, StackOverflow as ``OUT/posts.jsonl`` with the count files; or a one-user TFF file.
+    """Write one user of a TFF file as the data a device holds (its SuperNode's ``data-path``): the dataset's plain
+    folder (docs/deployment.md lists each dataset's), or a one-user TFF file.
 
-    SOURCE: a TFF HDF5 file (EMNIST or StackOverflow); CLIENT_ID: the user to export; OUT: a new folder, or with
-    --format tff a new .h5 file."""
+    SOURCE: a TFF HDF5 file; CLIENT_ID: the user to export; OUT: a new folder, or with --format tff a new .h5 file."""
     from fedpub.data.base import DatasetError
-    from fedpub.data.device_user_writers import DeviceFormat, export_user
+    from fedpub.data.device_user import ExportFormat
+    from fedpub.data.device_user_writers import export_user
 
     if fmt not in ("folder", "tff"):
         _fail(ValueError(f"--format must be folder or tff, got {fmt!r}"))
     try:
-        written = export_user(source, client_id, out, fmt=cast(DeviceFormat, fmt))
+        written = export_user(source, client_id, out, fmt=cast(ExportFormat, fmt))
     except (DatasetError, KeyError, OSError) as error:
         _fail(error)
     console.print(f"user {client_id} written to {written}", highlight=False, soft_wrap=True)

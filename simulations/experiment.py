@@ -1,6 +1,6 @@
 """Everything an experiment needs, assembled from its config before any file is written: the users
-(:mod:`fedpub.data.registry`), the device (:mod:`fedpub.clients.device`), the private strategy with its noise and
-planned event (:mod:`fedpub.strategies.build`) and the local training.
+(:mod:`fedpub.data.users`, through the dataset registry), the device (:mod:`fedpub.clients.device`), the private
+strategy with its noise and planned event (:mod:`fedpub.strategies.build`) and the local training.
 
 Both backends start here, so the same config gives the same data, model, strategy and noise.
 Failures (missing data, an unreachable ε target, a budget smaller than one round, a tracker whose library is not
@@ -20,7 +20,7 @@ from fedpub.clients.device import resolve_device
 from fedpub.clients.local_training import LocalTrainingConfig
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
-from fedpub.data.registry import load_data
+from fedpub.data.users import load_data
 from fedpub.models.seeded import new_model
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.randomness import PrivacyRandomness, resolve_randomness

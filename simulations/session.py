@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from fedpub.config import PublicTrainingConfig, dump_config
+from fedpub.data import registry
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.ledger import write_ledger
@@ -77,13 +78,18 @@ def changed_keys(stored: Any, resolved: Any, prefix: str = "") -> list[str]:
 def run_changes(stored: str, resolved: str) -> list[str]:
     """How a run directory's ``config.yaml`` (``stored``) differs from the config resolved now in what the run
     computes: the changed dotted keys, or ``["its layout"]`` when only the text differs; empty for the same run.
-    ``tracking`` is not part of it (where the released records are also sent may change when a run resumes)."""
+    Not part of it: ``tracking`` (where the released records are also sent may change when a run resumes), and the
+    ``data`` sections of the datasets other than the run's (a ``config.yaml`` written before the resolved config
+    left them out holds them)."""
     if stored == resolved:
         return []
-    changed = changed_keys(yaml.safe_load(stored), yaml.safe_load(resolved))
+    now = yaml.safe_load(resolved)
+    changed = changed_keys(yaml.safe_load(stored), now)
     if not changed:
         return ["its layout"]
-    return [key for key in changed if key.split(".")[0] != "tracking"]
+    own = registry.source(now["data"]["source"])[0].config_fields
+    others = {f"data.{name}" for name in registry.data_fields() if name not in own}
+    return [key for key in changed if key.split(".")[0] != "tracking" and ".".join(key.split(".")[:2]) not in others]
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -1,6 +1,6 @@
 """AdaDPS in federated form (Li et al. 2023, "Private adaptive optimization with side
 information", Alg. 1 and 3): a preconditioner A, public (the public users' RMSProp second moments)
-or side information (StackOverflow token frequencies: rare words get larger steps), divides the
+or side information (the token frequencies of a dataset's vocabulary: rare words get larger steps), divides the
 updates before they are clipped and noised — at the server (each update Δ_k ⊘ A) or on the clients
 (each local gradient ∇f ⊘ A, Alg. 3, which the paper found better in FL). A is public: it costs no
 privacy, and A = 1 is DP-FedAvg exactly.
@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fedpub.config import PreconditionConfig
-from fedpub.models.stackoverflow import BAG_OF_WORDS_WEIGHT
 from fedpub.step import Step
 from fedpub.steps.precondition import current_preconditioner, precondition, token_frequency_preconditioner
 from fedpub.types import Params, StepState, Updates
@@ -29,10 +28,10 @@ def client_preconditioner(state: StepState) -> Updates | None:
 
 
 def token_frequency_side_information(
-    config: PreconditionConfig, params: Params, word_counts: Sequence[float]
+    config: PreconditionConfig, params: Params, word_counts: Sequence[float], *, weight_name: str
 ) -> Updates:
-    """A from the counts of the model's vocabulary words (``stackoverflow.word_count``, in order), on the
-    bag-of-words weight of ``so_tag_logreg``."""
+    """A from the counts of the model's vocabulary words (in its column order), on its bag-of-words weight
+    ``weight_name``."""
     return token_frequency_preconditioner(
-        params, word_counts, weight_name=BAG_OF_WORDS_WEIGHT, power=config.power, floor=config.floor
+        params, word_counts, weight_name=weight_name, power=config.power, floor=config.floor
     )

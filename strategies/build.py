@@ -14,15 +14,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-
 import dp_accounting
 import torch
 
 from fedpub.config import ExperimentConfig, PrivacyConfig, StrategyConfig
+from fedpub.data import registry
 from fedpub.data.base import FederatedDataset
-from fedpub.data.registry import FederatedData
-from fedpub.data.stackoverflow import WORD_COUNT_FILE, load_word_counts
+from fedpub.data.spec import resolve
+from fedpub.data.users import FederatedData
 from fedpub.models.seeded import model_params, new_model
 from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant, check_first_round
 from fedpub.privacy.calibration import calibrate
@@ -134,18 +133,24 @@ class NoisyBeyondSignal(UserWarning):
 
 
 def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updates | None:
-    """AdaDPS's fixed preconditioner from StackOverflow's word counts, when the config asks for it."""
+    """AdaDPS's fixed preconditioner from the token frequencies of the dataset's vocabulary, when the config asks
+    for it: on the model's bag-of-words weight (both as their declarations name them)."""
     precondition = config.strategy.precondition
     if precondition is None or precondition.source != "token_frequency":
         return None
-    if config.model.name != "so_tag_logreg":
+    dataset, _ = registry.source(config.data.source)
+    weight = registry.model(config.model.name).bag_of_words_weight
+    if dataset.token_frequencies is None or weight is None:
+        models = [m.name for d in registry.DATASETS for m in d.models if m.bag_of_words_weight is not None]
+        sources = registry.sources_where(lambda d, s: d.token_frequencies is not None)
         raise ValueError(
-            "strategy.precondition.source `token_frequency` preconditions the bag-of-words weight of "
-            f"model so_tag_logreg, not {config.model.name}"
+            "strategy.precondition.source `token_frequency` preconditions the bag-of-words weight of a model that "
+            f"has one (model.name {' | '.join(models)}) by the token counts of a dataset's vocabulary (data.source "
+            f"{' | '.join(sources)}), not model {config.model.name} on data.source {config.data.source}"
         )
-    counts = load_word_counts(Path(config.data.path) / WORD_COUNT_FILE, train.num_features)
+    counts = resolve(dataset.token_frequencies)(config)
     params = model_params(new_model(config, train.num_classes, torch.device("cpu")))  # names and shapes
-    return adadps.token_frequency_side_information(precondition, params, list(counts.values()))
+    return adadps.token_frequency_side_information(precondition, params, counts, weight_name=weight)
 
 
 def build_experiment_strategy(

@@ -1,16 +1,21 @@
-"""The federated dataset protocol every reader implements, and the error readers raise."""
+"""The federated dataset protocol every reader implements, the error readers raise, and the lazy TFF HDF5 file the
+HDF5 readers build on."""
 
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from types import TracebackType
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import h5py
 import torch
+
+_T = TypeVar("_T", bound="TffH5")
 
 
 def open_h5(path: Path, missing: str) -> h5py.File:
@@ -47,6 +52,51 @@ class DatasetError(ValueError):
     """A dataset file is missing or malformed; the message names the file and what is wrong."""
 
 
+class TffH5:
+    """A file in TFF's ``HDF5ClientData`` layout (``/examples/<client_id>/<dataset>``) read lazily: ``client_ids``
+    (sorted, as TFF sorts them) are listed when it is opened, nothing else. The handle is opened by each process on
+    first use (a forked or unpickled reader opens its own) and released by :meth:`close` or a ``with`` block;
+    pickling keeps everything but the handle. ``dataset`` names the data in errors; ``missing`` says what to do
+    when the file does not exist."""
+
+    def __init__(self, path: str | os.PathLike[str], *, dataset: str, missing: str) -> None:
+        self.path = Path(path)
+        self._dataset, self._missing = dataset, missing
+        self._file: h5py.File | None = None
+        self._pid = -1
+        with h5_errors(str(self.path)):
+            self.client_ids: list[str] = sorted(self._examples().keys())
+
+    def _handle(self) -> h5py.File:
+        if self._file is None or self._pid != os.getpid():
+            self._file = open_h5(self.path, f"{self._dataset} file {self.path} does not exist: {self._missing}")
+            self._pid = os.getpid()
+        return self._file
+
+    def _examples(self) -> h5py.Group:
+        examples = self._handle().get("examples")
+        if not isinstance(examples, h5py.Group):
+            raise DatasetError(f"{self.path} has no 'examples' group: not a TFF federated {self._dataset} file")
+        return examples
+
+    def close(self) -> None:
+        """Close the HDF5 handle (a later read reopens it)."""
+        if self._file is not None and self._pid == os.getpid():
+            self._file.close()
+        self._file = None
+
+    def __enter__(self: _T) -> _T:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_file": None, "_pid": -1}
+
+
 @dataclass(frozen=True)
 class ClientData:
     """All examples of one client: inputs ``x`` (first axis = examples) and integer targets ``y``."""
@@ -72,3 +122,13 @@ class FederatedDataset(Protocol):
     def client_data(self, client_id: str) -> ClientData: ...
 
     def num_examples(self, client_id: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class Splits:
+    """What a source opens (:attr:`fedpub.data.spec.Source.splits`): the training and test users as the task sees
+    them, and the held-out users when the config's public pool is the dataset's held-out split."""
+
+    train: FederatedDataset
+    test: FederatedDataset
+    heldout: FederatedDataset | None = None

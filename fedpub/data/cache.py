@@ -1,15 +1,15 @@
 """Users' examples kept in memory between rounds: a least-recently-used cache of decoded clients, bounded in bytes.
 
 A user sampled with probability q is trained again about every 1/q rounds. Without the cache, each time it is
-read from the file again: HDF5 groups, a SQLite query, StackOverflow's text turned into features. For small
-clients that reading costs as much as training them (about 1 ms per EMNIST user here). pfl-research avoids it
+read from the file again: HDF5 groups, a SQLite query, posts' text turned into features. For small
+clients that reading costs as much as training them (about 1 ms per quick-start user here). pfl-research avoids it
 by holding the whole dataset in memory; this cache keeps as many users as ``data.cache_mb`` allows, so the same
-code runs 340,000-user StackOverflow. The cached :class:`~fedpub.data.base.ClientData` are the reader's own
+code runs a 340,000-user dataset. The cached :class:`~fedpub.data.base.ClientData` are the reader's own
 tensors, and training only reads them, so a run gives the same model with or without the cache.
 
 :meth:`CachedClients.read_ahead` fills the cache with the next round's users in a background thread while the
 current round trains (issue 7's GPU path: the host thread mostly waits on the device meanwhile). On a CPU the
-reading competes with training for the cores and for Python's GIL: EMNIST CNN training with 200 users' HDF5 reads
+reading competes with training for the cores and for Python's GIL: the quick start's CNN with 200 users' HDF5 reads
 in a thread took 0.97 s, against 0.88 s one after the other (medians of 7 pairs on 2 cores), so the engine reads
 ahead on a GPU only unless ``data.prefetch`` says otherwise.
 """

@@ -1,13 +1,11 @@
-"""TFF's public federated dataset files: a registry, resumable verified downloads, safe extraction, lzma caching.
+"""TFF's public federated dataset files: resumable verified downloads, safe extraction, lzma caching.
 
-URLs and SHA-256 digests are the ones TFF's loaders pass to ``tf.keras.utils.get_file(file_hash=...)``
-(google-parfait/tensorflow-federated, ``tensorflow_federated/python/simulation/datasets/stackoverflow.py``
-``load_word_counts`` and ``load_tag_counts``, and the HDF5-era ``emnist.py`` and ``stackoverflow.py`` before commit
-7bb20162f), in full, with FedML's S3 mirror (FedML-AI/FedML ``python/fedml/data/*/download_*.sh``) where it holds
-the file; see ``shared/reference/datasets.md`` §1.1, §1.2 and §2.1-2.3. TFF publishes no digest for the
-``.sqlite.lzma`` files (``download.get_compressed_file`` checks none), so a download of one is checked by size and
-format only. ``.lzma`` files are decompressed the way ``get_compressed_file`` does it: streamed through
-``lzma.LZMADecompressor``.
+Which files there are, where, and their SHA-256 digests is each dataset's declaration
+(:mod:`fedpub.data.remote_files`, gathered by :mod:`fedpub.data.registry`): the URLs and the digests TFF's loaders
+pass to ``tf.keras.utils.get_file(file_hash=...)``, in full, with FedML's S3 mirror where it holds the file. TFF
+publishes no digest for the ``.sqlite.lzma`` files (``download.get_compressed_file`` checks none), so a download of
+one is checked by size and format only. ``.lzma`` files are decompressed the way ``get_compressed_file`` does it:
+streamed through ``lzma.LZMADecompressor``.
 
 Downloads go to ``<name>.part`` (resumed with an HTTP ``Range`` request when present) and are renamed to the final
 name only after the checksum matched; archives are extracted member by member after every member was checked to be
@@ -23,17 +21,16 @@ import re
 import shutil
 import tarfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path, PurePosixPath
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from fedpub.atomic import atomic_path
+from fedpub.data import registry
 from fedpub.data.base import DatasetError
+from fedpub.data.remote_files import RemoteFile
 
-TFF_BASE = "https://storage.googleapis.com/tff-datasets-public"
-FEDML_BASE = "https://fedml.s3-us-west-1.amazonaws.com"
 CHUNK = 1 << 20
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -41,72 +38,12 @@ ProgressCallback = Callable[[int, "int | None"], None]
 """Called as ``progress(bytes_done, bytes_total)`` while downloading; the total is None when the server omits it."""
 
 
-@dataclass(frozen=True)
-class RemoteFile:
-    """One downloadable file: where it is (first URL first, then mirrors), its digest, what an archive holds."""
-
-    name: str
-    urls: tuple[str, ...]
-    sha256: str | None  # 64 hex digits, as TFF publishes it; None where TFF publishes none
-    members: tuple[str, ...] = ()  # files a .tar.bz2 extracts to
-
-    @property
-    def is_archive(self) -> bool:
-        return self.name.endswith(".tar.bz2")
-
-    def checksum_note(self) -> str:
-        """How a download of this file is checked, in words."""
-        if self.sha256 is None:
-            return "no published SHA-256: checked by size and format only"
-        return f"SHA-256 {self.sha256}"
-
-
-def _entry(name: str, sha256: str | None, *, mirror: bool, members: tuple[str, ...] = ()) -> RemoteFile:
-    urls = (f"{TFF_BASE}/{name}",) + ((f"{FEDML_BASE}/{name}",) if mirror else ())
-    return RemoteFile(name=name, urls=urls, sha256=sha256, members=members)
-
-
-REGISTRY: dict[str, RemoteFile] = {
-    entry.name: entry
-    for entry in (
-        _entry(
-            "fed_emnist.tar.bz2",
-            "fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0",
-            mirror=True,
-            members=("fed_emnist_train.h5", "fed_emnist_test.h5"),
-        ),
-        _entry(
-            "fed_emnist_digitsonly.tar.bz2",
-            "55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b",
-            mirror=False,
-            members=("fed_emnist_digitsonly_train.h5", "fed_emnist_digitsonly_test.h5"),
-        ),
-        _entry("emnist_all.sqlite.lzma", None, mirror=False),
-        _entry(
-            "stackoverflow.tar.bz2",
-            "99eca2f8b8327a09e5fc123979df2d237acbc5e52322f6d86bf523ee47b961a2",
-            mirror=True,
-            members=("stackoverflow_train.h5", "stackoverflow_held_out.h5", "stackoverflow_test.h5"),
-        ),
-        _entry(
-            "stackoverflow.word_count.tar.bz2",
-            "1dc00256d6e527c54b9756d968118378ae14e6692c0b3b6cad470cdd3f0c519c",
-            mirror=True,
-            members=("stackoverflow.word_count",),
-        ),
-        _entry(
-            "stackoverflow.tag_count.tar.bz2",
-            "6fe281cec490d9384a290d560072438e7e2b377bbb823876ce7bd6f82696772d",
-            mirror=True,
-            members=("stackoverflow.tag_count",),
-        ),
-        _entry("stackoverflow.sqlite.lzma", None, mirror=False),
-    )
-}
+REGISTRY: dict[str, RemoteFile] = registry.remote_files()
+"""Every registered dataset's downloadable files, by name."""
 
 
 def registry_entry(name: str) -> RemoteFile:
-    """The registry entry of file ``name`` (e.g. ``fed_emnist.tar.bz2``); a DatasetError lists the known names."""
+    """The registry entry of file ``name``; a DatasetError lists the known names."""
     try:
         return REGISTRY[name]
     except KeyError:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import TracebackType
-from typing import Any
 
 import h5py
 import numpy as np
 import torch
 
-from fedpub.data.base import ClientData, DatasetError, h5_errors, open_h5, require_listed
+from fedpub.data.base import ClientData, DatasetError, TffH5, h5_errors, require_listed
 
 TFF_DATASETS_URL = "https://storage.googleapis.com/tff-datasets-public"
 IMAGE_SHAPE = (28, 28)
@@ -39,41 +37,19 @@ def checked_client_data(x: np.ndarray, y: np.ndarray, num_classes: int, where: s
     return ClientData(x=torch.from_numpy(x).unsqueeze(1), y=torch.from_numpy(y))
 
 
-class EmnistH5:
-    """One TFF federated EMNIST HDF5 file (train or test) as a lazy :class:`FederatedDataset`.
-
-    The file stays open for the object's lifetime (``close()`` or use it as a context manager). Pickling keeps
-    only the path, class count and client ids, and a process that did not open the handle (unpickled or forked) opens
-    its own on first use.
-    """
+class EmnistH5(TffH5):
+    """One TFF federated EMNIST HDF5 file (train or test) as a lazy :class:`FederatedDataset` (:class:`TffH5`: the
+    file stays open for the object's lifetime, a process that did not open the handle opens its own)."""
 
     def __init__(self, path: str | os.PathLike[str], num_classes: int | None = None) -> None:
-        self.path = Path(path)
-        self.num_classes = num_classes if num_classes is not None else self._infer_num_classes(self.path)
+        self.num_classes = num_classes if num_classes is not None else self._infer_num_classes(Path(path))
         if self.num_classes not in (10, 62):
             raise ValueError(f"num_classes must be 10 or 62 for EMNIST, got {self.num_classes}")
-        self._file: h5py.File | None = None
-        self._pid = -1
-        with h5_errors(str(self.path)):
-            self.client_ids: list[str] = sorted(self._examples().keys())
+        super().__init__(path, dataset="EMNIST", missing=_download_hint(Path(path)))
 
     @staticmethod
     def _infer_num_classes(path: Path) -> int:
         return 10 if "digitsonly" in path.name else 62
-
-    def _handle(self) -> h5py.File:
-        if self._file is None or self._pid != os.getpid():
-            self._file = open_h5(
-                self.path, f"EMNIST file {self.path} does not exist: {_download_hint(self.path)}"
-            )
-            self._pid = os.getpid()
-        return self._file
-
-    def _examples(self) -> h5py.Group:
-        examples = self._handle().get("examples")
-        if not isinstance(examples, h5py.Group):
-            raise DatasetError(f"{self.path} has no 'examples' group: not a TFF federated EMNIST file")
-        return examples
 
     def _datasets(self, client_id: str) -> tuple[h5py.Dataset, h5py.Dataset]:
         """The client's (label, pixels) datasets, with shapes and dtypes checked from metadata only."""
@@ -116,30 +92,6 @@ class EmnistH5:
             y = np.asarray(label[()], dtype=np.int64).reshape(-1)
             x = np.asarray(pixels[()], dtype=np.float32)
         return checked_client_data(x, y, self.num_classes, where)
-
-    def close(self) -> None:
-        """Close the HDF5 handle (a later read reopens it)."""
-        if self._file is not None and self._pid == os.getpid():
-            self._file.close()
-        self._file = None
-
-    def __enter__(self) -> EmnistH5:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "num_classes": self.num_classes, "client_ids": self.client_ids}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = state["path"]
-        self.num_classes = state["num_classes"]
-        self.client_ids = state["client_ids"]
-        self._file = None
-        self._pid = -1
 
     def __repr__(self) -> str:
         return f"EmnistH5({str(self.path)!r}, num_classes={self.num_classes}, clients={len(self.client_ids)})"

@@ -26,7 +26,8 @@ from fedpub.atomic import atomic_path
 from fedpub.data.base import FederatedDataset
 from fedpub.data.download import CHUNK
 from fedpub.data.emnist import IMAGE_SHAPE
-from fedpub.data.emnist_sqlite import CLIENT_INDEX, SPLITS
+from fedpub.data.emnist_sqlite import SPLITS
+from fedpub.data.tff_sqlite import CLIENT_INDEX
 from fedpub.data.tf_example import encode_example
 
 EmnistClients = Mapping[str, tuple[np.ndarray, np.ndarray]]

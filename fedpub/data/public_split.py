@@ -2,15 +2,15 @@
 
 Three constructions:
 
-- :func:`split_public`: a seeded fraction of the writers are public (EMNIST; DOPE-SGD uses 2%).
-- :func:`heldout_as_public`: StackOverflow's held-out split (users with ``user_id % 10 == 0``, datasets.md §2) is
-  the public pool and the train split the private population; the two must not share a user.
-- :class:`UniformUsers`: DOPE-SGD's federated EMNIST setting (Nasr et al., ICML'23, "Effectively Using Public Data
-  in Privacy Preserving ML", §"Extending to Federated Learning with User-Level Privacy", Table 7: "the EMNIST dataset
-  which has 70,000 users and we uniformly divide the instances between the users and we assume a fixed 2% of the
-  users are non-private"). No code was published (datasets.md §6); this is our construction: pool every example of
-  a federated dataset, shuffle them with a seed, and deal them out as K synthetic users whose sizes differ by at
-  most one. Which EMNIST split the paper pooled is unknown; combine with :func:`split_public` for the 2%.
+- :func:`split_public`: a seeded fraction of the training users are public (DOPE-SGD uses 2%).
+- :func:`heldout_as_public`: a dataset's held-out split (where its declaration has one, :mod:`fedpub.data.registry`)
+  is the public pool and the train split the private population; the two must not share a user.
+- :class:`UniformUsers`: DOPE-SGD's federated setting (Nasr et al., ICML'23, "Effectively Using Public Data
+  in Privacy Preserving ML", §"Extending to Federated Learning with User-Level Privacy", Table 7: 70,000 users among
+  whom the instances of a handwriting dataset are divided uniformly, a fixed 2% of them non-private). No code was
+  published (datasets.md §6); this is our construction: pool every example of a federated dataset, shuffle them with
+  a seed, and deal them out as K synthetic users whose sizes differ by at most one. Which split the paper pooled is
+  unknown; combine with :func:`split_public` for the 2%.
 
 Randomness comes only from ``fedpub.seeding.numpy_generator(seed, purpose)``, so a seed fixes the split.
 """
@@ -52,7 +52,7 @@ def split_public(client_ids: Sequence[str], fraction: float, seed: int) -> tuple
 
 
 def heldout_as_public(train_ids: Sequence[str], heldout_ids: Sequence[str]) -> tuple[list[str], list[str]]:
-    """StackOverflow: the train users are private, the held-out users public; returns sorted (private, public).
+    """The train users are private, the held-out users public; returns sorted (private, public).
 
     Raises ValueError when the lists share a user (a public user must not be in the private population) or when
     there is no private user.

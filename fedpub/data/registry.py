@@ -1,118 +1,140 @@
-"""The users an experiment config's ``data`` section names: its readers opened, the synthetic files written first
-when the source is synthetic, and the private/public split (DESIGN.md §5: public users are never in N).
+"""The dataset registry: the one list of the datasets fedpub reads, and lookups over their declarations
+(:mod:`fedpub.data.spec`).
 
-Every backend and every node loads its users here, so the same config gives the same users everywhere.
+The config schema takes ``data.source``, ``task`` and ``model.name`` values, the dataset's own ``data`` sections
+and the public pools from here; the experiment runner, the ClientApp and ``fedpub data`` open, score, build and
+describe a dataset through the code its declaration names. Adding a dataset is writing its modules and one line in
+:data:`DATASETS` (docs/contributing.md). Light: importing the registry imports the declarations only (no torch, no
+h5py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
-from fedpub.config import ExperimentConfig
-from fedpub.data.base import FederatedDataset
-from fedpub.data.cache import CachedClients
-from fedpub.data.emnist import load_emnist_split
-from fedpub.data.emnist_sqlite import load_emnist_sqlite
-from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
-from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE, StackOverflowReader, open_stackoverflow
-from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, load_vocabularies
-from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, ensure_synthetic_stackoverflow
-from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
+from fedpub.data.cifar100_dataset import CIFAR100
+from fedpub.data.emnist_dataset import EMNIST
+from fedpub.data.remote_files import RemoteFile
+from fedpub.data.spec import PUBLIC_POOLS, Dataset, ModelDeclaration, Source, TaskDeclaration
+from fedpub.data.stackoverflow_dataset import STACKOVERFLOW
 
-
-@dataclass(frozen=True)
-class FederatedData:
-    """The users of an experiment: ``train`` holds the private users, ``public`` the public ones (the
-    same dataset for a public fraction of the training users, StackOverflow's held-out split otherwise)."""
-
-    train: FederatedDataset
-    test: FederatedDataset
-    public: FederatedDataset
-    private_ids: list[str]
-    public_ids: list[str]
+DATASETS: tuple[Dataset, ...] = (EMNIST, STACKOVERFLOW, CIFAR100)
+"""Every dataset, in the order help texts and allowed-value lists show them."""
+DEFAULT_SOURCE = "synthetic_emnist"
+"""``data.source`` of a config that names none (the offline quick start); its dataset's first task and model are the
+config's defaults, and ``data/<source>`` its default ``data.path``."""
 
 
-def load_data(config: ExperimentConfig) -> FederatedData:
-    """The training and test users, and which users are public (DESIGN.md §5: never in N); the training and
-    public users are read through a :class:`~fedpub.data.cache.CachedClients` of ``data.cache_mb``. With
-    ``flower.private_users: nodes`` the private users are nodes, not data: every user of the server's files is
-    public (its server-held pool) and ``private_ids`` is empty."""
-    public = config.data.public
-    if config.task.startswith("so_"):
-        train, test, *heldout = load_stackoverflow(config)
-    else:
-        train, test = load_emnist(config)
-    cache_bytes = config.data.cache_mb * 2**20
-    train = CachedClients(train, cache_bytes)
-    nodes = config.flower.private_users == "nodes"  # the private users are nodes: the server's users are public
-    if public.pool == "heldout":
-        private_ids, public_ids = heldout_as_public(train.client_ids, heldout[0].client_ids)
-        private_ids = [] if nodes else private_ids
-        return FederatedData(train, test, CachedClients(heldout[0], cache_bytes), private_ids, public_ids)
-    if nodes:
-        return FederatedData(train, test, train, [], list(train.client_ids))
-    private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
-    return FederatedData(train, test, train, private_ids, public_ids)
+class RegistryError(ValueError):
+    """Two declarations disagree (a name declared twice, a task name bound to two scores, an unknown pool)."""
 
 
-def load_emnist(config: ExperimentConfig) -> tuple[FederatedDataset, FederatedDataset]:
-    """The training users (after DOPE's uniform construction when configured) and the test split."""
-    data = config.data
-    if data.source == "synthetic_emnist":
-        spec = SyntheticEmnistSpec(**data.synthetic.model_dump())
-        ensure_synthetic_emnist(data.path, spec)
-    if data.source == "emnist_sqlite":
-        train, test = load_emnist_sqlite(data.path, only_digits=data.only_digits)
-    else:
-        train, test = load_emnist_split(data.path, only_digits=data.only_digits)
-    if data.uniform_users is not None:
-        train = UniformUsers(train, data.uniform_users, seed=config.seed)
-    return train, test
+def _unique(kind: str, names: Iterable[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise RegistryError(f"{kind} {name!r} is declared twice")
+        seen.add(name)
 
 
-def load_stackoverflow(config: ExperimentConfig) -> tuple[FederatedDataset, ...]:
-    """The task's views over the train, test (or held-out) and held-out splits."""
-    data, so = config.data, config.data.stackoverflow
-    if data.source == "synthetic_stackoverflow":
-        synthetic = data.synthetic_stackoverflow
-        shared = {
-            "min_examples": synthetic.min_examples,
-            "max_examples": synthetic.max_examples,
-            "topic_rank_offset": synthetic.topic_rank_offset,
-        }
-        ensure_synthetic_stackoverflow(
-            data.path,
-            SyntheticStackOverflowSpec(num_clients=synthetic.num_clients, seed=synthetic.seed, **shared),
-            SyntheticStackOverflowSpec(num_clients=synthetic.test_clients, seed=synthetic.seed + 1, **shared),
-            SyntheticStackOverflowSpec(num_clients=synthetic.test_clients, seed=synthetic.seed + 2, **shared),
-        )
-    root = Path(data.path)
-    splits = ["train", so.test_split] + (["heldout"] if data.public.pool == "heldout" else [])
-    vocabularies = load_vocabularies(
-        root / WORD_COUNT_FILE, root / TAG_COUNT_FILE, tag_vocab_size=so.tag_vocab_size
-    )
-    return tuple(stackoverflow_view(config, open_stackoverflow(root, split), vocabularies) for split in splits)
+def _check(datasets: tuple[Dataset, ...]) -> None:
+    _unique("dataset", (d.name for d in datasets))
+    _unique("data.source", (s.name for d in datasets for s in d.sources))
+    _unique("model", (m.name for d in datasets for m in d.models))
+    _unique("data section field", (f for d in datasets for f in d.config_fields))
+    _unique("file", (f.name for d in datasets for f in d.files))
+    tasks: dict[str, TaskDeclaration] = {}
+    for d in datasets:
+        _unique(f"{d.name}'s task", d.task_names)
+        if not d.sources or not d.tasks or not d.models:
+            raise RegistryError(f"dataset {d.name!r} declares no source, task or model")
+        unknown = [p for p in d.public_pools if p not in PUBLIC_POOLS]
+        if unknown or "train_fraction" not in d.public_pools:
+            raise RegistryError(f"dataset {d.name!r}: public pools {d.public_pools}; allowed: {PUBLIC_POOLS}, "
+                                "train_fraction always")
+        for t in d.tasks:
+            if tasks.setdefault(t.name, t).task != t.task:
+                raise RegistryError(f"task {t.name!r} is declared by two datasets with different scores")
 
 
-def stackoverflow_view(
-    config: ExperimentConfig,
-    reader: StackOverflowReader,
-    vocabularies: Path | tuple[list[str], list[str]],
-    *,
-    client_ids: list[str] | None = None,
-) -> TagPrediction | NextWordPrediction:
-    """The task view of ``config`` over ``reader`` (restricted to ``client_ids``), with the (word, tag)
-    vocabularies, or those of the two count files in the directory ``vocabularies``."""
-    so = config.data.stackoverflow
-    if isinstance(vocabularies, Path):
-        vocabularies = load_vocabularies(
-            vocabularies / WORD_COUNT_FILE, vocabularies / TAG_COUNT_FILE, tag_vocab_size=so.tag_vocab_size
-        )
-    words, tags = vocabularies
-    if config.task == "so_nwp":
-        return NextWordPrediction(reader, words, max_elements=so.max_elements, client_ids=client_ids)
-    return TagPrediction(
-        reader, words, tags, normalization=so.normalization, single_label=config.task == "so_tag_single",
-        max_elements=so.max_elements, client_ids=client_ids,
-    )
+_check(DATASETS)
+
+_BY_SOURCE: dict[str, tuple[Dataset, Source]] = {s.name: (d, s) for d in DATASETS for s in d.sources}
+_TASKS: dict[str, TaskDeclaration] = {t.name: t for d in DATASETS for t in d.tasks}
+_MODELS: dict[str, ModelDeclaration] = {m.name: m for d in DATASETS for m in d.models}
+
+SOURCE_NAMES: tuple[str, ...] = tuple(_BY_SOURCE)
+TASK_NAMES: tuple[str, ...] = tuple(_TASKS)
+MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
+DATASET_NAMES: tuple[str, ...] = tuple(d.name for d in DATASETS)
+
+
+def _unknown(kind: str, name: str, allowed: Iterable[str]) -> ValueError:
+    return ValueError(f"unknown {kind} {name!r}; allowed: {', '.join(allowed)}")
+
+
+def dataset(name: str) -> Dataset:
+    """The dataset called ``name``; a ValueError lists the registered ones."""
+    for d in DATASETS:
+        if d.name == name:
+            return d
+    raise _unknown("dataset", name, DATASET_NAMES)
+
+
+def source(name: str) -> tuple[Dataset, Source]:
+    """The dataset and source a ``data.source`` value names; a ValueError lists the allowed values."""
+    try:
+        return _BY_SOURCE[name]
+    except KeyError:
+        raise _unknown("data.source", name, SOURCE_NAMES) from None
+
+
+def task(name: str) -> TaskDeclaration:
+    """The declaration of task ``name``; a ValueError lists the allowed tasks."""
+    try:
+        return _TASKS[name]
+    except KeyError:
+        raise _unknown("task", name, TASK_NAMES) from None
+
+
+def model(name: str) -> ModelDeclaration:
+    """The declaration of model ``name``; a ValueError lists the allowed models."""
+    try:
+        return _MODELS[name]
+    except KeyError:
+        raise _unknown("model", name, sorted(MODEL_NAMES)) from None
+
+
+def default_task() -> str:
+    return source(DEFAULT_SOURCE)[0].tasks[0].name
+
+
+def default_model() -> str:
+    return source(DEFAULT_SOURCE)[0].models[0].name
+
+
+def data_fields() -> dict[str, tuple[Any, Any]]:
+    """The ``data`` section's dataset fields (name -> pydantic field definition), in registry order."""
+    return {name: definition for d in DATASETS for name, definition in d.config_fields.items()}
+
+
+def sources_where(keep: Callable[[Dataset, Source], bool]) -> list[str]:
+    """The ``data.source`` values whose (dataset, source) ``keep`` accepts (for the allowed values of a message)."""
+    return [name for name, (d, s) in _BY_SOURCE.items() if keep(d, s)]
+
+
+def remote_files() -> dict[str, RemoteFile]:
+    """Every downloadable file, by name."""
+    return {f.name: f for d in DATASETS for f in d.files}
+
+
+def dataset_of_client_fields(fields: Collection[str]) -> Dataset | None:
+    """The dataset whose HDF5 client groups hold ``fields`` (the most specific one, if several match)."""
+    matches = [d for d in DATASETS if d.client_fields <= set(fields)]
+    return max(matches, key=lambda d: len(d.client_fields), default=None)
+
+
+def dataset_of_sqlite_splits(splits: Collection[str]) -> Dataset | None:
+    """The dataset whose SQLite database has the split names ``splits`` (none when they are not one dataset's)."""
+    return next((d for d in DATASETS if splits and set(splits) <= set(d.sqlite_splits)), None)

@@ -37,8 +37,8 @@ import h5py
 import numpy as np
 
 from fedpub.data.base import DatasetError, h5_errors, open_h5, require_listed
-from fedpub.data.download import TFF_BASE
-from fedpub.data.emnist_sqlite import SqliteSplitConnection, add_client_index, decode_row, resolve_sqlite_path
+from fedpub.data.remote_files import TFF_BASE
+from fedpub.data.tff_sqlite import SqliteSplitConnection, add_client_index, decode_row, resolve_sqlite_path
 
 FIELDS: tuple[str, ...] = ("creation_date", "score", "tags", "title", "tokens", "type")
 """The six fields of every example, in TFF's (sorted) order; ``score`` is an integer, the others strings."""
@@ -273,7 +273,7 @@ class StackOverflowSqlite(_Reader):
 
     ``path`` may be the ``.sqlite`` file, the published ``.sqlite.lzma``, which is decompressed once (streamed,
     atomically) to ``cache_dir`` (default: beside it) and reused afterwards, or a folder holding either
-    (:func:`~fedpub.data.emnist_sqlite.find_sqlite`). Client ids and example counts come
+    (:func:`~fedpub.data.tff_sqlite.find_sqlite`). Client ids and example counts come
     from ``client_metadata`` when the object is made (kept as a sorted list and an array: no per-client dict);
     ``columns`` reads one client's rows in insertion (rowid) order and decodes their ``tf.train.Example``s. A
     database whose ``examples`` table has no index on the client id, as TFF writes them, is read correctly but
@@ -372,7 +372,7 @@ def open_stackoverflow(
     """Open ``split`` from ``directory``: ``stackoverflow_<split>.h5`` if present, else ``stackoverflow.sqlite``,
     else ``stackoverflow.sqlite.lzma`` (decompressed once into ``cache_dir``, default ``directory``); a
     ``stackoverflow.sqlite`` older than the ``.lzma`` beside it is refused
-    (:func:`~fedpub.data.emnist_sqlite.find_sqlite`)."""
+    (:func:`~fedpub.data.tff_sqlite.find_sqlite`)."""
     if split not in SPLITS:
         raise DatasetError(f"unknown StackOverflow split {split!r}: allowed splits are {', '.join(SPLITS)}")
     root = Path(directory)

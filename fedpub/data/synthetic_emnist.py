@@ -22,14 +22,13 @@ import h5py
 import numpy as np
 
 from fedpub.atomic import atomic_path
-from fedpub.data.generated import refuse_other_spec
+from fedpub.data.generated import SPEC_ATTR, ensure_generated
 from fedpub.seeding import numpy_generator
 
 NUM_DIGITS = 10
 SIZE = 28
 # Bump when the generated data changes for the same spec: cached files from other versions are regenerated.
 GENERATOR_VERSION = 1
-SPEC_ATTR = "fedpub_spec"
 TRAIN_NAME = "fed_emnist_digitsonly_train.h5"
 TEST_NAME = "fed_emnist_digitsonly_test.h5"
 
@@ -387,24 +386,12 @@ def write_synthetic_emnist(directory: str | os.PathLike[str], spec: SyntheticEmn
     return final
 
 
-def _stored_spec(path: Path) -> str | None:
-    try:
-        with h5py.File(path, "r") as f:
-            value = f.attrs.get(SPEC_ATTR)
-    except OSError:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def ensure_synthetic_emnist(directory: str | os.PathLike[str], spec: SyntheticEmnistSpec) -> tuple[Path, Path]:
     """The train/test files in ``directory``: generated from ``spec`` when absent, reused when generated from it,
     refused (DatasetError, the differing fields named) when generated from another spec or not by fedpub."""
     root = Path(directory)
-    paths = (root / TRAIN_NAME, root / TEST_NAME)
-    expected = spec.to_json()
-    for path in paths:
-        if path.is_file():
-            refuse_other_spec(root, "synthetic EMNIST", _stored_spec(path), expected)
-    if all(p.is_file() for p in paths):
-        return paths
-    return write_synthetic_emnist(root, spec)
+    train, test = ensure_generated(
+        root, "synthetic EMNIST", (root / TRAIN_NAME, root / TEST_NAME), spec.to_json(),
+        lambda: write_synthetic_emnist(root, spec),
+    )
+    return train, test

@@ -1,35 +1,32 @@
-"""Model registry: ``build_model(name, num_classes)`` builds a freshly, deterministically initialised model.
+"""Building a model by name: ``build_model(name, num_classes)`` builds a freshly, deterministically initialised model.
 
-Parameters are created on the meta device and then initialised with PyTorch's default schemes drawn from an
-explicit ``torch.Generator`` (never the global RNG), so the same generator seed gives the same model.
-``num_classes`` is the model's output size: classes for EMNIST, tags (500) for ``so_tag_logreg``, token ids
-(10,004, also the input vocabulary) for ``so_nwp_lstm``.
+Models are declared by their datasets (:mod:`fedpub.data.registry`): the declaration names the class and the
+normalisation layers it uses. Parameters are created on the meta device and then initialised with PyTorch's default
+schemes drawn from an explicit ``torch.Generator`` (never the global RNG), so the same generator seed gives the same
+model. ``num_classes`` is the model's output size (classes, tags, or token ids, as its dataset's task defines it).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Collection
 
 import torch
 from torch import nn
 
-from fedpub.models.emnist import CnnDropout, Mlp, SmallCNN
-from fedpub.models.stackoverflow import NextWordLstm, TagLogisticRegression
+from fedpub.data import registry
+from fedpub.data.spec import resolve
 
-MODELS: dict[str, Callable[[int], nn.Module]] = {
-    "emnist_small_cnn": SmallCNN,
-    "emnist_cnn_dropout": CnnDropout,
-    "emnist_mlp": Mlp,
-    "so_tag_logreg": TagLogisticRegression,
-    "so_nwp_lstm": NextWordLstm,
-}
+NORMALIZATION_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.LocalResponseNorm)
+"""The layers a model uses only when its declaration lists them (:attr:`fedpub.data.spec.ModelDeclaration
+.normalization`); those with affine parameters start from weight 1 and bias 0, as PyTorch resets them."""
 
 
-def init_parameters(model: nn.Module, generator: torch.Generator) -> None:
+def init_parameters(model: nn.Module, generator: torch.Generator, *, normalization: Collection[str] = ()) -> None:
     """PyTorch's default init: Linear/Conv Kaiming-uniform weights and fan-in uniform biases; Embedding N(0, 1)
-    with the padding row zero; LSTM every weight and bias U(-1/sqrt(hidden), 1/sqrt(hidden))."""
-    for module in model.modules():
+    with the padding row zero; LSTM every weight and bias U(-1/sqrt(hidden), 1/sqrt(hidden)); a normalisation
+    layer whose class is in ``normalization`` weight 1 and bias 0 (any other is refused)."""
+    for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):
             nn.init.kaiming_uniform_(module.weight, a=math.sqrt(5), generator=generator)
             if module.bias is not None:
@@ -43,24 +40,33 @@ def init_parameters(model: nn.Module, generator: torch.Generator) -> None:
             bound = 1.0 / math.sqrt(module.hidden_size)
             for parameter in module.parameters(recurse=False):
                 nn.init.uniform_(parameter, -bound, bound, generator=generator)
+        elif isinstance(module, NORMALIZATION_LAYERS):
+            kind = type(module).__name__
+            if kind not in normalization:
+                declared = ", ".join(normalization) or "none"
+                raise TypeError(
+                    f"layer {name!r} is a {kind}, a normalisation layer the model's declaration does not list "
+                    f"(ModelDeclaration.normalization: {declared})"
+                )
+            for parameter_name, parameter in module.named_parameters(recurse=False):
+                (nn.init.ones_ if parameter_name == "weight" else nn.init.zeros_)(parameter)
         elif any(True for _ in module.parameters(recurse=False)):
             raise TypeError(f"init_parameters has no rule for {type(module).__name__}")
 
 
 def build_model(name: str, num_classes: int, *, generator: torch.Generator | None = None) -> nn.Module:
     """Build model ``name`` with ``num_classes`` outputs, initialised from ``generator`` (default: seed 0)."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(sorted(MODELS))}")
+    declaration = registry.model(name)
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}")
     with torch.device("meta"):
-        model = MODELS[name](num_classes)
+        model = resolve(declaration.build)(num_classes)
     model.to_empty(device="cpu")
     if generator is None:
         generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        init_parameters(model, generator)
+        init_parameters(model, generator, normalization=declaration.normalization)
     return model
 
 
-__all__ = ["MODELS", "build_model", "init_parameters"]
+__all__ = ["NORMALIZATION_LAYERS", "build_model", "init_parameters"]

@@ -24,8 +24,6 @@ from fedpub.data.stackoverflow_tasks import WORD_VOCAB_SIZE
 
 EMBEDDING_SIZE = 96
 LSTM_SIZE = 670
-BAG_OF_WORDS_WEIGHT = "0.weight"
-"""The parameter name of :class:`TagLogisticRegression`'s (tags × vocabulary) weight, its one layer's."""
 
 
 class TagLogisticRegression(nn.Sequential):

@@ -7,7 +7,7 @@ scans the whole ``examples`` table. Run from the repository root: ``python -m fe
 layout without an index (the project's writers: synthetic StackOverflow posts, or EMNIST-sized random images), then
 times, without and with the index: opening the split and listing its clients (``client_metadata`` only; best of 3),
 the SQL query of a cohort's rows alone, and the cohort read and decoded by fedpub's reader; and the time and disk
-space :func:`~fedpub.data.emnist_sqlite.add_client_index` takes. The last line scales the scan to TFF's whole
+space :func:`~fedpub.data.tff_sqlite.add_client_index` takes. The last line scales the scan to TFF's whole
 database by bytes scanned per second. Times are with the file in the page cache (it is read once before timing):
 from disk a scan is slower still.
 """
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temporary folder)")
     args = parser.parse_args()
 
-    from fedpub.data.emnist_sqlite import add_client_index
+    from fedpub.data.tff_sqlite import add_client_index
     from fedpub.seeding import numpy_generator
 
     with tempfile.TemporaryDirectory(dir=args.dir) as scratch:

@@ -159,7 +159,7 @@ def count_users(config_path: Path, *, simulation: bool = False) -> int:
     """How many private users (= SuperNodes the ServerApp waits for) the experiment's data has; with
     ``simulation``, the virtual SuperNodes its simulation needs (:func:`~fedpub.simulations.flower_simulation.federation_size`)."""
     from fedpub.config import load_config
-    from fedpub.data.registry import load_data
+    from fedpub.data.users import load_data
     from fedpub.simulations.flower_simulation import federation_size
 
     config = load_config(config_path)

@@ -9,7 +9,8 @@ from fedpub.clients.local_training import LocalTrainingConfig, train_client
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params
-from fedpub.tasks import CLASSIFICATION, TAG_PREDICTION, get_task
+from fedpub.tasks import CLASSIFICATION, get_task
+from fedpub.tasks.stackoverflow import TAG_PREDICTION
 
 
 def _emnist_cohort(sizes, seed=0):

@@ -13,7 +13,7 @@ from fedpub.column_update import ColumnUpdate
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params
-from fedpub.tasks import TAG_PREDICTION
+from fedpub.tasks.stackoverflow import TAG_PREDICTION
 
 FEATURES, TAGS = 400, 12
 

@@ -13,11 +13,13 @@ from PIL import Image
 from fedpub.config import parse_config
 from fedpub.data.base import DatasetError
 from fedpub.data.device_user import load_device_user
-from fedpub.data.device_user_writers import export_user, write_image_folder
+from fedpub.data.device_user_writers import export_user
+from fedpub.data.emnist_device import write_pixels
 from fedpub.data.emnist import EmnistH5
-from fedpub.data.registry import load_data, stackoverflow_view
 from fedpub.data.stackoverflow import StackOverflowH5
+from fedpub.data.stackoverflow_sources import stackoverflow_view
 from fedpub.data.stackoverflow_writers import write_stackoverflow_h5, write_tag_count, write_word_count
+from fedpub.data.users import load_data
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from tests.data.test_tff_bytes import POSTS, TAGS, WORDS
 
@@ -82,7 +84,7 @@ def test_a_bad_image_folder_is_refused_naming_the_file(tmp_path: Path, emnist_di
 
 def test_pixels_off_the_8_bit_grid_are_not_written_as_images(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="1/255 grid"):
-        write_image_folder(tmp_path / "u", np.full((1, 28, 28), 0.5001, dtype=np.float32), np.array([1]))
+        write_pixels(tmp_path / "u", np.full((1, 28, 28), 0.5001, dtype=np.float32), np.array([1]))
 
 
 @pytest.mark.parametrize("fmt", ["folder", "tff"])

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedpub.data import ClientData, DatasetError, EmnistH5, FederatedDataset, load_emnist_split
+from fedpub.data.base import ClientData, DatasetError, FederatedDataset
+from fedpub.data.emnist import EmnistH5, load_emnist_split
 
 # Insertion order deliberately unsorted: the reader must sort ids lexicographically, as TFF does.
 CLIENTS = {"f0002_01": 3, "f0000_14": 5, "f0001_33": 1}

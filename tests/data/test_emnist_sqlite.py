@@ -15,12 +15,14 @@ import pytest
 import torch
 
 from fedpub.config import parse_config
-from fedpub.data import DatasetError, EmnistH5, FederatedDataset, load_emnist_split
+from fedpub.data.base import DatasetError, FederatedDataset
+from fedpub.data.emnist import EmnistH5, load_emnist_split
 from fedpub.data import download as download_module
 from fedpub.data.download import ensure_decompressed
-from fedpub.data.emnist_sqlite import EmnistSqlite, has_client_index, load_emnist_sqlite
+from fedpub.data.emnist_sqlite import EmnistSqlite, load_emnist_sqlite
+from fedpub.data.tff_sqlite import has_client_index
 from fedpub.data.emnist_writers import read_emnist_clients, write_emnist_h5, write_emnist_sqlite
-from fedpub.data.registry import load_data
+from fedpub.data.users import load_data
 from fedpub.data.tf_example import encode_example
 
 

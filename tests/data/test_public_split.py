@@ -11,7 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpub.data import ClientData, FederatedDataset, load_emnist_split
+from fedpub.data.base import ClientData, FederatedDataset
+from fedpub.data.emnist import load_emnist_split
 from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
 
 ids_strategy = st.lists(

@@ -10,7 +10,9 @@ import h5py
 import numpy as np
 import pytest
 
-from fedpub.data import DatasetError, EmnistH5, SyntheticEmnistSpec, ensure_synthetic_emnist, load_emnist_split
+from fedpub.data.base import DatasetError
+from fedpub.data.emnist import EmnistH5, load_emnist_split
+from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, ensure_synthetic_emnist
 from fedpub.data import synthetic_emnist
 from fedpub.data.synthetic_emnist import TEST_NAME, TRAIN_NAME, write_synthetic_emnist, writer_ids
 

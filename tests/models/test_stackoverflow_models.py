@@ -8,18 +8,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedpub.models import MODELS, build_model
-from fedpub.models.stackoverflow import BAG_OF_WORDS_WEIGHT, NextWordLstm, TagLogisticRegression
+from fedpub.data import registry
+from fedpub.models import build_model
+from fedpub.models.stackoverflow import NextWordLstm, TagLogisticRegression
 
 # Keras counts one LSTM bias (4 * 670); PyTorch's LSTM has two (b_ih and b_hh), so 2,680 more than TFF's 4,050,748.
 NWP_PARAMS = 10_004 * 96 + 4 * 670 * (96 + 670 + 2) + (670 * 96 + 96) + (96 * 10_004 + 10_004)
 
 
 def test_registered_with_tff_sizes() -> None:
-    assert {"so_tag_logreg", "so_nwp_lstm"} <= set(MODELS)
+    assert {"so_tag_logreg", "so_nwp_lstm"} <= set(registry.MODEL_NAMES)
     logreg = build_model("so_tag_logreg", 500)
     assert sum(p.numel() for p in logreg.parameters()) == 5_000_500
-    assert dict(logreg.named_parameters())[BAG_OF_WORDS_WEIGHT].shape == (500, 10_000)  # (tags, vocabulary)
+    weight = registry.model("so_tag_logreg").bag_of_words_weight
+    assert dict(logreg.named_parameters())[weight].shape == (500, 10_000)  # (tags, vocabulary)
     logits = logreg(torch.rand(3, 10_000, generator=torch.Generator().manual_seed(0)))
     assert logits.shape == (3, 500) and torch.isfinite(logits).all()
     lstm = build_model("so_nwp_lstm", 10_004)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedpub.data import load_emnist_split
+from fedpub.data.emnist import load_emnist_split
 from fedpub.data.download import REGISTRY
 from fedpub.data.emnist_writers import read_emnist_clients, write_emnist_h5, write_emnist_sqlite
 from fedpub.data.base import DatasetError

@@ -23,7 +23,7 @@ import yaml
 
 from fedpub.config import ExperimentConfig, load_config
 from fedpub.data.public_split import split_public
-from fedpub.data.registry import load_data
+from fedpub.data.users import load_data
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import epsilon_for

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedpub.clients.local_training import LocalTrainingConfig, train_client
-from fedpub.models.stackoverflow import BAG_OF_WORDS_WEIGHT
+from fedpub.data import registry
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
 from fedpub.seeding import torch_generator
@@ -173,7 +173,7 @@ def test_token_frequency_adadps_on_stackoverflow_tags(tiny_emnist_dir, tmp_path)
     experiment = build_experiment(cfg)
     params = {k: v.detach() for k, v in experiment.new_model().named_parameters()}
     a = experiment.strategy.local_preconditioner(experiment.strategy.init(params))
-    words = a[BAG_OF_WORDS_WEIGHT]
+    words = a[registry.model("so_tag_logreg").bag_of_words_weight]
     assert words.shape[1] == experiment.train.num_features and torch.equal(a["0.bias"], torch.ones_like(a["0.bias"]))
     assert float(words.min()) >= 1e-2 and float(words.max()) > 1.0
     result = run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name))

@@ -1,0 +1,81 @@
+"""Federated EMNIST's declaration (TFF ``simulation/datasets/emnist.py``; ``shared/reference/datasets.md`` §1):
+the HDF5 and SQLite layouts, the synthetic look-alike digits of the quick start, the classification task, the
+models and TFF's files. Light: names only, the code is imported when a config uses it.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from fedpub.config_section import Section
+from fedpub.data.remote_files import tff_file
+from fedpub.data.spec import Dataset, ModelDeclaration, Source, TaskDeclaration
+
+
+class SyntheticEmnistConfig(Section):
+    """The offline quick-start data: synthetic handwritten digits in TFF's EMNIST HDF5 layout."""
+
+    num_writers: int = Field(500, ge=2)
+    min_examples: int = Field(20, ge=2)
+    max_examples: int = Field(80, ge=2)
+    test_fraction: float = Field(0.15, gt=0, lt=1)
+    seed: int = 0
+
+
+_SOURCES = "fedpub.data.emnist_sources"
+
+EMNIST = Dataset(
+    name="emnist",
+    title="federated EMNIST (TFF): handwritten characters grouped by writer",
+    reference="tensorflow_federated/python/simulation/datasets/emnist.py (HDF5 loader before commit 7bb20162f)",
+    sources=(
+        Source(
+            "synthetic_emnist",
+            "look-alike handwritten digits written there in TFF's HDF5 layout (fed_emnist_digitsonly_{train,test}.h5) "
+            "from data.synthetic",
+            f"{_SOURCES}:open_h5",
+            generate=f"{_SOURCES}:generate_synthetic",
+        ),
+        Source("emnist_h5", "a directory with fed_emnist[_digitsonly]_{train,test}.h5", f"{_SOURCES}:open_h5"),
+        Source(
+            "emnist_sqlite", "TFF's emnist_all.sqlite or emnist_all.sqlite.lzma, or a folder holding it",
+            f"{_SOURCES}:open_sqlite",
+        ),
+    ),
+    tasks=(TaskDeclaration("classification", "softmax cross-entropy, accuracy", "fedpub.tasks:CLASSIFICATION"),),
+    models=(
+        ModelDeclaration(
+            "emnist_small_cnn", "two 5x5 convolutions, about 18k parameters", "fedpub.models.emnist:SmallCNN"
+        ),
+        ModelDeclaration("emnist_cnn_dropout", "TFF's cnn_dropout", "fedpub.models.emnist:CnnDropout"),
+        ModelDeclaration("emnist_mlp", "TFF's 2nn, 200-200", "fedpub.models.emnist:Mlp"),
+    ),
+    files=(
+        tff_file(
+            "fed_emnist.tar.bz2",
+            "fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0",
+            mirror=True,
+            members=("fed_emnist_train.h5", "fed_emnist_test.h5"),
+        ),
+        tff_file(
+            "fed_emnist_digitsonly.tar.bz2",
+            "55333deb8546765427c385710ca5e7301e16f4ed8b60c1dc5ae224b42bd5b14b",
+            mirror=False,
+            members=("fed_emnist_digitsonly_train.h5", "fed_emnist_digitsonly_test.h5"),
+        ),
+        tff_file("emnist_all.sqlite.lzma", None, mirror=False),
+    ),
+    client_fields=frozenset({"label", "pixels"}),
+    describers="fedpub.data.emnist_files:DESCRIBERS",
+    config_fields={
+        "only_digits": (
+            bool,
+            Field(
+                True, description="10 classes (fed_emnist_digitsonly_* / digits_only_*) or 62 (fed_emnist_* / all_*)"
+            ),
+        ),
+        "synthetic": (SyntheticEmnistConfig, SyntheticEmnistConfig()),
+    },
+    sqlite_splits=("all_train", "all_test", "digits_only_train", "digits_only_test"),
+    device="fedpub.data.emnist_device:DEVICE",
+)

@@ -1,0 +1,122 @@
+"""What a dataset declares to fedpub: its sources (one per file layout, and its look-alike files), tasks, models,
+public-user pools, config sections, downloadable files and the describers ``fedpub data info|verify`` uses.
+
+A declaration is plain data: the code it names (readers, writers, models, task scores) is a reference
+``"package.module:attribute"`` imported on first use (:func:`resolve`), so the config schema, which reads the
+declarations' names, loads neither torch nor h5py (``tests/test_layers.py``). :mod:`fedpub.data.registry` lists
+the declared datasets; nothing else in fedpub names one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedpub.data.remote_files import RemoteFile
+
+PUBLIC_POOLS: tuple[str, ...] = ("train_fraction", "heldout")
+"""Where public users can come from: a seeded fraction of the training users (any dataset), or a dataset's own
+held-out split (where it declares one)."""
+
+
+def resolve(ref: str) -> Any:
+    """The attribute a reference ``"package.module:attribute"`` names, its module imported now."""
+    module, sep, attribute = ref.partition(":")
+    if not sep or not module or not attribute:
+        raise ValueError(f"a reference is 'package.module:attribute', got {ref!r}")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One value of ``data.source``: a file layout of the dataset (or its look-alike files)."""
+
+    name: str
+    reads: str
+    """What ``data.path`` holds for this source, in words (help texts and error messages)."""
+    splits: str
+    """Reference to ``(config: ExperimentConfig) -> Splits``: the source's train, test (and held-out) users."""
+    generate: str | None = None
+    """Reference to ``(config: ExperimentConfig) -> None`` writing look-alike files into ``data.path`` first
+    (generated once, then reused); ``None`` for files fedpub only reads."""
+
+    @property
+    def generated(self) -> bool:
+        return self.generate is not None
+
+
+@dataclass(frozen=True)
+class TaskDeclaration:
+    """A value of ``task``: how the model's outputs are scored (loss and metrics)."""
+
+    name: str
+    summary: str
+    task: str
+    """Reference to the :class:`fedpub.tasks.Task`. Two datasets may declare the same task name only with the
+    same reference (a task is shared, e.g. plain classification)."""
+
+
+@dataclass(frozen=True)
+class ModelDeclaration:
+    """A value of ``model.name``: ``build(num_classes) -> torch.nn.Module`` and what its initialiser must know."""
+
+    name: str
+    summary: str
+    build: str
+    """Reference to a callable ``(num_classes: int) -> torch.nn.Module``."""
+    normalization: tuple[str, ...] = ()
+    """The torch normalisation layers the model uses (class names, e.g. ``"GroupNorm"``). The initialiser refuses
+    any other: a normalisation layer is a modelling decision under DP (batch statistics mix examples; running
+    statistics are state no aggregation averages), so a model states it rather than picking it up silently."""
+    bag_of_words_weight: str | None = None
+    """The parameter holding a (classes × vocabulary) input weight, which a token-frequency preconditioner
+    (AdaDPS) divides; ``None`` for models without one."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Everything fedpub knows about one federated dataset."""
+
+    name: str
+    title: str
+    reference: str
+    """Where its layout and preprocessing come from (TFF's loader and baseline files)."""
+    sources: tuple[Source, ...]
+    tasks: tuple[TaskDeclaration, ...]
+    """The tasks its sources serve; the first is a config's default."""
+    models: tuple[ModelDeclaration, ...]
+    """Its models; the first is a config's default."""
+    files: tuple[RemoteFile, ...]
+    """What ``fedpub data download`` fetches."""
+    client_fields: frozenset[str]
+    """The datasets in each ``/examples/<client_id>/`` group of its TFF HDF5 files: how ``fedpub data info`` and
+    ``export-user`` recognise one of its files."""
+    describers: str
+    """Reference to its :class:`fedpub.data.file_report.FileDescribers` (``fedpub data info|verify``)."""
+    config_fields: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    """The ``data`` section's fields it adds: ``name -> (annotation, default)`` (a pydantic field definition)."""
+    public_pools: tuple[str, ...] = ("train_fraction",)
+    """The ``data.public.pool`` values it supports (of :data:`PUBLIC_POOLS`); ``heldout`` needs a source that
+    opens a held-out split."""
+    sqlite_splits: tuple[str, ...] = ()
+    """The split names of its TFF SQLite database, by which ``fedpub data info`` recognises one."""
+    device: str | None = None
+    """Reference to its :class:`fedpub.data.device_user.DeviceFormats` (one user's data on a Flower SuperNode,
+    ``fedpub data export-user``); ``None`` when a device cannot hold it."""
+    token_frequencies: str | None = None
+    """Reference to ``(config: ExperimentConfig) -> list[float]``, the counts of the model's input vocabulary in
+    order (AdaDPS's ``precondition.source: token_frequency``); ``None`` when it has no vocabulary."""
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tasks)
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.models)
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.sources)
