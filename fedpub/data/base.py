@@ -63,27 +63,29 @@ class TffH5:
         self.path = Path(path)
         self._dataset, self._missing = dataset, missing
         self._file: h5py.File | None = None
+        self._group: h5py.Group | None = None
         self._pid = -1
         with h5_errors(str(self.path)):
             self.client_ids: list[str] = sorted(self._examples().keys())
 
-    def _handle(self) -> h5py.File:
-        if self._file is None or self._pid != os.getpid():
+    def _examples(self) -> h5py.Group:
+        """The ``/examples`` group, opening the file in this process if needed (kept open: a client's read then
+        costs no lookup of the group)."""
+        if self._group is None or self._pid != os.getpid():
             self._file = open_h5(self.path, f"{self._dataset} file {self.path} does not exist: {self._missing}")
             self._pid = os.getpid()
-        return self._file
-
-    def _examples(self) -> h5py.Group:
-        examples = self._handle().get("examples")
-        if not isinstance(examples, h5py.Group):
-            raise DatasetError(f"{self.path} has no 'examples' group: not a TFF federated {self._dataset} file")
-        return examples
+            examples = self._file.get("examples")
+            if not isinstance(examples, h5py.Group):
+                self.close()
+                raise DatasetError(f"{self.path} has no 'examples' group: not a TFF federated {self._dataset} file")
+            self._group = examples
+        return self._group
 
     def close(self) -> None:
         """Close the HDF5 handle (a later read reopens it)."""
         if self._file is not None and self._pid == os.getpid():
             self._file.close()
-        self._file = None
+        self._file, self._group = None, None
 
     def __enter__(self: _T) -> _T:
         return self
@@ -94,7 +96,7 @@ class TffH5:
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_file": None, "_pid": -1}
+        return {**self.__dict__, "_file": None, "_group": None, "_pid": -1}
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Any, Protocol, TypedDict, TypeVar, cast
 import h5py
 import numpy as np
 
-from fedpub.data.base import DatasetError, h5_errors, open_h5, require_listed
+from fedpub.data.base import DatasetError, TffH5, h5_errors, require_listed
 from fedpub.data.remote_files import TFF_BASE
 from fedpub.data.tff_sqlite import SqliteSplitConnection, add_client_index, decode_row, resolve_sqlite_path
 
@@ -163,37 +163,19 @@ class _Reader(ABC):
         self.close()
 
 
-class StackOverflowH5(_Reader):
-    """One TFF StackOverflow HDF5 file (``stackoverflow_{train,held_out,test}.h5``), read lazily per client.
+class StackOverflowH5(TffH5, _Reader):
+    """One TFF StackOverflow HDF5 file (``stackoverflow_{train,held_out,test}.h5``), read lazily per client
+    (:class:`TffH5`: opening it lists the client ids, the handle is per process and dropped when pickled).
 
-    Listing the clients reads only the names of the groups under ``/examples``; ``num_examples`` reads dataset
-    shapes; ``columns`` reads the requested datasets of one client. The file stays open until ``close()``;
-    pickling keeps the path and client ids, and a process that did not open the handle reopens it on first use.
+    ``num_examples`` reads dataset shapes; ``columns`` reads the requested datasets of one client.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._file: h5py.File | None = None
-        self._examples: h5py.Group | None = None
-        self._pid = -1
-        with h5_errors(str(self.path)):
-            self.client_ids: list[str] = sorted(self._handle().keys())
-
-    def _handle(self) -> h5py.Group:
-        """The ``/examples`` group, opening the file in this process if needed."""
-        if self._examples is None or self._pid != os.getpid():
-            self._file = open_h5(
-                self.path,
-                f"StackOverflow file {self.path} does not exist: {_hint('stackoverflow.tar.bz2')} "
-                f"and extract it into {self.path.parent}",
-            )
-            examples = self._file.get("examples")
-            if not isinstance(examples, h5py.Group):
-                self._file.close()
-                raise DatasetError(f"{self.path} has no 'examples' group: not a TFF federated StackOverflow file")
-            self._examples = examples
-            self._pid = os.getpid()
-        return self._examples
+        super().__init__(
+            path,
+            dataset="StackOverflow",
+            missing=f"{_hint('stackoverflow.tar.bz2')} and extract it into {Path(path).parent}",
+        )
 
     def _datasets(self, client_id: str, fields: Sequence[str]) -> dict[str, h5py.h5d.DatasetID]:
         """The client's datasets for ``fields``, checked from metadata only (1-D, equal lengths, dtypes).
@@ -204,7 +186,7 @@ class StackOverflowH5(_Reader):
         where = f"{self.path}: client {client_id!r}"
         with h5_errors(where):
             try:
-                group = h5py.h5g.open(self._handle().id, client_id.encode())
+                group = h5py.h5g.open(self._examples().id, client_id.encode())
             except (KeyError, ValueError):
                 raise DatasetError(f"{where} is not a group (a StackOverflow client is a group of datasets)") from None
             found: dict[str, h5py.h5d.DatasetID] = {}
@@ -246,23 +228,6 @@ class StackOverflowH5(_Reader):
                     dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, values)
             out[name] = values.tolist() if name == "score" else [decode_text(v) for v in values.tolist()]
         return out
-
-    def close(self) -> None:
-        """Close the HDF5 handle (a later read reopens it)."""
-        if self._file is not None and self._pid == os.getpid():
-            self._file.close()
-        self._file = None
-        self._examples = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "client_ids": self.client_ids}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = state["path"]
-        self.client_ids = state["client_ids"]
-        self._file = None
-        self._examples = None
-        self._pid = -1
 
     def __repr__(self) -> str:
         return f"StackOverflowH5({str(self.path)!r}, clients={len(self.client_ids)})"
