@@ -286,7 +286,7 @@ def test_tls_superlink_admits_a_registered_supernode_and_refuses_an_unregistered
     assert_all_stopped(registry)
 
 
-def _selected(config: pytest.Config, marker: str) -> bool:
+def selected(config: pytest.Config, marker: str) -> bool:
     expression = str(config.getoption("markexpr") or "")
     return marker in expression and f"not {marker}" not in expression
 
@@ -296,7 +296,7 @@ def _selected(config: pytest.Config, marker: str) -> bool:
 def test_a_run_completes_over_tls_with_authenticated_supernodes(
     three_user_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if not _selected(request.config, "deployment_tls"):
+    if not selected(request.config, "deployment_tls"):
         pytest.skip("a full TLS deployment run (~60 s); select it with -m deployment_tls")
     config_path = write_experiment(tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=1)
     deployment = LocalDeployment(tmp_path / "deploy", num_nodes=USERS, tls=True, cwd=tmp_path)

@@ -36,7 +36,12 @@ from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.run_dir import RunDirectory
 from tests.conftest import tiny_config
 from tests.simulations.faults import CORRUPTIONS, FaultPlan, InProcessFaults, faulty_client_app
-from tests.simulations.test_deployment import assert_all_stopped, three_user_dir, write_experiment  # noqa: F401
+from tests.simulations.test_deployment import (  # noqa: F401  (three_user_dir: the fixture)
+    assert_all_stopped,
+    selected,
+    three_user_dir,
+    write_experiment,
+)
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 
@@ -353,13 +358,21 @@ def _wait_until(condition, timeout: float, what: str):
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the Flower processes through /proc (Linux)")
 @pytest.mark.skipif(not (VENV_BIN / "flower-superlink").exists(), reason="flower-superlink is not installed next to python")
+@pytest.mark.deployment_restart
 def test_a_deployment_resumes_after_its_serverapp_is_killed_and_survives_a_killed_supernode(
-    three_user_dir, tmp_path  # noqa: F811
+    three_user_dir, tmp_path, request  # noqa: F811
 ):
     """Run 1 loses its ServerApp (SIGKILL) while a node trains round 1; `flwr run` again resumes from the checkpoint
     of round 0; in round 2 the SuperNode of the round's only user is SIGKILLed while it trains, so the round closes at
-    ``flower.round_timeout`` with nothing from it. The run completes with every round accounted once."""
+    ``flower.round_timeout`` with nothing from it. The run completes with every round accounted once. About 100 s
+    (two deployments and a round timeout), so it runs only when asked for, with the SuperLink restart:
+    ``pytest -m deployment_restart``. The same resume from a checkpoint is checked in process on every run
+    (``test_a_run_killed_at_any_point_resumes_with_the_uninterrupted_model_and_ledger``)."""
     import yaml
+
+    if not selected(request.config, "deployment_restart"):
+        pytest.skip("a deployment whose ServerApp and a SuperNode are killed (~100 s); select it with "
+                    "-m deployment_restart")
 
     config_path = write_experiment(  # reproducible: the test predicts the cohorts from the config
         tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=3,

@@ -24,21 +24,20 @@ PUBLIC = {"public": {"fraction": 0.25, "seed": 0}}  # 4 of the 16 writers are pu
 FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}
 ADAPTIVE = {"adaptive_clip": {"target_quantile": 0.5, "learning_rate": 0.2, "count_noise_std": 2.0}}
 
-RECIPES = {
-    "dp_fedavg+adaptive_clip": {"name": "dp_fedavg", **ADAPTIVE},
+RECIPES = {  # each section at least once (adaptive clipping with three recipes), in 8 Flower simulations
     "dope+adaptive_clip": {"name": "dope", "public_clients_per_round": 2, **ADAPTIVE},
     "dope+warm_start+model_average": {"name": "dope", "public_clients_per_round": 2,
                                       "warm_start": {"epochs": 1, "lr": 0.1},
                                       "model_average": {"kind": "window", "window": 2}},
     "adadps_server+adaptive_clip": {"name": "adadps", "public_clients_per_round": 2,
                                     "precondition": {"placement": "server"}, **ADAPTIVE},
-    "adadps_client": {"name": "adadps", "public_clients_per_round": 2},
+    "adadps_client+budget_schedule": {"name": "adadps", "public_clients_per_round": 2,
+                                      "budget_schedule": {"boosted_rounds": 1, "boosted_noise_multiplier": 0.6}},
     "pda_dpmd+adaptive_clip": {"name": "pda_dpmd", "public_clients_per_round": 2, "mirror": {"decay_rounds": 2},
                                **ADAPTIVE},
     "ppsgd": {"name": "ppsgd", "public_clients_per_round": 2,
               "public_schedule": {"budget_growth": 1.0, "noise_test_factor": 1e-9},  # z falls every round
               "model_reuse": {"epochs": 1, "prox_weight": 0.5}},
-    "budget_schedule": {"name": "dp_fedavg", "budget_schedule": {"boosted_rounds": 1, "boosted_noise_multiplier": 0.6}},
     "dp_ftrl+recenter": {"name": "dp_ftrl", "public_clients_per_round": 2, "recenter": {},
                          "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},  # N = 12: 3 rounds, one tree
 }
@@ -86,7 +85,7 @@ def test_every_recipe_on_flower_gives_the_in_process_model_and_ledger(tiny_emnis
     if recipe == "ppsgd":
         zs = [r["noise/noise_multiplier"] for r in records]
         assert zs[0] > zs[1] > zs[2]  # every round priced with its own z
-    if recipe == "budget_schedule":
+    if "budget_schedule" in recipe:
         assert [r["noise/noise_multiplier"] for r in records] == [0.6, 0.8, 0.8]
     if recipe.startswith("dope") or recipe == "dp_ftrl+recenter":
         assert all(r["recenter/center_norm"] > 0 for r in records)
@@ -105,7 +104,7 @@ def test_public_users_as_their_own_nodes_give_the_in_process_model(tiny_emnist_d
     gives public users, and their replies set the preconditioner the private nodes are sent. (DOPE with public
     nodes runs on a real deployment in test_deployment.py and in the example app's test.)"""
     local, remote, local_dir, flower_dir = _runs(
-        tiny_emnist_dir, tmp_path, "adadps_client", flower={**FLOWER, "public_users": "nodes"}
+        tiny_emnist_dir, tmp_path, "adadps_client+budget_schedule", flower={**FLOWER, "public_users": "nodes"}
     )
     records = _assert_same_run(local, remote, local_dir, flower_dir)
     assert all(r["public_cohort_used"] == 2 for r in records)

@@ -32,7 +32,7 @@ from fedpub.simulations.deploy.local import LocalDeployment
 from fedpub.simulations.deploy.processes import VENV_BIN, marked_pids, pid_alive
 from fedpub.simulations.run_dir import RunDirectory
 from tests.simulations.test_deployment import (  # noqa: F401
-    _selected,
+    selected,
     assert_all_stopped,
     three_user_dir,
     write_experiment,
@@ -73,7 +73,7 @@ def test_a_deployment_resumes_after_its_superlink_is_killed(three_user_dir, tmp_
     Every other process stops or waits; the run directory keeps round 0. A SuperLink started again on the same port
     with the same database gets the same SuperNodes back, and `flwr run` again resumes from round 0's checkpoint:
     rounds 0 and 1 each released once, a ledger of 2 rounds equal to an uninterrupted run's."""
-    if not _selected(request.config, "deployment_restart"):
+    if not selected(request.config, "deployment_restart"):
         pytest.skip("a SuperLink killed and restarted mid-run (~80 s); select it with -m deployment_restart")
     config_path = write_experiment(  # reproducible: the test predicts the cohorts from the config
         tmp_path / "exp.yaml", three_user_dir, tmp_path / "runs", rounds=ROUNDS,
