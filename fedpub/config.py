@@ -194,6 +194,10 @@ class PreconditionConfig(Section):
     placement: Literal["server", "client"] = Field(
         "client", description="divide each update at the server, or each local gradient on the client (Alg. 3)"
     )
+    statistic: Literal["user_second_moment", "rmsprop"] = Field(
+        "user_second_moment", description="public: v averages the public users' mean of squared updates, or (the "
+        "paper's RMSProp) the square of the public cohort's mean update"
+    )
     beta: float = Field(0.9, ge=0, lt=1, description="public: RMSProp decay of the second moments")
     eps: float = Field(1e-3, gt=0, description="public: A = sqrt(v) + eps")
     power: float = Field(1.0, gt=0, description="token_frequency: A_j = max((count_j/mean)^power, floor)")
