@@ -45,6 +45,15 @@ class PublicUsersConfig(Section):
     seed: int = 0
 
 
+class ValidationUsersConfig(Section):
+    """Validation users: a seeded fraction of the private training users held out of N, never sampled nor trained
+    on; the model is evaluated on their training examples (``val_*`` beside ``eval_*``) so that hyper-parameters
+    are tuned without the test split. Their metrics are released outside DP, like the public users' data."""
+
+    fraction: float = Field(0.0, ge=0, lt=1, description="seeded fraction of the private users held out for validation")
+    seed: int = 0
+
+
 class _DataFields(Section):
     """The ``data`` fields every dataset shares; :data:`DataConfig` adds each dataset's own after ``path``."""
 
@@ -59,6 +68,7 @@ class _DataFields(Section):
         None, ge=2, description="DOPE's construction: pool the training examples and deal them to K users"
     )
     public: PublicUsersConfig = PublicUsersConfig()
+    validation: ValidationUsersConfig = ValidationUsersConfig()
     eval_clients: int | None = Field(
         200, ge=1, description="test clients evaluated (the first ones by id); null = all"
     )
@@ -183,6 +193,10 @@ class PreconditionConfig(Section):
     )
     placement: Literal["server", "client"] = Field(
         "client", description="divide each update at the server, or each local gradient on the client (Alg. 3)"
+    )
+    statistic: Literal["user_second_moment", "rmsprop"] = Field(
+        "user_second_moment", description="public: v averages the public users' mean of squared updates, or (the "
+        "paper's RMSProp) the square of the public cohort's mean update"
     )
     beta: float = Field(0.9, ge=0, lt=1, description="public: RMSProp decay of the second moments")
     eps: float = Field(1e-3, gt=0, description="public: A = sqrt(v) + eps")
@@ -537,6 +551,11 @@ def _check_task_and_data(config: ExperimentConfig) -> None:
     users are nodes reads no generated or pooled data."""
     data = config.data
     dataset, source = registry.source(data.source)
+    if config.flower.private_users == "nodes" and data.validation.fraction > 0:
+        raise ConfigError(
+            f"data.validation.fraction {data.validation.fraction}: validation users are held out of the private "
+            "users' data, which flower.private_users `nodes` keeps on the nodes; set data.validation.fraction: 0"
+        )
     if config.flower.private_users == "nodes" and (source.generated or data.uniform_users is not None):
         raise ConfigError(
             "flower.private_users `nodes` reads no private data on the server: data.source cannot be synthetic (the "

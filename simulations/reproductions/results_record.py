@@ -21,9 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fedpub.simulations.reproductions.judge import ClaimJudgement
-
 from fedpub.atomic import write_json_atomic
+from fedpub.simulations.reproductions.judge import ClaimJudgement
 
 CLAIMS_FILE = "claims.json"
 SEED_PAPERS = ("000", "001", "002", "003", "004")

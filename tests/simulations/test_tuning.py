@@ -8,6 +8,7 @@ import dataclasses
 import math
 
 import pytest
+
 from fedpub.simulations.reproductions.judge import ClaimJudgement, judge_cell
 from fedpub.simulations.reproductions.results_record import (
     ClaimRecord,
