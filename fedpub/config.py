@@ -45,6 +45,15 @@ class PublicUsersConfig(Section):
     seed: int = 0
 
 
+class ValidationUsersConfig(Section):
+    """Validation users: a seeded fraction of the private training users held out of N, never sampled nor trained
+    on; the model is evaluated on their training examples (``val_*`` beside ``eval_*``) so that hyper-parameters
+    are tuned without the test split. Their metrics are released outside DP, like the public users' data."""
+
+    fraction: float = Field(0.0, ge=0, lt=1, description="seeded fraction of the private users held out for validation")
+    seed: int = 0
+
+
 class _DataFields(Section):
     """The ``data`` fields every dataset shares; :data:`DataConfig` adds each dataset's own after ``path``."""
 
@@ -59,6 +68,7 @@ class _DataFields(Section):
         None, ge=2, description="DOPE's construction: pool the training examples and deal them to K users"
     )
     public: PublicUsersConfig = PublicUsersConfig()
+    validation: ValidationUsersConfig = ValidationUsersConfig()
     eval_clients: int | None = Field(
         200, ge=1, description="test clients evaluated (the first ones by id); null = all"
     )
@@ -184,6 +194,10 @@ class PreconditionConfig(Section):
     placement: Literal["server", "client"] = Field(
         "client", description="divide each update at the server, or each local gradient on the client (Alg. 3)"
     )
+    statistic: Literal["user_second_moment", "rmsprop"] = Field(
+        "user_second_moment", description="public: v averages the public users' mean of squared updates, or (the "
+        "paper's RMSProp) the square of the public cohort's mean update"
+    )
     beta: float = Field(0.9, ge=0, lt=1, description="public: RMSProp decay of the second moments")
     eps: float = Field(1e-3, gt=0, description="public: A = sqrt(v) + eps")
     power: float = Field(1.0, gt=0, description="token_frequency: A_j = max((count_j/mean)^power, floor)")
@@ -191,20 +205,36 @@ class PreconditionConfig(Section):
 
 
 class MirrorConfig(Section):
-    """PDA-DPMD (Amid et al. 2022): g = α_t·private + (1 − α_t)·public, α_t = cos(πt/2K)."""
+    """PDA-DPMD (Amid et al. 2022): g = α_t·private + (1 − α_t)·public, α_t = cos(πt/2K). The recipe also
+    pretrains on public data (``warm_start``, on by default: Algorithm 1 line 1); Algorithm 1's output, the average
+    of the iterates, is ``model_average: {kind: all}``."""
 
     decay_rounds: int | None = Field(None, ge=1, description="K; null = the run's rounds")
     alpha_floor: float = Field(0.0, ge=0, le=1, description="α never goes below this (and stays there after K)")
 
 
 class PublicScheduleConfig(Section):
-    """PPSGD (Wang & Zhou 2020): public users steer the noise multiplier and the clip norm."""
+    """PPSGD (Wang & Zhou 2020): public users steer the noise multiplier and the clip norm. The defaults are the
+    paper's (§ Experiments: α = β = 0.3, ϕ = 10, φ = 100 for the hinge loss; it uses φ = 5 or 10 for the square
+    loss), its budget test read against the noise its tCDP mechanism would add (``noise_reference``)."""
 
-    budget_growth: float = Field(0.1, gt=0, description="α: ρ ← (1+α)ρ, i.e. z ← z/sqrt(1+α)")
-    clip_decay: float = Field(0.05, gt=0, lt=1, description="β: C ← (1−β)C")
-    noise_test_factor: float = Field(1.0, gt=0, description="φ: spend more when φ‖Δ̄_pub‖ < sqrt(d)·zC/m")
-    clip_test_factor: float = Field(1.0, gt=0, description="ϕ: shrink C when ϕ‖Δ̄_pub‖ < C")
-    min_noise_multiplier: float = Field(0.3, gt=0, description="z never goes below this")
+    budget_growth: float = Field(0.3, gt=0, description="α: ρ ← (1+α)ρ, i.e. z ← z/sqrt(1+α)")
+    clip_decay: float = Field(0.3, gt=0, lt=1, description="β: C ← (1−β)C")
+    noise_test_factor: float = Field(
+        10.0, gt=0, description="ϕ (the paper's budget test): spend more when ϕ‖Δ̄_pub‖ < k·sqrt(d)·zC/m"
+    )
+    clip_test_factor: float = Field(
+        100.0, gt=0, description="φ (the paper's clip test): shrink C when φ‖Δ̄_pub‖ < C; the paper: 100 for the "
+        "hinge loss (the default), 5 or 10 for the square loss"
+    )
+    noise_reference: Literal["tcdp", "run"] = Field(
+        "tcdp", description="the noise the budget test compares with: `tcdp`, the paper's (its tCDP Gaussian for the "
+        "run's ε, δ, q and rounds: k = σ_tCDP/σ_run, fedpub/steps/public_schedule.py), for which ϕ was set; `run`, "
+        "this run's own (k = 1)"
+    )
+    min_noise_multiplier: float | None = Field(
+        None, gt=0, description="z never goes below this; null = no floor (the paper's)"
+    )
 
 
 class BudgetScheduleConfig(Section):
@@ -250,9 +280,10 @@ class ModelReuseConfig(PublicTrainingConfig):
 
 
 class ModelAverageConfig(Section):
-    """Seed 003 §3.2: also evaluate the mean (window) or EMA of the last global models."""
+    """Seed 003 §3.2: also evaluate the mean (window) or EMA of the last global models; ``all``, the mean of every
+    round's global model θ_1..θ_T (seed 000, PDA-DPMD's Algorithm 1 output)."""
 
-    kind: Literal["window", "ema"] = "window"
+    kind: Literal["window", "ema", "all"] = "window"
     window: int = Field(5, ge=1, description="window: how many of the last models")
     decay: float = Field(0.9, gt=0, lt=1, description="ema: avg ← decay·avg + (1−decay)·w")
 
@@ -265,7 +296,14 @@ RECIPE_SECTIONS: dict[str, tuple[str, ...]] = {
     "ppsgd": ("public_schedule", "model_reuse"),
     "dp_ftrl": ("tree_aggregation",),
 }
-"""Each recipe name and the sections it switches on (with their defaults when left out)."""
+"""Each recipe name and the sections it switches on (with their defaults when left out or null): what the recipe is."""
+
+RECIPE_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "pda_dpmd": ("warm_start",),
+}
+"""Each recipe name and the sections it turns on by default (with their defaults) when the key is left out: an
+explicit ``null`` turns one off (PDA-DPMD's Algorithm 1 pretrains on public data, line 1; ``warm_start: null``
+runs it cold). A resolved config writes the null, so it reads back the same."""
 
 
 class StrategyConfig(Section):
@@ -288,7 +326,9 @@ class StrategyConfig(Section):
     public_schedule: PublicScheduleConfig | None = None
     budget_schedule: BudgetScheduleConfig | None = None
     tree_aggregation: TreeAggregationConfig | None = None
-    warm_start: PublicTrainingConfig | None = None
+    warm_start: PublicTrainingConfig | None = Field(
+        None, description="pretrain w_0 on the public users' data; on by default for pda_dpmd (null: off)"
+    )
     model_reuse: ModelReuseConfig | None = None
     model_average: ModelAverageConfig | None = None
 
@@ -301,6 +341,9 @@ class StrategyConfig(Section):
         name = filled.get("name", "dp_fedavg")
         for section in RECIPE_SECTIONS.get(name, ()) if isinstance(name, str) else ():
             if filled.get(section) is None:
+                filled[section] = {}
+        for section in RECIPE_DEFAULTS.get(name, ()) if isinstance(name, str) else ():
+            if section not in filled:
                 filled[section] = {}
         sampling = filled.get("sampling", cls.model_fields["sampling"].default.model_dump(exclude={"kind"}))
         if filled.get("tree_aggregation") is not None and isinstance(sampling, dict) and "kind" not in sampling:
@@ -508,6 +551,11 @@ def _check_task_and_data(config: ExperimentConfig) -> None:
     users are nodes reads no generated or pooled data."""
     data = config.data
     dataset, source = registry.source(data.source)
+    if config.flower.private_users == "nodes" and data.validation.fraction > 0:
+        raise ConfigError(
+            f"data.validation.fraction {data.validation.fraction}: validation users are held out of the private "
+            "users' data, which flower.private_users `nodes` keeps on the nodes; set data.validation.fraction: 0"
+        )
     if config.flower.private_users == "nodes" and (source.generated or data.uniform_users is not None):
         raise ConfigError(
             "flower.private_users `nodes` reads no private data on the server: data.source cannot be synthetic (the "

@@ -48,8 +48,9 @@ CSV_FILE, TABLE_FILE = "compare.csv", "compare.md"
 EPSILON_PLOT, ROUND_PLOT = "accuracy_vs_epsilon.png", "accuracy_vs_round.png"
 OUTPUT_FILES = (CSV_FILE, TABLE_FILE, EPSILON_PLOT, ROUND_PLOT)
 RUN_NAME = re.compile(r"^(?P<label>.+?)__eps[^_]+__seed-?\d+$")
-TEST_METRIC = re.compile(r"^([a-z]+_)?eval_\w+$")
-"""A final test metric: ``eval_*``, or ``avg_eval_*`` / ``private_eval_*`` (model average, model reuse)."""
+TEST_METRIC = re.compile(r"^([a-z]+_)?(eval|val)_\w+$")
+"""A final test metric: ``eval_*``, or ``avg_eval_*`` / ``private_eval_*`` (model average, model reuse); or its
+validation twin ``val_*`` (``data.validation``'s users, what the reproductions tune on)."""
 
 
 def run_name(label: str, target_epsilon: float, seed: int) -> str:
@@ -193,7 +194,8 @@ def _stats(values: Sequence[float]) -> tuple[float, float]:
 def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
     headline = runs[0].headline
     metrics = _metric_keys([r.row for r in runs], headline)
-    header = ["strategy", "ε", *(k.replace("eval_", "test ").replace("_", " ") for k in metrics),
+    header = ["strategy", "ε",
+              *(k.replace("eval_", "test ").replace("val_", "validation ").replace("_", " ") for k in metrics),
               "ε achieved", "z", "wall time (s)", "seeds"]
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, epsilon, members in _groups(runs):

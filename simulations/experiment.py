@@ -40,6 +40,8 @@ class Experiment:
     private_ids: list[str]
     public_ids: list[str]
     public_data: FederatedDataset
+    validation_ids: list[str]
+    """Training users held out of N (``data.validation``): the model is evaluated on their training examples."""
     eval_users: EvaluationUsers
     strategy: StrategyCore
     noise_multiplier: float
@@ -115,6 +117,7 @@ def build_experiment(
         private_ids=data.private_ids,
         public_ids=data.public_ids,
         public_data=data.public,
+        validation_ids=data.validation_ids,
         eval_users=evaluation_users(
             data.test.client_ids, data.public_ids, config.data.eval_users, config.data.eval_clients
         ),

@@ -166,6 +166,9 @@ class RunSession:
         self.driver = experiment.round_driver(self.accountant)
         """Plans each round and finishes it from the replies: the budget rule and the accountant's composition."""
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_users.ids, experiment.device)
+        self.val_set = (EvaluationSet.pooled(experiment.train, experiment.validation_ids, experiment.device)
+                        if experiment.validation_ids else None)
+        """The validation users' training examples (never trained on: they are not in N), or None."""
         self.last_eval: dict[str, float] = {}
         self.last_eval_round = -1
         self._round_started = time.perf_counter()
@@ -309,15 +312,22 @@ class RunSession:
             self.run_dir.append_diagnostics(records["diagnostics"])
 
     def _evaluate(self, params: Params | None = None) -> dict[str, float]:
-        """Evaluate ``params`` (the global model) and, when configured, the averaged model (``avg_``)."""
-        task = self.experiment.task
-        self.last_eval = evaluate(self.model, self.params if params is None else params, self.eval_set, task)
+        """Evaluate ``params`` (the global model) and, when configured, the averaged model (``avg_``), on the test
+        examples (``eval_*``) and on the validation users' (``val_*``, when there are validation users)."""
+        self.last_eval = self._evaluate_params(self.params if params is None else params)
         averaged = averaged_params(self.average)
         if averaged is not None:
-            metrics = evaluate(self.model, averaged, self.eval_set, task)
-            self.last_eval.update({f"avg_{k}": v for k, v in metrics.items()})
+            self.last_eval.update({f"avg_{k}": v for k, v in self._evaluate_params(averaged).items()})
         self.last_eval_round = self.rounds_done
         return self.last_eval
+
+    def _evaluate_params(self, params: Params) -> dict[str, float]:
+        task = self.experiment.task
+        metrics = evaluate(self.model, params, self.eval_set, task)
+        if self.val_set is not None:
+            validation = evaluate(self.model, params, self.val_set, task)
+            metrics.update({f"val_{k.removeprefix('eval_')}": v for k, v in validation.items()})
+        return metrics
 
     def checkpoint(self, records: dict[str, Any] | None = None) -> None:
         """The ledger, then the checkpoint, each written atomically: a crash between the two leaves a ledger

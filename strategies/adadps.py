@@ -18,7 +18,8 @@ from fedpub.types import Params, StepState, Updates
 
 def preconditioning_steps(config: PreconditionConfig, side_information: Updates | None) -> list[tuple[str, Step]]:
     """The step placed first in the chain (before recentering and clipping)."""
-    step = precondition(config.placement, static=side_information, beta=config.beta, eps=config.eps)
+    step = precondition(config.placement, static=side_information, beta=config.beta, eps=config.eps,
+                        statistic=config.statistic)
     return [("precondition", step)]
 
 

@@ -86,11 +86,14 @@ def build_private_strategy(
     field) when the accountant cannot price the planned run or its first round alone exceeds the budget."""
     sampling = make_sampling(strategy.sampling, population)
     secure = secure_noise_sampler(privacy.noise_sampler, reproducible=reproducible)
+    budget_epsilon = privacy_budget(strategy, privacy)
+    budget = None if budget_epsilon is None else PrivacyBudget(budget_epsilon, privacy.delta)
 
     def core_for(noise_multiplier: float, privacy_seed: int = seed) -> StrategyCore:
         return build_strategy(
             strategy, sampling=sampling, population=population, noise_multiplier=noise_multiplier,
             seed=privacy_seed, rounds=rounds, side_information=side_information, secure_sampler=secure,
+            budget=budget,
         )
 
     def planned(noise_multiplier: float) -> dp_accounting.DpEvent:
@@ -107,7 +110,7 @@ def build_private_strategy(
                       privacy.accountant)
     core = core_for(z)
     built = PrivateStrategy(
-        core, z, core.planned_event(rounds), privacy_budget(strategy, privacy), privacy,
+        core, z, core.planned_event(rounds), budget_epsilon, privacy,
         core_with_seed=lambda privacy_seed: core_for(z, privacy_seed),
     )
     if built.budget_epsilon is not None:

@@ -11,12 +11,13 @@ its accounting are DP-FedAvg's (DP-FTRL's with ``tree_aggregation``) whatever is
 from __future__ import annotations
 
 from fedpub.config import StrategyConfig
+from fedpub.privacy.accountant import PrivacyBudget
 from fedpub.privacy.events import CohortRule
 from fedpub.step import Step, named_chain
 from fedpub.steps.budget_schedule import budget_schedule
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
-from fedpub.strategies import adadps, dope, dp_ftrl, pda_dpmd
+from fedpub.strategies import adadps, dope, dp_ftrl, pda_dpmd, ppsgd
 from fedpub.strategies.dp_fedavg import private_mean_steps, server_optimizer
 
 
@@ -43,8 +44,13 @@ def strategy_steps(
     sampling: CohortRule,
     *,
     secure_sampler: bool = False,
+    schedule_noise_scale: float | None = None,
 ) -> list[tuple[str, Step]]:
-    """The named steps of ``config`` in chain order (the private mean's are ``clip``, ``aggregate``, ``noise``)."""
+    """The named steps of ``config`` in chain order (the private mean's are ``clip``, ``aggregate``, ``noise``).
+    ``schedule_noise_scale`` is PPSGD's k (:func:`fedpub.strategies.ppsgd.noise_test_scale`); None is only
+    allowed where the config's public schedule reads its own noise."""
+    if config.public_schedule is not None and schedule_noise_scale is None:
+        schedule_noise_scale = ppsgd.noise_test_scale(config.public_schedule, None, 1.0, rounds, noise_multiplier)
     before, after = dope.recentering_steps(config.recenter) if config.recenter is not None else ([], [])
     steps = []
     if config.precondition is not None:
@@ -58,7 +64,8 @@ def strategy_steps(
         noised = dp_ftrl.private_mean_steps(config, noise_multiplier, seed, sampling, rounds,
                                             secure_sampler=secure_sampler)
     else:
-        noised = private_mean_steps(config, noise_multiplier, seed, secure_sampler=secure_sampler)
+        noised = private_mean_steps(config, noise_multiplier, seed, secure_sampler=secure_sampler,
+                                    schedule_noise_scale=schedule_noise_scale or 1.0)
     steps += noised + after
     if config.mirror is not None:
         steps += pda_dpmd.mirror_steps(config.mirror, rounds)
@@ -75,11 +82,17 @@ def build_strategy(
     rounds: int,
     side_information: Updates | None = None,
     secure_sampler: bool = False,
+    budget: PrivacyBudget | None = None,
 ) -> StrategyCore:
     """The StrategyCore of ``config``; ``side_information`` is AdaDPS's fixed A, if any; ``secure_sampler``, the
-    noise from OpenDP (:func:`fedpub.strategies.common.secure_noise_sampler` says whether the config asks for it)."""
+    noise from OpenDP (:func:`fedpub.strategies.common.secure_noise_sampler` says whether the config asks for it);
+    ``budget``, the run's (ε, δ), which PPSGD's budget test reads (``noise_reference: tcdp``)."""
+    scale = None
+    if config.public_schedule is not None:
+        rate = sampling.expected_cohort(population) / population
+        scale = ppsgd.noise_test_scale(config.public_schedule, budget, rate, rounds, noise_multiplier)
     steps = strategy_steps(config, noise_multiplier, seed, rounds, side_information, sampling,
-                           secure_sampler=secure_sampler)
+                           secure_sampler=secure_sampler, schedule_noise_scale=scale)
     precondition = config.precondition
     local = precondition is not None and precondition.placement == "client"
     return StrategyCore(

@@ -26,11 +26,13 @@ def server_optimizer(config: ServerOptimizerConfig) -> Step:
     return server_sgd(config.lr, config.momentum)
 
 
-def clip_step(config: StrategyConfig, noise_multiplier: float, seed: int, *, secure_sampler: bool = False) -> Step:
-    """Fixed C, or C adapted to a quantile (Andrew et al.), or C and z steered by public users (PPSGD)."""
+def clip_step(config: StrategyConfig, noise_multiplier: float, seed: int, *, secure_sampler: bool = False,
+              schedule_noise_scale: float = 1.0) -> Step:
+    """Fixed C, or C adapted to a quantile (Andrew et al.), or C and z steered by public users (PPSGD, its budget
+    test against ``schedule_noise_scale`` times the run's noise: :func:`fedpub.strategies.ppsgd.noise_test_scale`)."""
     adaptive = config.adaptive_clip
     if config.public_schedule is not None:
-        return ppsgd.schedule_step(config.public_schedule, config.clip_norm, noise_multiplier)
+        return ppsgd.schedule_step(config.public_schedule, config.clip_norm, noise_multiplier, schedule_noise_scale)
     if adaptive is not None:
         return adaptive_clip(
             config.clip_norm, adaptive.target_quantile, adaptive.learning_rate, adaptive.count_noise_std, seed,
@@ -40,11 +42,13 @@ def clip_step(config: StrategyConfig, noise_multiplier: float, seed: int, *, sec
 
 
 def private_mean_steps(
-    config: StrategyConfig, noise_multiplier: float, seed: int, *, secure_sampler: bool = False
+    config: StrategyConfig, noise_multiplier: float, seed: int, *, secure_sampler: bool = False,
+    schedule_noise_scale: float = 1.0,
 ) -> list[tuple[str, Step]]:
     """clip → aggregate (÷ m) → Gaussian noise: the private mean every recipe shares."""
     return [
-        ("clip", clip_step(config, noise_multiplier, seed, secure_sampler=secure_sampler)),
+        ("clip", clip_step(config, noise_multiplier, seed, secure_sampler=secure_sampler,
+                           schedule_noise_scale=schedule_noise_scale)),
         ("aggregate", aggregate()),
         ("noise", gaussian_noise(noise_multiplier, seed, secure_sampler=secure_sampler)),
     ]

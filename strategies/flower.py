@@ -34,7 +34,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fedpub import protocol as key
-from fedpub.config import PrivacyConfig, StrategyConfig
+from fedpub.config import RECIPE_DEFAULTS, PrivacyConfig, StrategyConfig
 from fedpub.node_identity import IdentityError, UserRegistry
 from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
@@ -342,10 +342,13 @@ class FedpubStrategy(Strategy):
         privacy_cfg = PrivacyConfig.model_validate(privacy or {}) if not isinstance(privacy, PrivacyConfig) else privacy
         server_side = [n for n in ("warm_start", "model_reuse", "model_average") if getattr(strategy_cfg, n) is not None]
         if server_side:
+            by_default = [n for n in server_side if n in RECIPE_DEFAULTS.get(strategy_cfg.name, ())]
+            default = "".join(f" (strategy `{strategy_cfg.name}` turns strategy.{n} on by default: set it to null to "
+                              "turn it off)" for n in by_default)
             raise ValueError(
                 f"strategy.{', strategy.'.join(server_side)} run around the rounds in fedpub's own ServerApp (fedpub run "
                 "--backend flower, flwr run .), not in the strategy: remove them here (pretrain or average the model "
-                "in your ServerApp)"
+                f"in your ServerApp){default}"
             )
         built = build_private_strategy(
             strategy_cfg, privacy_cfg, population=population, rounds=rounds,

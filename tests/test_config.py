@@ -108,3 +108,16 @@ def test_private_users_as_nodes_needs_a_population_and_real_files():
     with pytest.raises(ConfigError, match="data.source cannot be synthetic"):
         parse_config({"flower": nodes})
     assert parse_config({"data": {"source": "emnist_h5"}, "flower": nodes}).flower.expected_private_nodes == 3
+
+
+def test_pda_dpmd_pretrains_by_default_and_null_turns_it_off_through_a_round_trip():
+    strategy = {"name": "pda_dpmd", "noise_multiplier": 1.0}
+    warm = parse_config({"strategy": strategy, "data": {"public": {"fraction": 0.1}}})
+    assert warm.strategy.warm_start is not None and warm.strategy.mirror is not None
+    cold = parse_config({"strategy": {**strategy, "warm_start": None}, "data": {"public": {"fraction": 0.1}}})
+    assert cold.strategy.warm_start is None and cold.strategy.mirror is not None
+    for cfg in (warm, cold):
+        assert parse_config(yaml.safe_load(dump_config(cfg))) == cfg
+    # a recipe's defining section cannot be turned off by null: it is what the recipe is
+    assert parse_config({"strategy": {**strategy, "mirror": None, "warm_start": None},
+                         "data": {"public": {"fraction": 0.1}}}).strategy.mirror is not None

@@ -36,7 +36,7 @@ RECIPES = {
     "adadps_server": {"name": "adadps", "precondition": {"placement": "server"}},
     "adadps_client": {"name": "adadps"},
     "pda_dpmd": {"name": "pda_dpmd", "mirror": {"decay_rounds": 4, "alpha_floor": 0.2}},
-    "ppsgd": {"name": "ppsgd", "public_schedule": {"budget_growth": 0.5, "clip_decay": 0.2}},
+    "ppsgd": {"name": "ppsgd", "public_schedule": {"budget_growth": 0.5, "clip_decay": 0.2, "noise_reference": "run"}},
     "budget_schedule": {"budget_schedule": {"boosted_rounds": 2, "boosted_noise_multiplier": 0.5}},
     "composed": {"name": "dope", "precondition": {"placement": "server"}, "mirror": {}, "warm_start": {}},
 }

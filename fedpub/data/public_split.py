@@ -2,7 +2,8 @@
 
 Three constructions:
 
-- :func:`split_public`: a seeded fraction of the training users are public (DOPE-SGD uses 2%).
+- :func:`split_public`: a seeded fraction of the training users are public (DOPE-SGD uses 2%); and
+  :func:`split_validation`, a seeded fraction of the private users held out of N as validation users.
 - :func:`heldout_as_public`: a dataset's held-out split (where its declaration has one, :mod:`fedpub.data.registry`)
   is the public pool and the train split the private population; the two must not share a user.
 - :class:`UniformUsers`: DOPE-SGD's federated setting (Nasr et al., ICML'23, "Effectively Using Public Data
@@ -35,20 +36,33 @@ def split_public(client_ids: Sequence[str], fraction: float, seed: int) -> tuple
     Python's (halves to even). Raises ValueError for a fraction outside [0, 1), duplicate ids, or a split that
     leaves no private user.
     """
+    return _seeded_split(client_ids, fraction, seed, "public")
+
+
+def split_validation(private_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """Hold out ``round(fraction * N)`` of the private users as validation users; returns sorted (private,
+    validation). Like :func:`split_public` (its own seeded draw): the validation users leave the private population
+    N, are never sampled nor trained on, and only evaluate (the reproductions tune on them, never on the test
+    split)."""
+    return _seeded_split(private_ids, fraction, seed, "validation")
+
+
+def _seeded_split(client_ids: Sequence[str], fraction: float, seed: int, kind: str) -> tuple[list[str], list[str]]:
+    """(the rest, the chosen): ``round(fraction * N)`` of the ids drawn with the generator of ``<kind>_split``."""
     if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"the public fraction must be in [0, 1), got {fraction}")
+        raise ValueError(f"the {kind} fraction must be in [0, 1), got {fraction}")
     ids = sorted(client_ids)
     if len(set(ids)) != len(ids):
         raise ValueError("client ids must be unique")
-    num_public = round(fraction * len(ids))
-    if num_public >= len(ids):
+    num_chosen = round(fraction * len(ids))
+    if num_chosen >= len(ids):
         raise ValueError(
-            f"a public fraction of {fraction} of {len(ids)} users makes {num_public} public and leaves no private user"
+            f"a {kind} fraction of {fraction} of {len(ids)} users makes {num_chosen} {kind} and leaves no private user"
         )
-    chosen = numpy_generator(seed, "public_split").permutation(len(ids))[:num_public]
-    is_public = np.zeros(len(ids), dtype=bool)
-    is_public[chosen] = True
-    return [c for c, p in zip(ids, is_public) if not p], [c for c, p in zip(ids, is_public) if p]
+    chosen = numpy_generator(seed, f"{kind}_split").permutation(len(ids))[:num_chosen]
+    is_chosen = np.zeros(len(ids), dtype=bool)
+    is_chosen[chosen] = True
+    return [c for c, p in zip(ids, is_chosen) if not p], [c for c, p in zip(ids, is_chosen) if p]
 
 
 def heldout_as_public(train_ids: Sequence[str], heldout_ids: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -31,6 +31,7 @@ import lzma
 import os
 import sqlite3
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -279,10 +280,12 @@ class SyntheticStackOverflowSpec:
     Client ids are distinct 8-digit strings. Every client has a favourite tag; each of its examples carries that
     tag or another one (Zipf-distributed ranks over ``num_tags``, more than the 500 of the task, so some are OOV),
     and its words come from the tag's topic words or from a Zipf distribution over ``num_words`` (more than the
-    10,000 of the vocabulary, so some are OOV). Word ``r`` is ``w<r>``, tag ``t`` is ``tag<t>``; ranks are in
-    descending frequency, as in the count files. Tag ``t``'s 7 topic words have ranks ``topic_rank_offset + 7t``
-    to ``+ 7t + 6`` (modulo ``num_words``): at 0 the popular tags' topic words are frequent words; a large offset
-    puts the tag signal in rare words, the situation AdaDPS's token-frequency side information is for.
+    10,000 of the vocabulary, so some are OOV). Word ``r`` is ``w<r>``, tag ``t`` is ``tag<t>``; ``r`` is the
+    word's rank in the Zipf draw. Tag ``t``'s 7 topic words have ranks ``topic_rank_offset + 7t`` to ``+ 7t + 6``
+    (modulo ``num_words``) and make 30 % of the tokens: at 0 the popular tags' topic words are frequent Zipf words
+    too; a large offset makes them words the Zipf draw seldom gives, but the topic draw still makes the popular
+    tags' topic words frequent. ``stackoverflow.word_count`` lists the counts actually drawn
+    (:func:`synthetic_counts`), so the tag signal is in rare words only for the rare tags.
     """
 
     num_clients: int = 1_000
@@ -368,11 +371,23 @@ def synthetic_examples(spec: SyntheticStackOverflowSpec) -> dict[str, list[Stack
 
 
 def synthetic_counts(spec: SyntheticStackOverflowSpec) -> tuple[dict[str, int], dict[str, int]]:
-    """(word counts in rank order, tag counts in a seeded shuffled order); counts decrease with rank."""
-    word_counts = {f"w{r}": spec.num_clients * 10 // (r + 1) + 1 for r in range(spec.num_words)}
+    """(word counts, tag counts) of ``spec``'s files: every word ``w<r>`` with the number of times it occurs in the
+    generated tokens and titles (:func:`counted_words`), in descending count (ties by rank; words never drawn last,
+    with count 0), so that the file tells the truth about the data it describes (AdaDPS's token-frequency side
+    information is read from it, fedpub issue 21); tags in a seeded shuffled order, counts decreasing with rank."""
+    word_counts = counted_words(spec, synthetic_columns(spec))
     order = numpy_generator(spec.seed, "synthetic_stackoverflow", "tag_order").permutation(spec.num_tags)
     tag_counts = {f"tag{t}": spec.num_clients // (t + 1) + 1 for t in order.tolist()}
     return word_counts, tag_counts
+
+
+def counted_words(spec: SyntheticStackOverflowSpec, clients: Iterable[tuple[str, Columns]]) -> dict[str, int]:
+    """The occurrences of each of ``spec``'s words in the tokens and titles of ``clients``, most frequent first
+    (ties in rank order)."""
+    counts = Counter(word for _, columns in clients for text in (*columns["tokens"], *columns["title"])
+                     for word in text.split())
+    ranked = sorted(range(spec.num_words), key=lambda r: -counts[f"w{r}"])  # stable: ties keep rank order
+    return {f"w{r}": counts[f"w{r}"] for r in ranked}
 
 
 @dataclass(frozen=True)
@@ -405,7 +420,7 @@ def write_synthetic_stackoverflow(
         data = _write_h5(root / H5_FILES[split], synthetic_columns(spec))
     else:
         data = _write_sqlite_file(root / SQLITE_FILE, {split: synthetic_columns(spec)}, index)
-    word_counts, tag_counts = synthetic_counts(spec)
+    word_counts, tag_counts = synthetic_counts(spec)  # the clients again: counting them costs less than holding them
     return StackOverflowFiles(
         data=data,
         word_count=write_word_count(root / WORD_COUNT_FILE, word_counts),
@@ -426,7 +441,8 @@ def ensure_synthetic_stackoverflow(
     (DatasetError, :mod:`fedpub.data.generated`), never overwritten."""
     root = Path(directory)
     marker, pending = root / "fedpub_synthetic_stackoverflow.json", root / "fedpub_synthetic_stackoverflow.partial"
-    wanted = json.dumps({"train": asdict(train), "test": asdict(test), "heldout": asdict(heldout)}, sort_keys=True)
+    wanted = json.dumps({"train": asdict(train), "test": asdict(test), "heldout": asdict(heldout),
+                         "word_count": "counted in the generated training tokens"}, sort_keys=True)
     if marker.is_file():
         refuse_other_spec(root, "synthetic StackOverflow", marker.read_text(), wanted)
         return root
@@ -445,6 +461,7 @@ def ensure_synthetic_stackoverflow(
 
 __all__ = [
     "Clients",
+    "counted_words",
     "EdgeCaseData",
     "StackOverflowFiles",
     "SyntheticStackOverflowSpec",

@@ -1,19 +1,20 @@
 """The users an experiment config's ``data`` section names: the source's splits opened through the dataset registry
 (its look-alike files written first when the source generates them), DOPE's pooled users when configured, and the
-private/public split (DESIGN.md §5: public users are never in N).
+private/public split (DESIGN.md §5: public users are never in N), with validation users held out of the private ones
+(``data.validation``: never in N either).
 
 Every backend and every node loads its users here, so the same config gives the same users everywhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fedpub.config import ExperimentConfig
 from fedpub.data import registry
 from fedpub.data.base import FederatedDataset, Splits
 from fedpub.data.cache import CachedClients
-from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
+from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public, split_validation
 from fedpub.data.spec import resolve
 
 
@@ -27,6 +28,8 @@ class FederatedData:
     public: FederatedDataset
     private_ids: list[str]
     public_ids: list[str]
+    validation_ids: list[str] = field(default_factory=list)
+    """Training users held out of N for validation (``data.validation``): never sampled nor trained on."""
 
 
 def open_splits(config: ExperimentConfig) -> Splits:
@@ -56,9 +59,14 @@ def load_data(config: ExperimentConfig) -> FederatedData:
         if splits.heldout is None:
             raise ValueError(f"data.source {config.data.source} opened no held-out split for data.public.pool heldout")
         private_ids, public_ids = heldout_as_public(train.client_ids, splits.heldout.client_ids)
-        private_ids = [] if nodes else private_ids
-        return FederatedData(train, splits.test, CachedClients(splits.heldout, cache_bytes), private_ids, public_ids)
+        public_data: FederatedDataset = CachedClients(splits.heldout, cache_bytes)
+    elif nodes:
+        private_ids, public_ids, public_data = [], list(train.client_ids), train
+    else:
+        private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
+        public_data = train
     if nodes:
-        return FederatedData(train, splits.test, train, [], list(train.client_ids))
-    private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
-    return FederatedData(train, splits.test, train, private_ids, public_ids)
+        return FederatedData(train, splits.test, public_data, [], public_ids)
+    validation = config.data.validation
+    private_ids, validation_ids = split_validation(private_ids, validation.fraction, validation.seed)
+    return FederatedData(train, splits.test, public_data, private_ids, public_ids, validation_ids)

@@ -3,7 +3,10 @@
 
 A is non-sensitive, so it costs no privacy. It comes either from side information (``static``, e.g.
 token frequencies: :func:`token_frequency_preconditioner`) or from the public users' updates as
-RMSProp statistics: v ← β v + (1−β) mean_pub(Δ²), A ∝ sqrt(v / (1 − β^count)) + ε (bias-corrected),
+RMSProp statistics: v ← β v + (1−β) s_t, A ∝ sqrt(v / (1 − β^count)) + ε (bias-corrected), with s_t either
+the public users' mean of squared updates mean_pub(Δ²) (``statistic="user_second_moment"``) or, as the paper's
+RMSProp, the square of the public minibatch-mean update (mean_pub Δ)² (``statistic="rmsprop"``: the public cohort is
+the minibatch, its mean update the pseudo-gradient),
 refreshed with this round's public updates before A is used (Alg. 1, option 1); before any public
 update A = 1. Public-statistics A is scaled to mean 1 over all coordinates: the statistics are of
 model updates, not of gradients, so only their relative sizes are meaningful, and the clip norm and
@@ -51,10 +54,13 @@ def precondition(
     static: Updates | None = None,
     beta: float = 0.9,
     eps: float = 1e-3,
+    statistic: Literal["user_second_moment", "rmsprop"] = "user_second_moment",
 ) -> Step:
     """Divide the private updates by A (``placement="server"``) or track A for the clients (``"client"``)."""
     if placement not in ("server", "client"):
         raise ValueError(f"placement must be 'server' or 'client', got {placement!r}")
+    if statistic not in ("user_second_moment", "rmsprop"):
+        raise ValueError(f"statistic must be 'user_second_moment' or 'rmsprop', got {statistic!r}")
     if not 0 <= beta < 1 or not eps > 0:
         raise ValueError(f"precondition needs 0 <= beta < 1 and eps > 0, got {beta}, {eps}")
     if static is not None:
@@ -79,7 +85,11 @@ def precondition(
     ) -> StepResult:
         used = 0 if public_updates is None else len(public_updates)
         if "static" not in state and used:
-            second_moment = {k: v.pow(2).mean(dim=0) for k, v in public_updates.stacked().items()}
+            stacked = public_updates.stacked().items()
+            if statistic == "rmsprop":
+                second_moment = {k: v.mean(dim=0).pow(2) for k, v in stacked}
+            else:
+                second_moment = {k: v.pow(2).mean(dim=0) for k, v in stacked}
             v = {k: beta * state["v"][k] + (1 - beta) * second_moment[k] for k in second_moment}
             state = PublicStatistics(v=v, count=state["count"] + 1, beta=state["beta"], eps=state["eps"])
         a = current_preconditioner(state)

@@ -30,20 +30,25 @@ class Claim:
     worse: str
 
 
-def verdicts(rows: Sequence[Mapping[str, Any]], headline: str, claims: Sequence[Claim]) -> list[str]:
-    """One markdown bullet per claim: its verdict over every ε where both strategies ran, with each ε's figures."""
+def judgements(rows: Sequence[Mapping[str, Any]], headline: str, claims: Sequence[Claim]) -> list[ClaimJudgement]:
+    """Each claim judged at every ε where both strategies ran, from the seeds' figures of ``eval_<headline>``."""
     key = f"eval_{headline}"
     by_cell: dict[tuple[str, float], list[float]] = {}
     for row in rows:
         by_cell.setdefault((row["strategy"], group_epsilon(row)), []).append(float(row[key]))
-    lines = []
+    judged = []
     for claim in claims:
         epsilons = sorted({e for s, e in by_cell if s == claim.better} & {e for s, e in by_cell if s == claim.worse})
-        judged = ClaimJudgement(tuple(
+        judged.append(ClaimJudgement(tuple(
             judge_cell(f"ε={eps:g}", by_cell[(claim.better, eps)], by_cell[(claim.worse, eps)]) for eps in epsilons
-        ))
-        lines.append(judged.sentence(claim.text, claim.better, claim.worse))
-    return lines
+        )))
+    return judged
+
+
+def verdicts(rows: Sequence[Mapping[str, Any]], headline: str, claims: Sequence[Claim]) -> list[str]:
+    """One markdown bullet per claim: its verdict over every ε where both strategies ran, with each ε's figures."""
+    return [judged.sentence(claim.text, claim.better, claim.worse)
+            for claim, judged in zip(claims, judgements(rows, headline, claims))]
 
 
 def reproduce(sweep_path: Path, title: str, paper: str, claims: Sequence[Claim], note: str = "") -> Path:

@@ -6,10 +6,13 @@ training samples, linear models trained with the hinge loss (classification, acc
 loss (regression, mean square error), each plus an L2 regularizer μ‖w‖²; every feature and regression
 label in [−1, 1] and every sample of unit norm. Figure 3 plots accuracy and MSE against ε.
 
-* **PPSGD** (Alg. 1): DP-SGD on the private samples in which the public samples' mean gradient g_pub sets
-  the next step's budget (z_{t+1} = z_t/√(1+α) when φ‖g_pub‖ < √d·z_t·C_t/s) and clip norm
-  (C_{t+1} = (1−β)C_t when ϕ‖g_pub‖ < C_t) — fedpub's ``public_schedule`` step —, run while the budget
-  lasts; then model reuse: the minimiser of L_pub(w) + λ‖w − w_T‖² on the public samples.
+* **PPSGD** (Alg. 1, the paper's α = β = 0.3, ϕ = 10, φ = 100 hinge / 5 square, no floor on z): DP-SGD on
+  the private samples in which the public samples' mean gradient g_pub sets the next step's budget
+  (z_{t+1} = z_t/√(1+α) when ϕ‖g_pub‖ < k·√d·z_t·C_t/s) and clip norm (C_{t+1} = (1−β)C_t when
+  φ‖g_pub‖ < C_t) — fedpub's ``public_schedule`` step —, run while the budget lasts; then model reuse: the
+  minimiser of L_pub(w) + λ‖w − w_T‖² on the public samples. k = σ_tCDP/σ is the paper's per-coordinate
+  noise over this run's for the same (ε, δ, q, T) (:mod:`fedpub.steps.public_schedule`): ϕ = 10 was set for
+  the paper's noise, 2.5–11× this run's, and against the run's own noise the budget test never fired.
 * **DP-SGD on the merged data**: the 10,000 samples all treated as private, constant z and C.
 * **Public only** (the paper's OnlyPub) and **non-private** training on all 10,000 samples (NonPriv, a
   reference): the regularized ERM solved exactly.
@@ -21,18 +24,21 @@ What differs from the paper, and why:
   noise step emits, composed with fedpub's accountant (PLD, discretization 1e-3). PPSGD starts from the z
   calibrated for ``planned_steps`` steps and steps while the next step still fits the target ε (checked
   with :func:`affordable_steps`); DP-SGD keeps that z, so it runs the planned steps. δ = 1e-5 (the paper
-  does not give its δ). Tuning is not counted in ε.
+  does not give its δ).
 * The schedule reads g_pub at w_t (fedpub's step, as in its federated round), the paper at w_{t+1}: the
   budget and the clip follow the public gradient one step later.
 * The paper gives neither its label model nor the learning rate, batch size, initial z and C, μ or the
   test set; :func:`make_data` and :class:`Setup` say what is used here, and ``table.md`` repeats it.
-* λ is picked from the paper's {0.01, 0.1, 1} per (loss, ε) by the mean test metric over seeds (the paper
-  says the best λ depends on ε); public-only training gets the same choice of its weight, and DP-SGD on
-  the merged data of its clip norm from {0.1, 0.3, 1} (the paper set its baselines' clip "a priori").
-  The model reuse problem is line 25 of Alg. 1 as written, without μ‖w‖².
+* Every method is tuned per (loss, ε) with :func:`fedpub.simulations.reproductions.tuning.tune` on a
+  **validation split** (2,000 samples per seed, disjoint from the test set; the score is the mean over the
+  seeds): PPSGD's C_0 and λ (the paper's λ grid {0.01, 0.1, 1}), PPSGD without reuse its C_0, DP-SGD on the
+  merged data its C (the paper set its baselines' clip "a priori"), public-only training its weight; grids
+  whose best value is on an edge are extended (and flagged if still there). ``tuning.md`` lists every
+  tuning; its budget is not counted in ε. The model reuse problem is line 25 of Alg. 1 as written, without
+  μ‖w‖².
 
     python -m fedpub.simulations.reproductions.ppsgd_synthetic [--epsilons 0.1,0.5,1,2,4] [--seeds 3]
-        [--steps 300] [--losses hinge,square] [--out runs/reproductions/ppsgd_synthetic]
+        [--steps 300] [--losses hinge,square] [--quick] [--out runs/reproductions/ppsgd_synthetic]
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ import itertools
 import math
 import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -62,7 +68,7 @@ from dp_accounting import dp_event  # noqa: E402
 from fedpub.atomic import write_text_atomic  # noqa: E402
 from fedpub.cohort_updates import Cohort  # noqa: E402
 from fedpub.config import PublicScheduleConfig  # noqa: E402
-from fedpub.privacy.accountant import UserLevelAccountant  # noqa: E402
+from fedpub.privacy.accountant import PrivacyBudget, UserLevelAccountant  # noqa: E402
 from fedpub.privacy.calibration import calibrate_noise_multiplier  # noqa: E402
 from fedpub.privacy.events import PoissonSampling, neighboring_relation, round_event  # noqa: E402
 from fedpub.seeding import torch_generator  # noqa: E402
@@ -70,10 +76,16 @@ from fedpub.step import named_chain  # noqa: E402
 from fedpub.steps.aggregate import aggregate  # noqa: E402
 from fedpub.steps.clip import clip  # noqa: E402
 from fedpub.steps.gaussian_noise import gaussian_noise  # noqa: E402
-from fedpub.steps.public_schedule import public_schedule  # noqa: E402
+from fedpub.strategies import ppsgd  # noqa: E402
 from fedpub.types import RoundContext  # noqa: E402
 from fedpub.simulations.reproductions.claims import Claim  # noqa: E402
-from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, Estimate, judge_estimates  # noqa: E402
+from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, judge_cell  # noqa: E402
+from fedpub.simulations.reproductions.results_record import (  # noqa: E402
+    ClaimRecord,
+    ReproductionRecord,
+    write_claims_json,
+)
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune  # noqa: E402
 
 Loss = Literal["hinge", "square"]
 LOSSES: tuple[Loss, ...] = ("hinge", "square")
@@ -81,8 +93,6 @@ METRIC: dict[Loss, str] = {"hinge": "accuracy", "square": "mse"}
 HIGHER_IS_BETTER: dict[Loss, bool] = {"hinge": True, "square": False}
 CLIP_TEST_FACTOR: dict[Loss, float] = {"hinge": 100.0, "square": 5.0}
 """The paper's ϕ (clip test), per loss."""
-NO_FLOOR = 1e-6
-"""The paper has no floor on z (fedpub's schedule needs one > 0): the budget runs out long before."""
 
 PPSGD, NO_REUSE, MERGED, PUBLIC, NONPRIVATE = "ppsgd", "ppsgd_no_reuse", "dpsgd_merged", "public_only", "nonprivate"
 LABELS = {
@@ -104,6 +114,8 @@ class Dataset:
     public_y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
+    validation_x: torch.Tensor
+    validation_y: torch.Tensor
 
 
 def make_data(
@@ -114,14 +126,15 @@ def make_data(
     num_private: int = 9950,
     num_public: int = 50,
     num_test: int = 10_000,
+    num_validation: int = 2_000,
     label_noise: float = 0.5,
 ) -> Dataset:
     """The synthetic task of one seed: x ~ N(0, I_dim), a hidden unit direction u ~ uniform,
     r = ⟨u, x⟩ + label_noise·ξ with ξ ~ N(0, 1); the label is sign(r) for the hinge loss and
     clip(r / (3·√(1 + label_noise²)), −1, 1) for the square loss; then x ← x/‖x‖. The same seed
-    gives the same x and r for both losses."""
+    gives the same x and r for both losses. The validation samples (for tuning) come after the test ones."""
     gen = torch_generator(seed, "ppsgd_synthetic", "data")
-    total = num_private + num_public + num_test
+    total = num_private + num_public + num_test + num_validation
     direction = torch.randn(dim, generator=gen, dtype=torch.float64)
     x = torch.randn(total, dim, generator=gen, dtype=torch.float64)
     r = x @ (direction / direction.norm()) + label_noise * torch.randn(total, generator=gen, dtype=torch.float64)
@@ -130,8 +143,8 @@ def make_data(
     else:
         y = torch.clamp(r / (3 * math.sqrt(1 + label_noise**2)), -1.0, 1.0)
     x = x / x.norm(dim=1, keepdim=True)
-    a, b = num_private, num_private + num_public
-    return Dataset(x[:a], y[:a], x[a:b], y[a:b], x[b:], y[b:])
+    a, b, c = num_private, num_private + num_public, num_private + num_public + num_test
+    return Dataset(x[:a], y[:a], x[a:b], y[a:b], x[b:c], y[b:c], x[c:], y[c:])
 
 
 def gradients(loss: Loss, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -179,8 +192,9 @@ def regularized_erm(
 
 @dataclass(frozen=True)
 class Setup:
-    """The numbers of a run. The paper gives α = β = 0.3, φ = 10, ϕ (``CLIP_TEST_FACTOR``) and the λ
-    grid; the rest are chosen here (the paper does not report them)."""
+    """The numbers of a run. The paper gives α = β = 0.3, ϕ = 10, φ (``CLIP_TEST_FACTOR``) and the λ
+    grid (fedpub's :class:`~fedpub.config.PublicScheduleConfig` defaults); the rest are chosen here (the paper
+    does not report them)."""
 
     delta: float = 1e-5
     batch_size: int = 100
@@ -192,14 +206,15 @@ class Setup:
     initial_clip_norm: float = 1.0
     l2: float = 1e-3
     """μ of the regularizer μ‖w‖² of private and non-private training."""
-    budget_growth: float = 0.3
-    clip_decay: float = 0.3
-    noise_test_factor: float = 10.0
+    noise_reference: Literal["tcdp", "run"] = "tcdp"
+    """What PPSGD's budget test reads: the paper's tCDP noise (k = σ_tCDP/σ) or this run's (k = 1)."""
     reuse_weights: tuple[float, ...] = (0.01, 0.1, 1.0)
-    """The paper's λ grid; also the weights tried for public-only training."""
+    """The paper's λ grid; also the initial grid of the public-only weight."""
+    learning_rates: tuple[float, ...] = (0.3, 1.0, 3.0)
+    """The initial grid of η for PPSGD and DP-SGD (the paper does not give its own)."""
     clip_norms: tuple[float, ...] = (0.1, 0.3, 1.0)
-    """C_0 tried for PPSGD (an input of Alg. 1) and C for DP-SGD on the merged data (the paper set its
-    baselines' clip "a priori", below the Lipschitz constant)."""
+    """The initial grid of C_0 for PPSGD (an input of Alg. 1) and of C for DP-SGD on the merged data (the paper
+    set its baselines' clip "a priori", below the Lipschitz constant)."""
     accountant: Literal["pld", "rdp"] = "pld"
     pld_discretization: float = 1e-3
 
@@ -268,8 +283,12 @@ def private_sgd(
         target_epsilon, setup.delta, sampling, setup.planned_steps, setup.accountant, cache_dir,
         pld_discretization=setup.pld_discretization,
     )
-    first = ("clip", clip(setup.initial_clip_norm)) if schedule is None else (
-        "schedule", public_schedule(setup.initial_clip_norm, z0, **schedule.model_dump()))
+    if schedule is None:
+        first = ("clip", clip(setup.initial_clip_norm))
+    else:
+        k = ppsgd.noise_test_scale(schedule, PrivacyBudget(target_epsilon, setup.delta), sampling.sampling_rate,
+                                   setup.planned_steps, z0)
+        first = ("schedule", ppsgd.schedule_step(schedule, setup.initial_clip_norm, z0, k))
     step = named_chain(first, ("aggregate", aggregate()), ("noise", gaussian_noise(z0, seed)))
     w = torch.zeros(d, dtype=torch.float64)
     state = step.init({"w": w})
@@ -305,7 +324,7 @@ def private_sgd(
 
 @dataclass(frozen=True)
 class Result:
-    """One model's test metric; ``choice`` is the tuned value it was trained with (λ or C), if any."""
+    """One seed's test metric of a method with its tuned values (``choice``) in one (loss, ε)."""
 
     loss: Loss
     epsilon: float
@@ -318,70 +337,119 @@ class Result:
     first_noise_multiplier: float = math.nan
     last_noise_multiplier: float = math.nan
     last_clip_norm: float = math.nan
-    budget_grew: bool = False
-    """Whether PPSGD's budget test fired (z went down) during the private run."""
-    clip_shrank: bool = False
-    """Whether PPSGD's clip test fired (C went down) during the private run."""
+    budget_steps: int = 0
+    """Steps after which PPSGD's budget test fired (z went down)."""
+    clip_steps: int = 0
+    """Steps after which PPSGD's clip test fired (C went down)."""
 
 
 def _trace(run: PrivateRun) -> dict[str, Any]:
-    return {"steps": run.steps, "epsilon_spent": run.epsilon, "first_noise_multiplier": run.noise_multipliers[0],
-            "last_noise_multiplier": run.noise_multipliers[-1], "last_clip_norm": run.clip_norms[-1],
-            "budget_grew": run.noise_multipliers[-1] < run.noise_multipliers[0],
-            "clip_shrank": run.clip_norms[-1] < run.clip_norms[0]}
+    zs, cs = run.noise_multipliers, run.clip_norms
+    return {"steps": run.steps, "epsilon_spent": run.epsilon, "first_noise_multiplier": zs[0],
+            "last_noise_multiplier": zs[-1], "last_clip_norm": cs[-1],
+            "budget_steps": sum(b < a for a, b in itertools.pairwise(zs)),
+            "clip_steps": sum(b < a for a, b in itertools.pairwise(cs))}
 
 
-def _score(loss: Loss, value: float) -> float:
-    """The test metric oriented so that larger is better."""
-    return value if HIGHER_IS_BETTER[loss] else -value
+TUNED_AXES: dict[str, tuple[str, ...]] = {PPSGD: ("C_0", "η", "λ"), NO_REUSE: ("C_0", "η"), MERGED: ("C", "η"),
+                                          PUBLIC: ("λ",)}
+"""The hyper-parameters tuned per method (non-private training has none)."""
 
 
-def run_seed(
-    loss: Loss, epsilons: Sequence[float], seed: int, setup: Setup, cache_dir: Path | None = None
-) -> Iterable[Result]:
-    """Every method and tuned choice on the data of ``seed``, at every ε (public-only and non-private
-    trained once, repeated per ε); prints one progress line per ε."""
-    data = make_data(loss, seed)
-    public = (data.public_x, data.public_y)
-    merged_x, merged_y = torch.cat([data.private_x, data.public_x]), torch.cat([data.private_y, data.public_y])
+@dataclass(frozen=True)
+class Tuned:
+    """One method's tuning in one (loss, ε)."""
 
-    def metric(w: torch.Tensor) -> float:
-        return evaluate(loss, w, data.test_x, data.test_y)
+    loss: Loss
+    epsilon: float
+    method: str
+    tuning: Tuning
 
-    nonprivate = metric(regularized_erm(loss, merged_x, merged_y, setup.l2))
-    public_only = {lam: metric(regularized_erm(loss, *public, lam)) for lam in setup.reuse_weights}
-    schedule = PublicScheduleConfig(budget_growth=setup.budget_growth, clip_decay=setup.clip_decay,
-                                    noise_test_factor=setup.noise_test_factor, clip_test_factor=CLIP_TEST_FACTOR[loss],
-                                    min_noise_multiplier=NO_FLOOR)
+
+@dataclass(frozen=True)
+class CellRuns:
+    """What one (loss, ε) leaves: every seed's test results, the tunings, and PPSGD's tuned private runs."""
+
+    results: list[Result]
+    tunings: list[Tuned]
+    ppsgd_runs: list[PrivateRun]
+
+
+def run_cell(loss: Loss, epsilon: float, datas: Sequence[Dataset], setup: Setup, nonprivate: Sequence[float],
+             cache_dir: Path | None = None) -> CellRuns:
+    """Tune every method on the seeds' validation splits (mean over seeds), then test the chosen values on
+    every seed. Private runs are cached per (kind, seed, clip), so λ's grid reuses them."""
+    schedule = PublicScheduleConfig(clip_test_factor=CLIP_TEST_FACTOR[loss], noise_reference=setup.noise_reference)
+    runs: dict[tuple[str, int, float, float], PrivateRun] = {}
+
+    def private(kind: str, seed: int, c: float, lr: float) -> PrivateRun:
+        if (kind, seed, c, lr) not in runs:
+            data, tuned = datas[seed], dataclasses.replace(setup, initial_clip_norm=c, learning_rate=lr)
+            if kind == PPSGD:
+                runs[kind, seed, c, lr] = private_sgd(
+                    loss, data.private_x, data.private_y, target_epsilon=epsilon, setup=tuned, seed=seed,
+                    schedule=schedule, public=(data.public_x, data.public_y), cache_dir=cache_dir)
+            else:
+                runs[kind, seed, c, lr] = private_sgd(
+                    loss, torch.cat([data.private_x, data.public_x]), torch.cat([data.private_y, data.public_y]),
+                    target_epsilon=epsilon, setup=tuned, seed=seed, cache_dir=cache_dir)
+        return runs[kind, seed, c, lr]
+
+    def model(method: str, seed: int, values: Mapping[str, float]) -> tuple[torch.Tensor, PrivateRun | None]:
+        data = datas[seed]
+        if method == PUBLIC:
+            return regularized_erm(loss, data.public_x, data.public_y, values["λ"]), None
+        run = private(MERGED if method == MERGED else PPSGD, seed, values["C" if method == MERGED else "C_0"],
+                      values["η"])
+        if method == PPSGD:
+            return regularized_erm(loss, data.public_x, data.public_y, values["λ"], run.weights), run
+        return run.weights, run
+
+    axes = {"C_0": Axis("C_0", setup.clip_norms), "C": Axis("C", setup.clip_norms), "λ": Axis("λ", setup.reuse_weights),
+            "η": Axis("η", setup.learning_rates)}
+    results = [Result(loss, epsilon, seed, NONPRIVATE, "", value) for seed, value in enumerate(nonprivate)]
+    tunings = []
+    for method, names in TUNED_AXES.items():
+        def validation(values: Mapping[str, float], method: str = method) -> float:
+            return statistics.fmean(evaluate(loss, model(method, seed, values)[0], data.validation_x,
+                                             data.validation_y) for seed, data in enumerate(datas))
+
+        tuning = tune([axes[n] for n in names], validation, higher_is_better=HIGHER_IS_BETTER[loss])
+        tunings.append(Tuned(loss, epsilon, method, tuning))
+        choice = ", ".join(f"{n}={v:g}" for n, v in tuning.best.items())
+        for seed, data in enumerate(datas):
+            weights, run = model(method, seed, tuning.best)
+            trace = {} if run is None else _trace(run)
+            results.append(Result(loss, epsilon, seed, method, choice,
+                                  evaluate(loss, weights, data.test_x, data.test_y), **trace))
+    best = next(t.tuning.best for t in tunings if t.method == PPSGD)
+    return CellRuns(results, tunings, [private(PPSGD, seed, best["C_0"], best["η"]) for seed in range(len(datas))])
+
+
+def run_loss(loss: Loss, epsilons: Sequence[float], seeds: int, setup: Setup, sizes: Mapping[str, int],
+             cache_dir: Path | None = None) -> list[tuple[float, CellRuns]]:
+    """Every ε of one loss; prints one progress line per ε."""
+    datas = [make_data(loss, seed, **sizes) for seed in range(seeds)]
+    nonprivate = [evaluate(loss, regularized_erm(loss, torch.cat([d.private_x, d.public_x]),
+                                                 torch.cat([d.private_y, d.public_y]), setup.l2), d.test_x, d.test_y)
+                  for d in datas]
+    cells = []
     for epsilon in epsilons:
         start = time.perf_counter()
-        cell = [Result(loss, epsilon, seed, NONPRIVATE, "", nonprivate),
-                *(Result(loss, epsilon, seed, PUBLIC, f"λ={lam:g}", v) for lam, v in public_only.items())]
-        for c in setup.clip_norms:
-            tuned = dataclasses.replace(setup, initial_clip_norm=c)
-            run = private_sgd(loss, data.private_x, data.private_y, target_epsilon=epsilon, setup=tuned, seed=seed,
-                              schedule=schedule, public=public, cache_dir=cache_dir)
-            cell.append(Result(loss, epsilon, seed, NO_REUSE, f"C_0={c:g}", metric(run.weights), **_trace(run)))
-            cell += [Result(loss, epsilon, seed, PPSGD, f"C_0={c:g}, λ={lam:g}",
-                            metric(regularized_erm(loss, *public, lam, run.weights)), **_trace(run))
-                     for lam in setup.reuse_weights]
-            baseline = private_sgd(loss, merged_x, merged_y, target_epsilon=epsilon, setup=tuned, seed=seed,
-                                   cache_dir=cache_dir)
-            cell.append(Result(loss, epsilon, seed, MERGED, f"C={c:g}", metric(baseline.weights), **_trace(baseline)))
-        yield from cell
-        best = {method: max((r for r in cell if r.method == method), key=lambda r: _score(loss, r.value))
-                for method in LABELS}
-        run_of = best[PPSGD]
-        print(f"{loss} ε={epsilon:g} seed={seed}: {METRIC[loss]} "
-              + ", ".join(f"{LABELS[m]} {r.value:.4f}" + (f" ({r.choice})" if r.choice else "") for m, r in best.items())
-              + f"; PPSGD ran {run_of.steps} steps, z {run_of.first_noise_multiplier:.3g}→"
-              f"{run_of.last_noise_multiplier:.3g}, last C {run_of.last_clip_norm:.3g}, ε {run_of.epsilon_spent:.4g} "
+        cell = run_cell(loss, epsilon, datas, setup, nonprivate, cache_dir)
+        cells.append((epsilon, cell))
+        means = {m: statistics.fmean(r.value for r in cell.results if r.method == m) for m in LABELS}
+        runs = cell.ppsgd_runs
+        print(f"{loss} ε={epsilon:g}: {METRIC[loss]} " + ", ".join(f"{LABELS[m]} {v:.4f}" for m, v in means.items())
+              + f"; PPSGD steps {statistics.fmean(r.steps for r in runs):.0f}, z {runs[0].noise_multipliers[0]:.3g}→"
+              f"{runs[0].noise_multipliers[-1]:.3g}, C→{runs[0].clip_norms[-1]:.3g} (seed 0) "
               f"[{time.perf_counter() - start:.1f}s]", flush=True)
+    return cells
 
 
 @dataclass(frozen=True)
 class Cell:
-    """Mean and std over seeds of one (loss, ε, method, choice); ``selected`` marks the choice kept."""
+    """Mean and std over seeds of one (loss, ε, method) with its tuned choice and PPSGD's schedule."""
 
     loss: Loss
     epsilon: float
@@ -395,39 +463,25 @@ class Cell:
     first_noise_multiplier: float
     last_noise_multiplier: float
     last_clip_norm: float
-    budget_grew: bool
-    """Whether z went down in any seed's private run."""
-    clip_shrank: bool
-    """Whether C went down in any seed's private run."""
-    selected: bool = False
+    budget_steps: float
+    """Mean over seeds of the steps after which the budget test fired."""
+    clip_steps: float
+    """Mean over seeds of the steps after which the clip test fired."""
 
 
-def summarize(results: Sequence[Result]) -> list[Cell]:
-    """One cell per (loss, ε, method, choice); per (loss, ε, method) the best mean is ``selected``."""
-    groups: dict[tuple[Loss, float, str, str], list[Result]] = {}
+def summarize(results: Sequence[Result]) -> dict[tuple[Loss, float, str], Cell]:
+    """One cell per (loss, ε, method)."""
+    groups: dict[tuple[Loss, float, str], list[Result]] = {}
     for r in results:
-        groups.setdefault((r.loss, r.epsilon, r.method, r.choice), []).append(r)
-    cells = []
-    for (loss, epsilon, method, choice), members in groups.items():
-        values = [r.value for r in members]
-        cells.append(Cell(
-            loss, epsilon, method, choice, statistics.fmean(values),
-            statistics.stdev(values) if len(values) > 1 else 0.0, len(values),
-            *(statistics.fmean(getattr(r, name) for r in members) for name in (
-                "steps", "epsilon_spent", "first_noise_multiplier", "last_noise_multiplier", "last_clip_norm")),
-            any(r.budget_grew for r in members), any(r.clip_shrank for r in members),
-        ))
-    best: dict[tuple[Loss, float, str], Cell] = {}
-    for cell in cells:
-        key = (cell.loss, cell.epsilon, cell.method)
-        if key not in best or _score(cell.loss, cell.mean) > _score(cell.loss, best[key].mean):
-            best[key] = cell
-    return [Cell(**{**asdict(c), "selected": best[(c.loss, c.epsilon, c.method)] is c}) for c in cells]
-
-
-def selected(cells: Sequence[Cell]) -> dict[tuple[Loss, float, str], Cell]:
-    """The kept cell of each (loss, ε, method)."""
-    return {(c.loss, c.epsilon, c.method): c for c in cells if c.selected}
+        groups.setdefault((r.loss, r.epsilon, r.method), []).append(r)
+    return {
+        key: Cell(*key, members[0].choice, statistics.fmean(r.value for r in members),
+                  statistics.stdev(r.value for r in members) if len(members) > 1 else 0.0, len(members),
+                  *(statistics.fmean(getattr(r, name) for r in members) for name in (
+                      "steps", "epsilon_spent", "first_noise_multiplier", "last_noise_multiplier", "last_clip_norm",
+                      "budget_steps", "clip_steps")))
+        for key, members in groups.items()
+    }
 
 
 CLAIMS = (
@@ -438,35 +492,42 @@ CLAIMS = (
     Claim("model reuse on the public samples improves the private stage's model w_T (Fig. 1; Fig. 2(c): an "
           "overlarge λ, which keeps w_T, loses)", PPSGD, NO_REUSE),
 )
+PAPER_FIGURE = {
+    MERGED: "Figure 3 (plotted, no table): PPSGD above every baseline in accuracy (hinge) and below in MSE (square) "
+            "at every ε of 0.1–4 on this synthetic data",
+    PUBLIC: "Figure 3: OnlyPub well below PPSGD at every ε",
+    NO_REUSE: "Fig. 2(c): the best λ depends on ε; an overlarge λ (keeping w_T) loses",
+}
 
 
-def verdict(claim: Claim, cells: Sequence[Cell]) -> str:
-    """One sentence: the claim judged over every (loss, ε) by the rule of
-    :mod:`fedpub.simulations.reproductions.judge`, with every cell's numbers and, for the cells it does not win,
-    how far the other method is from the non-private model and in how many of them PPSGD's budget and clip tests
-    fired."""
-    kept = selected(cells)
-    keys = sorted({(loss, eps) for loss, eps, method in kept if method == claim.better}
-                  & {(loss, eps) for loss, eps, method in kept if method == claim.worse})
-    judged = ClaimJudgement(tuple(
-        judge_estimates(
-            f"{loss} ε={eps:g}",
-            *(Estimate.from_summary(c.mean, c.std, c.seeds) for c in (kept[(loss, eps, claim.better)],
-                                                                      kept[(loss, eps, claim.worse)])),
-            higher_is_better=HIGHER_IS_BETTER[loss],
-        )
-        for loss, eps in keys
-    ))
+def judge(claim: Claim, results: Sequence[Result]) -> ClaimJudgement:
+    """The claim over every (loss, ε) by the rule of :mod:`fedpub.simulations.reproductions.judge`."""
+    values: dict[tuple[Loss, float, str], list[float]] = {}
+    for r in results:
+        values.setdefault((r.loss, r.epsilon, r.method), []).append(r.value)
+    keys = sorted({(loss, eps) for loss, eps, m in values if m == claim.better}
+                  & {(loss, eps) for loss, eps, m in values if m == claim.worse})
+    return ClaimJudgement(tuple(
+        judge_cell(f"{loss} ε={eps:g}", values[loss, eps, claim.better], values[loss, eps, claim.worse],
+                   higher_is_better=HIGHER_IS_BETTER[loss])
+        for loss, eps in keys))
+
+
+def verdict(claim: Claim, results: Sequence[Result]) -> str:
+    """The claim's sentence and, for the cells it does not win, how far the other method is from the non-private
+    model and in how many of them PPSGD's budget and clip tests fired."""
+    judged = judge(claim, results)
     sentence = judged.sentence(claim.text, LABELS[claim.better], LABELS[claim.worse])
-    others = [key for key, cell in zip(keys, judged.cells) if cell.outcome != "win"]
+    cells = summarize(results)
+    others = [c.cell for c in judged.cells if c.outcome != "win"]
     if others:
-        headroom = {loss: max(abs(kept[(lo, eps, NONPRIVATE)].mean - kept[(lo, eps, claim.worse)].mean)
-                              for lo, eps in others if lo == loss) for loss, _ in others}
-        grew = sum(kept[(loss, eps, PPSGD)].budget_grew for loss, eps in others)
-        shrank = sum(kept[(loss, eps, PPSGD)].clip_shrank for loss, eps in others)
-        within = " and ".join(f"{gap:.4f} ({loss} {METRIC[loss]})" for loss, gap in headroom.items())
-        sentence += (f"; in the {len(others)} cells it does not win, {LABELS[claim.worse]} is within {within} "
-                     f"of the non-private model, and PPSGD's budget test (z) fired in {grew} and its clip test "
+        keys = [(loss, float(eps)) for loss, eps in (c.split(" ε=") for c in others)]
+        grew = sum(cells[loss, eps, PPSGD].budget_steps > 0 for loss, eps in keys)
+        shrank = sum(cells[loss, eps, PPSGD].clip_steps > 0 for loss, eps in keys)
+        gaps = ", ".join(f"{loss} ε={eps:g}: {abs(cells[loss, eps, NONPRIVATE].mean - cells[loss, eps, claim.worse].mean):.4f}"
+                         for loss, eps in keys)
+        sentence += (f"; in the {len(others)} cells it does not win, {LABELS[claim.worse]} is this far from the "
+                     f"non-private model ({gaps}), and PPSGD's budget test (z) fired in {grew} and its clip test "
                      f"(C) in {shrank} of them")
     return sentence + "."
 
@@ -475,79 +536,99 @@ def _fmt(cell: Cell) -> str:
     return f"{cell.mean:.4f} ± {cell.std:.4f}" + (f" ({cell.choice})" if cell.choice else "")
 
 
-def setup_lines(setup: Setup, seeds: int) -> list[str]:
+def setup_lines(setup: Setup, seeds: int, sizes: Mapping[str, int]) -> list[str]:
     """What was run, in words (for table.md and comparison.md)."""
+    n = {**{"dim": 100, "num_private": 9950, "num_public": 50, "num_test": 10_000, "num_validation": 2000}, **sizes}
+    schedule = PublicScheduleConfig()
     return [
-        f"- Data ({seeds} seeds, a new draw per seed): x ~ N(0, I_100), label from a hidden direction u: "
+        f"- Data ({seeds} seeds, a new draw per seed): x ~ N(0, I_{n['dim']}), label from a hidden direction u: "
         "r = ⟨u, x⟩ + 0.5·ξ, y = sign(r) (hinge) or clip(r/(3·√1.25), −1, 1) (square); then x ← x/‖x‖. "
-        "9,950 private, 50 public and 10,000 test samples.",
-        f"- Private training: w_0 = 0, Poisson batches of expected size s = {setup.batch_size}, learning rate "
-        f"{setup.learning_rate:g}, regularizer μ‖w‖² with μ = {setup.l2:g} (its gradient added after the noise), "
-        f"initial z calibrated for {setup.planned_steps} steps; PPSGD with α = {setup.budget_growth:g}, "
-        f"β = {setup.clip_decay:g}, φ = {setup.noise_test_factor:g}, ϕ = {CLIP_TEST_FACTOR['hinge']:g} (hinge) / "
-        f"{CLIP_TEST_FACTOR['square']:g} (square), z floor {NO_FLOOR:g} (the paper has none), reading the public "
-        "gradient at w_t (the paper: w_{t+1}).",
+        f"{n['num_private']:,} private, {n['num_public']:,} public, {n['num_validation']:,} validation (tuning) and "
+        f"{n['num_test']:,} test samples.",
+        f"- Private training: w_0 = 0, Poisson batches of expected size s = {setup.batch_size}, learning rate η "
+        f"tuned, regularizer μ‖w‖² with μ = {setup.l2:g} (its gradient added after the noise), "
+        f"initial z calibrated for {setup.planned_steps} steps; PPSGD with the paper's α = {schedule.budget_growth:g}, "
+        f"β = {schedule.clip_decay:g}, ϕ = {schedule.noise_test_factor:g}, φ = {CLIP_TEST_FACTOR['hinge']:g} (hinge) / "
+        f"{CLIP_TEST_FACTOR['square']:g} (square), no floor on z; the budget test reads "
+        + ("k = σ_tCDP/σ times the run's noise (the paper's tCDP noise for the same ε, δ, q, T)"
+           if setup.noise_reference == "tcdp" else "the run's own noise (k = 1)")
+        + "; the public gradient is read at w_t (the paper: w_{t+1}).",
         f"- Privacy: (ε, δ = {setup.delta:g}) for one private sample (= one user), add/remove-one neighbours, "
         f"each step PoissonSampledDpEvent(q, GaussianDpEvent(z_t)) composed by fedpub's {setup.accountant.upper()} "
         f"accountant (discretization {setup.pld_discretization:g}), not the paper's tCDP; a run stops before "
         "the next step would exceed ε. Public samples cost nothing.",
-        f"- Tuned on the test metric (mean over seeds, per loss and ε; not counted in ε): PPSGD's λ and the "
-        f"public-only weight from {list(setup.reuse_weights)}, PPSGD's C_0 and DP-SGD's C from "
-        f"{list(setup.clip_norms)}. Model reuse, public-only and non-private training (μ = {setup.l2:g}) "
-        "are solved exactly (linear system; hinge: dual QP by L-BFGS-B).",
+        "- Tuned on the validation split (mean over seeds, per loss and ε; `tuning.md`; not counted in ε): PPSGD's "
+        f"C_0, η and λ, PPSGD-without-reuse's C_0 and η, DP-SGD's C and η (initial grids C {list(setup.clip_norms)}, "
+        f"η {list(setup.learning_rates)}), the public-only "
+        f"weight (initial grid {list(setup.reuse_weights)}, the paper's λ grid); an axis whose best is on its edge is "
+        f"extended (at most twice). Model reuse, public-only and non-private training (μ = {setup.l2:g}) are solved "
+        "exactly (linear system; hinge: dual QP by L-BFGS-B).",
     ]
 
 
-def write_table(cells: Sequence[Cell], setup: Setup, seeds: int, out: Path) -> None:
-    """``table.csv`` (every cell, the kept choice marked) and ``table.md`` (the kept cells)."""
+def write_table(cells: Mapping[tuple[Loss, float, str], Cell], setup: Setup, seeds: int,
+                sizes: Mapping[str, int], out: Path) -> None:
+    """``table.csv`` (every cell) and ``table.md``."""
     fields = [f.name for f in dataclasses.fields(Cell)]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=["metric", *fields], lineterminator="\n")
     writer.writeheader()
-    for cell in cells:
+    for cell in cells.values():
         writer.writerow({"metric": METRIC[cell.loss], **asdict(cell)})
     write_text_atomic(out / "table.csv", buffer.getvalue())
 
-    kept = selected(cells)
-    epsilons = sorted({eps for _, eps, _ in kept})
+    epsilons = sorted({eps for _, eps, _ in cells})
     lines = ["# Seed 004 (Wang & Zhou 2020), Figure 3: PPSGD on the synthetic data", ""]
     for loss in LOSSES:
-        if not any(key[0] == loss for key in kept):
+        if not any(key[0] == loss for key in cells):
             continue
         direction = "higher" if HIGHER_IS_BETTER[loss] else "lower"
-        lines += [f"## {loss} loss: test {METRIC[loss]} ({direction} is better), mean ± std over {seeds} seeds", "",
+        lines += [f"## {loss} loss: test {METRIC[loss]} ({direction} is better), mean ± std over {seeds} seeds "
+                  "(tuned values in brackets)", "",
                   "| method | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |",
                   "|---|" + "---|" * len(epsilons)]
         for method, label in LABELS.items():
-            lines.append(f"| {label} | " + " | ".join(_fmt(kept[(loss, e, method)]) for e in epsilons) + " |")
+            lines.append(f"| {label} | " + " | ".join(_fmt(cells[loss, e, method]) for e in epsilons) + " |")
         lines.append("")
     lines += ["## Private runs (means over seeds)", "",
-              "| loss | ε | method | choice | steps | z first → last | last C | ε spent |",
-              "|---|---|---|---|---|---|---|---|"]
-    for (loss, eps, method), c in sorted(kept.items()):
+              "| loss | ε | method | choice | steps | z first → last | last C | steps the budget test fired | "
+              "steps the clip test fired | ε spent |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for (loss, eps, method), c in sorted(cells.items()):
         if method in (PPSGD, MERGED):
             lines.append(f"| {loss} | {eps:g} | {LABELS[method]} | {c.choice} | {c.steps:.0f} | "
-                         f"{c.first_noise_multiplier:.3f} → "
-                         f"{c.last_noise_multiplier:.3f} | {c.last_clip_norm:.3g} | {c.epsilon_spent:.4g} |")
-    lines += ["", "## Setup", "", *setup_lines(setup, seeds), ""]
+                         f"{c.first_noise_multiplier:.3f} → {c.last_noise_multiplier:.3f} | {c.last_clip_norm:.3g} | "
+                         f"{c.budget_steps:.1f} | {c.clip_steps:.1f} | {c.epsilon_spent:.4g} |")
+    lines += ["", "## Setup", "", *setup_lines(setup, seeds, sizes), ""]
     write_text_atomic(out / "table.md", "\n".join(lines))
 
 
-def write_figure(cells: Sequence[Cell], out: Path) -> None:
+def write_tuning(tunings: Sequence[Tuned], out: Path) -> str:
+    """``tuning.md``: every tuning's paragraph; returns a one-paragraph summary for claims.json."""
+    lines = ["# Seed 004: tuning on the validation split", ""]
+    lines += [f"- **{t.loss}, ε = {t.epsilon:g}, {LABELS[t.method]}**: {t.tuning.markdown()}" for t in tunings]
+    write_text_atomic(out / "tuning.md", "\n".join(lines) + "\n")
+    flagged = [f"{t.loss} ε={t.epsilon:g} {LABELS[t.method]} ({', '.join(t.tuning.on_edge)})"
+               for t in tunings if t.tuning.on_edge]
+    return (f"Every method tuned per (loss, ε) by grid search on a validation split (mean over the seeds): "
+            f"{sum(t.tuning.evaluations for t in tunings)} evaluations in all over {len(tunings)} tunings (tuning.md); "
+            + (f"still on a grid edge after two extensions: {'; '.join(flagged)}. " if flagged else
+               "no chosen value is on its grid's edge. ")
+            + "Tuning is on validation data and is not counted in ε.")
+
+
+def write_figure(cells: Mapping[tuple[Loss, float, str], Cell], out: Path) -> None:
     """``figure.png``: the test metric against ε, one panel per loss (as Figure 3), error bars = std."""
-    kept = selected(cells)
-    losses = [loss for loss in LOSSES if any(key[0] == loss for key in kept)]
+    losses = [loss for loss in LOSSES if any(key[0] == loss for key in cells)]
     fig, axes = plt.subplots(1, len(losses), figsize=(5.5 * len(losses), 4), squeeze=False)
     for ax, loss in zip(axes[0], losses):
         for method, label in LABELS.items():
-            points = sorted((eps, c) for (lo, eps, m), c in kept.items() if lo == loss and m == method)
+            points = sorted((eps, c) for (lo, eps, m), c in cells.items() if lo == loss and m == method)
             style = {"linestyle": "--"} if method in (PUBLIC, NONPRIVATE) else {"marker": "o"}
             ax.errorbar([e for e, _ in points], [c.mean for _, c in points], yerr=[c.std for _, c in points],
                         label=label, capsize=3, **style)
         ax.set_xscale("log")
-        ax.set_xlabel("ε")
-        ax.set_ylabel(f"test {METRIC[loss]}")
-        ax.set_title(f"{loss} loss")
+        ax.set(xlabel="ε", ylabel=f"test {METRIC[loss]}", title=f"{loss} loss")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
@@ -555,22 +636,45 @@ def write_figure(cells: Sequence[Cell], out: Path) -> None:
     plt.close(fig)
 
 
-def write_comparison(cells: Sequence[Cell], setup: Setup, seeds: int, out: Path) -> str:
+def write_schedule_figure(runs: Mapping[tuple[Loss, float], PrivateRun], out: Path) -> None:
+    """``schedule.png``: PPSGD's z_t and C_t per step (seed 0, tuned C_0), one line per ε, one column per loss."""
+    losses = [loss for loss in LOSSES if any(key[0] == loss for key in runs)]
+    fig, axes = plt.subplots(2, len(losses), figsize=(5.5 * len(losses), 6), squeeze=False)
+    for column, loss in enumerate(losses):
+        for (lo, eps), run in sorted(runs.items()):
+            if lo == loss:
+                axes[0][column].plot(run.noise_multipliers, label=f"ε = {eps:g}")
+                axes[1][column].plot(run.clip_norms, label=f"ε = {eps:g}")
+        axes[0][column].set(title=f"{loss} loss: noise multiplier z_t", ylabel="z_t")
+        axes[1][column].set(title=f"{loss} loss: clip norm C_t", xlabel="step t", ylabel="C_t", yscale="log")
+        axes[0][column].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "schedule.png", dpi=120)
+    plt.close(fig)
+
+
+TITLE = "Seed 004, Figure 3 (synthetic data): PPSGD against DP-SGD on the merged data and public-only training"
+PAPER = ("Wang & Zhou, \"Differentially private learning with small public data\" (AAAI 2020), Figure 3: accuracy "
+         "(hinge loss) and MSE (square loss) against ε on 100-dimensional Gaussian data with 9,950 private and 50 "
+         "public samples.")
+
+
+def write_comparison(results: Sequence[Result], setup: Setup, seeds: int, sizes: Mapping[str, int], out: Path) -> str:
     """``comparison.md``: one sentence per claim of the paper, decided by :func:`verdict`."""
-    lines = ["# Seed 004, Figure 3 (synthetic data): the paper's claims against this run", "",
-             "Wang & Zhou, \"Differentially private learning with small public data\" (AAAI 2020), Figure 3: "
-             "accuracy (hinge loss) and MSE (square loss) against ε on 100-dimensional Gaussian data with 9,950 "
-             "private and 50 public samples.", "", "## Claims", "",
-             RULE, "",
-             *(verdict(claim, cells) for claim in CLAIMS), "", "## Setup", "", *setup_lines(setup, seeds), "",
-             "Table: `table.md` / `table.csv`; plot: `figure.png`. Hyper-parameter tuning is not counted in ε.", ""]
+    lines = [f"# {TITLE}", "", PAPER, "", "## Claims", "", RULE, "",
+             *(verdict(claim, results) for claim in CLAIMS), "", "## Setup", "", *setup_lines(setup, seeds, sizes), "",
+             "Table: `table.md` / `table.csv`; plots: `figure.png` (Figure 3), `schedule.png` (PPSGD's z_t and C_t); "
+             "tuning: `tuning.md`. Hyper-parameter tuning is not counted in ε.", ""]
     text = "\n".join(lines)
     write_text_atomic(out / "comparison.md", text)
     return text
 
 
+QUICK_SIZES = {"dim": 20, "num_private": 1000, "num_public": 20, "num_test": 500, "num_validation": 500}
+
+
 def main(argv: list[str] | None = None) -> Path:
-    """Run every (loss, seed, ε), write the four files and return their folder."""
+    """Run every (loss, ε), write the tables, figures, comparison and claims.json and return their folder."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epsilons", default="0.1,0.5,1,2,4", help="target ε list (default 0.1,0.5,1,2,4)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
@@ -578,21 +682,40 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--losses", default=",".join(LOSSES), help="hinge,square (default both)")
     parser.add_argument("--steps", type=int, default=Setup.planned_steps,
                         help=f"steps the initial z is calibrated for (default {Setup.planned_steps})")
+    parser.add_argument("--noise-reference", choices=("tcdp", "run"), default="tcdp",
+                        help="what PPSGD's budget test reads: the paper's tCDP noise (default) or the run's own")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"tiny data ({QUICK_SIZES}), 40 steps, ε = 1, η = 1 fixed, 3 seeds: seconds, for the tests")
     args = parser.parse_args(argv)
-    epsilons = [float(e) for e in args.epsilons.split(",")]
+    epsilons = [1.0] if args.quick else [float(e) for e in args.epsilons.split(",")]
     losses = args.losses.split(",")
     if unknown := set(losses) - set(LOSSES):
         parser.error(f"--losses: unknown {sorted(unknown)}; allowed: {', '.join(LOSSES)}")
     torch.set_num_threads(1)  # the tensors are small: more threads only contend
-    setup = Setup(planned_steps=args.steps)
+    sizes = QUICK_SIZES if args.quick else {}
+    setup = Setup(planned_steps=40 if args.quick else args.steps, batch_size=50 if args.quick else Setup.batch_size,
+                  noise_reference=args.noise_reference, learning_rates=(1.0,) if args.quick else Setup.learning_rates)
+    seeds = 3 if args.quick else args.seeds
     start = time.perf_counter()
-    results = [r for loss in losses for seed in range(args.seeds) for r in run_seed(loss, epsilons, seed, setup)]
+    done = [(loss, eps, cell) for loss in losses for eps, cell in run_loss(loss, epsilons, seeds, setup, sizes)]
+    results = [r for _, _, cell in done for r in cell.results]
+    tunings = [t for _, _, cell in done for t in cell.tunings]
     cells = summarize(results)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_table(cells, setup, args.seeds, args.out)
+    write_table(cells, setup, seeds, sizes, args.out)
     write_figure(cells, args.out)
-    print(write_comparison(cells, setup, args.seeds, args.out))
-    print(f"wrote {args.out}/table.md, table.csv, figure.png, comparison.md in {time.perf_counter() - start:.0f}s")
+    write_schedule_figure({(loss, eps): cell.ppsgd_runs[0] for loss, eps, cell in done}, args.out)
+    tuning = write_tuning(tunings, args.out)
+    print(write_comparison(results, setup, seeds, sizes, args.out))
+    wall = time.perf_counter() - start
+    command = "python -m fedpub.simulations.reproductions.ppsgd_synthetic" + (" --quick" if args.quick else "")
+    claims = tuple(ClaimRecord.of(c.text, LABELS[c.better], LABELS[c.worse], judge(c, results), PAPER_FIGURE[c.worse])
+                   for c in CLAIMS)
+    write_claims_json(args.out, ReproductionRecord(
+        "ppsgd_synthetic", "004", TITLE, PAPER, command, args.quick, seeds, wall, tuning, claims,
+        ("table.md", "tuning.md", "comparison.md"), ("figure.png", "schedule.png")))
+    print(f"wrote {args.out}/table.md, table.csv, tuning.md, figure.png, schedule.png, comparison.md, claims.json "
+          f"in {wall:.0f}s")
     return args.out
 
 

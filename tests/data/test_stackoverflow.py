@@ -198,6 +198,21 @@ def test_synthetic_files_are_deterministic(tmp_path: Path) -> None:
 
 
 
+def test_the_synthetic_word_count_file_counts_the_words_the_files_hold(tmp_path: Path) -> None:
+    """AdaDPS's token-frequency side information is read from this file (fedpub issue 21): its counts are the
+    generated tokens' and titles', most frequent first, even for topic words put at rare Zipf ranks."""
+    spec = SyntheticStackOverflowSpec(num_clients=40, min_examples=2, max_examples=6, topic_rank_offset=300,
+                                      num_words=500, seed=2)
+    files = write_synthetic_stackoverflow(tmp_path, spec)
+    with StackOverflowH5(files.data) as reader:
+        drawn = [w for example in _all_examples(reader).values() for e in example
+                 for w in (*e["tokens"].split(), *e["title"].split())]
+    counts = load_word_counts(files.word_count)
+    assert counts == {w: drawn.count(w) for w in counts} and len(counts) == spec.num_words
+    assert list(counts.values()) == sorted(counts.values(), reverse=True)
+    assert sum(counts.values()) == len(drawn)
+
+
 def test_ensured_synthetic_files_are_reused_and_never_replaced_by_another_spec(tmp_path: Path) -> None:
     test = SyntheticStackOverflowSpec(num_clients=3, max_examples=4, seed=4)
     root = ensure_synthetic_stackoverflow(tmp_path / "so", SMALL, test, test)

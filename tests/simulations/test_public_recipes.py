@@ -147,6 +147,16 @@ def test_warm_start_and_model_averaging(tiny_emnist_dir, tmp_path):
     assert warm_result.epsilon == cold_result.epsilon
 
 
+def test_pda_dpmd_pretrains_on_public_data_unless_warm_start_is_null(tiny_emnist_dir, tmp_path):
+    strategy = {"name": "pda_dpmd", "mirror": {"decay_rounds": 2}}
+    warm = tiny_config(tiny_emnist_dir, tmp_path / "warm", rounds=1, data=PUBLIC, strategy=strategy)
+    cold = tiny_config(tiny_emnist_dir, tmp_path / "cold", rounds=1, data=PUBLIC,
+                       strategy={**strategy, "warm_start": None})
+    _run(warm), _run(cold)
+    assert "warm_start/train_loss" in _records(warm)[0]  # Algorithm 1, line 1
+    assert "warm_start/train_loss" not in _records(cold)[0]
+
+
 def test_ema_averaging_survives_a_resume(tiny_emnist_dir, tmp_path):
     strategy = {"model_average": {"kind": "ema", "decay": 0.5}}
     whole = tiny_config(tiny_emnist_dir, tmp_path / "whole", rounds=3, strategy=strategy)

@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from fedpub.steps.mirror import mirror, mirror_alpha
+from fedpub.steps.mirror import mirror, mirror_alpha, quadratic_mirror
+from fedpub.types import RoundContext
 
 
 def _tree(params, seed: int) -> dict[str, torch.Tensor]:
@@ -48,3 +49,23 @@ def test_mixes_private_and_public_means(params, ctx):
 def test_invalid_schedule_is_refused(decay_rounds, floor):
     with pytest.raises(ValueError, match="decay_rounds >= 1 and 0 <= alpha_floor <= 1"):
         mirror(decay_rounds, floor)
+
+
+def test_quadratic_mirror_applies_the_inverse_hessian_to_trees_and_rows():
+    gen = torch.Generator().manual_seed(0)
+    root = torch.randn(5, 5, generator=gen, dtype=torch.float64)
+    hessian = root @ root.T + torch.eye(5, dtype=torch.float64)
+    inverse = torch.linalg.inv(hessian)
+    inverse = (inverse + inverse.T) / 2
+    step = quadratic_mirror(inverse)
+    ctx = RoundContext(round=0, seed=0, population=10, sampling_rate=0.5, expected_cohort=5.0, cohort_size=5)
+    g = torch.randn(5, generator=gen, dtype=torch.float64)
+    two = step.update({"a": g[:2].reshape(2, 1), "b": g[2:]}, step.init({}), ctx=ctx).updates
+    torch.testing.assert_close(torch.cat([two["a"].reshape(-1), two["b"]]), torch.linalg.solve(hessian, g))
+    rows = torch.randn(3, 5, generator=gen, dtype=torch.float64)  # three models at once, one per row
+    mapped = step.update({"theta": rows}, step.init({}), ctx=ctx).updates["theta"]
+    torch.testing.assert_close(mapped, torch.linalg.solve(hessian, rows.T).T)
+    identity = quadratic_mirror(torch.eye(5, dtype=torch.float64))  # P = I: DP-SGD's step
+    assert torch.equal(identity.update({"theta": rows}, identity.init({}), ctx=ctx).updates["theta"], rows)
+    with pytest.raises(ValueError, match="symmetric"):
+        quadratic_mirror(root)

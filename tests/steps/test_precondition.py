@@ -45,6 +45,27 @@ def test_rmsprop_statistics_with_bias_correction_over_two_rounds(params, stacked
     assert r2.metrics["preconditioner_min"] <= r2.metrics["preconditioner_mean"] <= r2.metrics["preconditioner_max"]
 
 
+def test_the_papers_rmsprop_statistic_is_the_square_of_the_public_mean_update(params, stacked, ctx):
+    """``statistic="rmsprop"`` (Li et al. 2023, Alg. 1): v averages (mean_pub Δ)², the public minibatch-mean
+    pseudo-gradient squared, not the users' mean of Δ²."""
+    beta, eps = 0.5, 1e-3
+    first, second = _public(params, 1), _public(params, 2, rows=2)
+    step = precondition("client", beta=beta, eps=eps, statistic="rmsprop")
+    r1 = step.update(cohort(stacked), step.init(params), ctx=ctx, public_updates=cohort(first))
+    r2 = step.update(cohort(stacked), r1.state, ctx=ctx, public_updates=cohort(second))
+    v2 = {k: beta * (1 - beta) * first[k].mean(0).pow(2) + (1 - beta) * second[k].mean(0).pow(2) for k in params}
+    raw = {k: torch.sqrt(v2[k] / (1 - beta**2)) + eps for k in params}
+    mean = torch.cat([r.flatten() for r in raw.values()]).mean()
+    for k in params:
+        torch.testing.assert_close(current_preconditioner(r2.state)[k], raw[k] / mean)
+        assert torch.equal(r2.updates.stacked()[k], stacked[k])  # client placement: the updates pass unchanged
+    other = precondition("client", beta=beta, eps=eps).update(cohort(stacked), step.init(params), ctx=ctx,
+                                                               public_updates=cohort(first))
+    assert not torch.allclose(other.state["v"][next(iter(params))], r1.state["v"][next(iter(params))])
+    with pytest.raises(ValueError, match="statistic"):
+        precondition("client", statistic="adam")
+
+
 def test_without_public_updates_nothing_is_learned_and_a_is_one(params, stacked, ctx):
     step = precondition("server")
     empty = cohort({k: torch.zeros(0, *v.shape) for k, v in params.items()})

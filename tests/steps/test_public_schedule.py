@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedpub import tree
-from fedpub.steps.public_schedule import public_schedule
+from fedpub.steps.public_schedule import public_schedule, tcdp_noise_ratio
 from fedpub.types import RoundContext
 from tests.steps.cohorts import cohort
 
@@ -54,6 +54,30 @@ def test_the_two_tests_are_independent():
 def test_the_noise_multiplier_stops_at_its_floor():
     assert _next(0.0, z=0.5, min_noise_multiplier=0.45)["noise_multiplier"] == 0.45
     assert _next(0.0, z=0.2, min_noise_multiplier=0.3)["noise_multiplier"] == 0.2  # the floor never raises z
+
+
+def test_by_default_there_is_no_floor():
+    z = 1.0
+    for _ in range(60):  # the paper's schedule: z falls by sqrt(1+α) whenever the public signal is weak
+        z = _next(0.0, z=z)["noise_multiplier"]
+    assert z == pytest.approx(1.44 ** -30)
+
+
+def test_the_noise_test_reads_k_times_the_runs_noise():
+    threshold = math.sqrt(15) / 5.0  # z = C = 1: the run's own noise norm on the mean
+    assert _next(2 * threshold)["noise_multiplier"] == 1.0  # above the run's noise: no more budget
+    assert _next(2 * threshold, noise_test_scale=2.5)["noise_multiplier"] < 1.0  # below k = 2.5 times it
+
+
+def test_the_tcdp_noise_ratio_is_the_papers_std_over_the_runs():
+    # ε = 1, δ = 1e-5: ρ_total = 1 + 2L − 2√(L(1 + L)), L = log 1e5 (eq. 3); the paper's std on the mean is
+    # (2C/s)/√(2ρ_t^s) with ρ_t^s = (ρ_total/T)/(13q²) (eq. 4); this run's is z·C/s
+    log_inv = math.log(1e5)
+    rho = 1 + 2 * log_inv - 2 * math.sqrt(log_inv * (1 + log_inv))
+    q, steps, z = 0.01, 300, 0.9
+    paper_std = 2 / math.sqrt(2 * (rho / steps) / (13 * q * q))  # times C/s
+    assert tcdp_noise_ratio(1.0, 1e-5, q, steps, z) == pytest.approx(paper_std / z)
+    assert 2.5 < tcdp_noise_ratio(1.0, 1e-5, q, steps, z) < 11
 
 
 def test_without_a_public_mean_nothing_changes():

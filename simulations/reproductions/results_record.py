@@ -1,0 +1,111 @@
+"""What a reproduction leaves for the results page: ``claims.json``, one record of its claims and their verdicts.
+
+Every reproduction in ``simulations/reproductions/`` (fedpub issue 21, item 8) ends by writing a
+:class:`ReproductionRecord` next to its outputs with :func:`write_claims_json`; the results page
+(:mod:`fedpub.simulations.reproductions.results_page`) reads them all back with :func:`read_claims_json`. The
+schema, one JSON object::
+
+    {"name", "seed_paper": "000".."004", "title", "paper", "command", "quick", "seeds", "wall_time_s",
+     "tuning", "claims": [{"text", "better", "worse", "verdict", "sentence", "paper_figure"}],
+     "tables": [relative .md paths], "figures": [relative .png paths]}
+
+A verdict is one of the claim judge's words (:data:`VERDICTS`, from
+:class:`fedpub.simulations.reproductions.judge.ClaimJudgement`); paths are relative to the folder of the
+``claims.json``. A record that breaks the schema is refused, naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from fedpub.atomic import write_json_atomic
+from fedpub.simulations.reproductions.judge import ClaimJudgement
+
+CLAIMS_FILE = "claims.json"
+SEED_PAPERS = ("000", "001", "002", "003", "004")
+VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "refuted", "mixed", "not judged", "not checked")
+"""Every verdict :attr:`ClaimJudgement.verdict` can say."""
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """One claim, its verdict and its sentence (with the statistics), and the paper's own figure beside ours."""
+
+    text: str
+    better: str
+    worse: str
+    verdict: str
+    sentence: str
+    paper_figure: str
+
+    @classmethod
+    def of(cls, text: str, better: str, worse: str, judged: ClaimJudgement, paper_figure: str) -> ClaimRecord:
+        """The record of a claim judged over its grid."""
+        return cls(text, better, worse, judged.verdict, judged.sentence(text, better, worse), paper_figure)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"claims[].verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+
+@dataclass(frozen=True)
+class ReproductionRecord:
+    """A reproduction's ``claims.json``: what it reproduces, how it was run, its claims, tables and figures."""
+
+    name: str
+    seed_paper: str
+    title: str
+    paper: str
+    command: str
+    quick: bool
+    seeds: int
+    wall_time_s: float
+    tuning: str
+    claims: tuple[ClaimRecord, ...]
+    tables: tuple[str, ...]
+    figures: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.seed_paper not in SEED_PAPERS:
+            raise ValueError(f"seed_paper must be one of {SEED_PAPERS}, got {self.seed_paper!r}")
+        if not self.name or "/" in self.name:
+            raise ValueError(f"name must be a non-empty folder name, got {self.name!r}")
+        for key, suffix in (("tables", ".md"), ("figures", ".png")):
+            for path in getattr(self, key):
+                pure = PurePosixPath(path)
+                if pure.is_absolute() or ".." in pure.parts or pure.suffix != suffix:
+                    raise ValueError(f"{key} must be relative {suffix} paths inside the output folder, got {path!r}")
+
+
+def write_claims_json(out_dir: Path, record: ReproductionRecord) -> Path:
+    """Write ``record`` as ``out_dir/claims.json`` (atomically) and return its path."""
+    path = Path(out_dir) / CLAIMS_FILE
+    data = asdict(record)
+    data["tables"], data["figures"] = list(record.tables), list(record.figures)
+    data["claims"] = [asdict(c) for c in record.claims]
+    write_json_atomic(path, data)
+    return path
+
+
+def read_claims_json(path: Path) -> ReproductionRecord:
+    """The record in a ``claims.json``; refuses a missing or unknown field, naming it."""
+    data: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    expected = {f for f in ReproductionRecord.__dataclass_fields__}
+    missing, unknown = expected - data.keys(), data.keys() - expected
+    if missing or unknown:
+        raise ValueError(f"{path}: missing fields {sorted(missing)}, unknown fields {sorted(unknown)}; the fields "
+                         f"are {sorted(expected)}")
+    claim_fields = set(ClaimRecord.__dataclass_fields__)
+    for claim in data["claims"]:
+        if set(claim) != claim_fields:
+            raise ValueError(f"{path}: each of claims[] has exactly the fields {sorted(claim_fields)}, got "
+                             f"{sorted(claim)}")
+    return ReproductionRecord(**{
+        **data,
+        "claims": tuple(ClaimRecord(**c) for c in data["claims"]),
+        "tables": tuple(data["tables"]),
+        "figures": tuple(data["figures"]),
+    })

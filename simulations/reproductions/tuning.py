@@ -1,0 +1,131 @@
+"""Fair, documented hyper-parameter tuning for the reproductions: a grid search on validation data whose edges grow.
+
+Every method a reproduction compares is tuned the same way (fedpub issue 21, item 2): a small grid per
+hyper-parameter (an :class:`Axis`), every point of their product scored by a function that evaluates on
+**validation** data only (never the test split), and, when the best value of an axis sits on its grid's edge,
+the axis extended one step beyond that edge (a log axis ×/÷ its edge ratio, a linear axis ± its edge step) and the
+search run again, at most ``max_extensions`` times. An axis still best on its edge after that is flagged
+(:attr:`Tuning.on_edge`). The runs spent (:attr:`Tuning.evaluations`) are the tuning budget; like every
+reproduction in fedpub (and the papers), the budget is reported and is **not** counted in ε.
+
+Points already scored are never scored again. A score that is not a finite number (a diverged run) counts as the
+worst possible. An axis with a single value is held fixed: it is reported but never extended nor flagged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One hyper-parameter's grid: its name, its values in increasing order, and how it grows at an edge."""
+
+    name: str
+    values: tuple[float, ...]
+    scale: Literal["log", "linear"] = "log"
+
+    def __post_init__(self) -> None:
+        values = tuple(float(v) for v in self.values)
+        object.__setattr__(self, "values", values)
+        if not values:
+            raise ValueError(f"Axis {self.name!r}: values must name at least one value")
+        if self.scale not in ("log", "linear"):
+            raise ValueError(f"Axis {self.name!r}: scale must be 'log' or 'linear', got {self.scale!r}")
+        if any(b <= a for a, b in itertools.pairwise(values)):
+            raise ValueError(f"Axis {self.name!r}: values must be strictly increasing, got {values}")
+        if self.scale == "log" and values[0] <= 0:
+            raise ValueError(f"Axis {self.name!r}: a log axis needs positive values, got {values}")
+
+    def extended(self, best: float) -> Axis:
+        """The axis one step beyond the edge where ``best`` sits (itself when ``best`` is inside or it has one
+        value)."""
+        v = self.values
+        if len(v) < 2 or best not in (v[0], v[-1]):
+            return self
+        if best == v[-1]:
+            beyond = v[-1] * (v[-1] / v[-2]) if self.scale == "log" else v[-1] + (v[-1] - v[-2])
+            return Axis(self.name, (*v, beyond), self.scale)
+        beyond = v[0] / (v[1] / v[0]) if self.scale == "log" else v[0] - (v[1] - v[0])
+        return Axis(self.name, (beyond, *v), self.scale)
+
+    def on_edge(self, best: float) -> bool:
+        """Whether ``best`` is the grid's smallest or largest value (never, for a single-value axis)."""
+        return len(self.values) > 1 and best in (self.values[0], self.values[-1])
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The outcome of :func:`tune`: the chosen values, their validation score, the budget spent and the flags."""
+
+    best: dict[str, float]
+    best_score: float
+    evaluations: int
+    on_edge: tuple[str, ...]
+    grid: dict[str, tuple[float, ...]]
+    extensions: int = 0
+    scores: dict[tuple[float, ...], float] = field(default_factory=dict, compare=False)
+    """Every point scored (values in the axes' order) and its validation score."""
+
+    def markdown(self) -> str:
+        """One paragraph for a reproduction's page: grid, chosen values, edge flags, budget, and the ε caveat."""
+        grid = "; ".join(f"{name} ∈ {{{', '.join(f'{v:g}' for v in values)}}}" for name, values in self.grid.items())
+        chosen = ", ".join(f"{name} = {value:g}" for name, value in self.best.items())
+        grown = (f" (the final grid, after {self.extensions} extension{'s' if self.extensions != 1 else ''} past "
+                 "an edge)" if self.extensions else "")
+        flags = (f" Still on the grid's edge after the extensions (flagged): {', '.join(self.on_edge)}."
+                 if self.on_edge else " No chosen value is on its grid's edge.")
+        return (f"Grid search over {grid}{grown}; chosen {chosen} (validation score {self.best_score:.4g}).{flags} "
+                f"Tuning budget: {self.evaluations} evaluations (runs). Tuning is on validation data and is not "
+                "counted in ε.")
+
+
+def tune(
+    axes: Sequence[Axis],
+    score: Callable[[Mapping[str, float]], float],
+    *,
+    higher_is_better: bool,
+    max_extensions: int = 2,
+) -> Tuning:
+    """Grid search of ``score`` (which must evaluate on VALIDATION data only) over the product of ``axes``,
+    extending an axis past its edge while its best value sits there, at most ``max_extensions`` times."""
+    if not axes:
+        raise ValueError("tune: axes must name at least one Axis")
+    names = [a.name for a in axes]
+    if len(set(names)) != len(names):
+        raise ValueError(f"tune: axis names must be distinct, got {names}")
+    if max_extensions < 0:
+        raise ValueError(f"tune: max_extensions must be ≥ 0, got {max_extensions}")
+    scores: dict[tuple[float, ...], float] = {}
+    sign = 1.0 if higher_is_better else -1.0
+
+    def ranked(point: tuple[float, ...]) -> float:
+        value = scores[point]
+        return sign * value if math.isfinite(value) else -math.inf
+
+    axes = list(axes)
+    extensions = 0
+    while True:
+        grid = list(itertools.product(*(a.values for a in axes)))
+        for point in grid:
+            if point not in scores:
+                scores[point] = float(score(dict(zip(names, point, strict=True))))
+        best = max(grid, key=ranked)  # the first of equal scores, in grid order: deterministic
+        edged = [i for i, a in enumerate(axes) if a.on_edge(best[i])]
+        if not edged or extensions == max_extensions:
+            break
+        axes = [a.extended(best[i]) if i in edged else a for i, a in enumerate(axes)]
+        extensions += 1
+    return Tuning(
+        best=dict(zip(names, best, strict=True)),
+        best_score=scores[best],
+        evaluations=len(scores),
+        on_edge=tuple(axes[i].name for i in edged),
+        grid={a.name: a.values for a in axes},
+        extensions=extensions,
+        scores=dict(scores),
+    )
