@@ -185,7 +185,8 @@ def test_token_frequency_adadps_on_stackoverflow_tags(tiny_emnist_dir, tmp_path)
     a = experiment.strategy.local_preconditioner(experiment.strategy.init(params))
     words = a[registry.model("so_tag_logreg").bag_of_words_weight]
     assert words.shape[1] == experiment.train.num_features and torch.equal(a["0.bias"], torch.ones_like(a["0.bias"]))
-    assert float(words.min()) >= 1e-2 and float(words.max()) > 1.0
+    floor = torch.tensor(cfg.strategy.precondition.floor, dtype=words.dtype)  # the floor as the weights hold it
+    assert bool(words.min() >= floor) and float(words.max()) > 1.0
     result = run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name))
     assert 0.0 <= result.final_metrics["eval_recall_at_5"] <= 1.0
     with pytest.raises(ValueError, match="so_tag_logreg"):
