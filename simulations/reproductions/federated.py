@@ -23,7 +23,7 @@ from fedpub.atomic import write_text_atomic
 from fedpub.config import apply_overrides
 from fedpub.simulations.compare import load_sweep, run_sweep
 from fedpub.simulations.compare_report import CSV_FILE, EPSILON_PLOT, ROUND_PLOT, TABLE_FILE, read_csv
-from fedpub.simulations.reproductions.claims import Claim, judgements
+from fedpub.simulations.reproductions.claims import Claim, judge_claims
 from fedpub.simulations.reproductions.judge import RULE
 from fedpub.simulations.reproductions.results_record import ClaimRecord, ReproductionRecord, write_claims_json
 
@@ -82,7 +82,7 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     if result.failures:
         raise RuntimeError(f"{len(result.failures)} runs failed; see above (rerun to resume)")
     rows = read_csv(sweep.root / CSV_FILE)
-    judged = judgements(rows, sweep.headline, repro.claims)
+    judged = judge_claims(rows, sweep.headline, repro.claims)
     sentences = [j.sentence(c.text, c.better, c.worse) for c, j in zip(repro.claims, judged)]
     lines = [f"# {repro.title}", "", repro.paper, "", "## Claims checked", "", RULE, "", *sentences, ""]
     if repro.note:

@@ -84,8 +84,9 @@ def _section(folder: Path, record: ReproductionRecord, assets: Path, link_base: 
     return lines
 
 
-def results_page(runs: Path, out: Path) -> str:
-    """Write the page ``out`` (and its assets in ``out``'s folder, ``results/``) from the records under ``runs``."""
+def results_page(runs: Path, out: Path, note: str = "") -> str:
+    """Write the page ``out`` (and its assets in ``out``'s folder, ``results/``) from the records under ``runs``;
+    ``note``: a paragraph on the state of the runs (what is missing or unfinished, and why)."""
     records = find_records(runs)
     assets = out.parent / out.stem
     if assets.exists():
@@ -109,6 +110,8 @@ def results_page(runs: Path, out: Path) -> str:
     if missing:
         lines += [f"**Missing:** no `{CLAIMS_FILE}` under `{runs}` for seed paper(s) {', '.join(missing)}: their "
                   "reproductions were not run (or not finished) when this page was generated.", ""]
+    if note:
+        lines += [f"**Note.** {note}", ""]
     for folder, record in records:
         lines += _section(folder, record, assets, assets.name)
     text = "\n".join(lines)
@@ -120,8 +123,9 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=RUNS, help=f"folder searched for {CLAIMS_FILE} (default {RUNS})")
     parser.add_argument("--out", type=Path, default=OUT, help=f"the page (default {OUT})")
+    parser.add_argument("--note", default="", help="a paragraph on what is missing or unfinished, and why")
     args = parser.parse_args(argv)
-    results_page(args.runs, args.out)
+    results_page(args.runs, args.out, args.note)
     print(f"wrote {args.out}")
     return args.out
 

@@ -30,7 +30,7 @@ def test_the_page_is_built_from_every_claims_json_with_statistics_and_copied_ass
     runs, out = tmp_path / "runs", tmp_path / "docs" / "results.md"
     _record(runs / "dope_table7", "dope_table7", "003", [0.80, 0.81, 0.82], "84.7 vs 82.2 %")
     _record(runs / "adadps_stackoverflow", "adadps_stackoverflow", "002", [0.49, 0.53, 0.51], "+5 points")
-    assert main(["--runs", str(runs), "--out", str(out)]) == out
+    assert main(["--runs", str(runs), "--out", str(out), "--note", "seed 000 runs on another branch"]) == out
     page = out.read_text()
     assert page.index("Seed 002") < page.index("Seed 003")  # by seed paper
     assert "| 003 | dope_table7 | A beats B in dope_table7 | **reproduced** | 84.7 vs 82.2 % |" in page
@@ -40,7 +40,7 @@ def test_the_page_is_built_from_every_claims_json_with_statistics_and_copied_ass
     assert "![plots/acc.png](results/dope_table7/plots/acc.png)" in page
     assert (out.parent / "results" / "dope_table7" / "plots" / "acc.png").is_file()
     assert (out.parent / "results" / "adadps_stackoverflow" / "compare.md").read_text() == "# table of adadps_stackoverflow\n"
-    assert "**Missing:**" in page and "000, 001, 004" in page
+    assert "**Missing:**" in page and "000, 001, 004" in page and "seed 000 runs on another branch" in page
 
 
 def test_two_records_of_one_reproduction_are_refused(tmp_path):

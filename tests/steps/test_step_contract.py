@@ -31,7 +31,7 @@ from fedpub.steps.aggregate import aggregate
 from fedpub.steps.budget_schedule import budget_schedule
 from fedpub.steps.clip import clip
 from fedpub.steps.gaussian_noise import gaussian_noise
-from fedpub.steps.mirror import mirror
+from fedpub.steps.mirror import mirror, quadratic_mirror
 from fedpub.steps.precondition import precondition
 from fedpub.steps.public_schedule import public_schedule
 from fedpub.steps.recenter import add_center, recenter
@@ -52,6 +52,12 @@ def _public(params: Params) -> dict[str, Any]:
     g = torch.Generator().manual_seed(5)
     stacked = {k: torch.randn(3, *v.shape, generator=g) for k, v in params.items()}
     return {"public_updates": cohort(stacked), "public_mean": {k: v.mean(dim=0) for k, v in stacked.items()}}
+
+
+def _spd(size: int) -> torch.Tensor:
+    """A fixed symmetric positive definite matrix (an inverse Hessian)."""
+    a = torch.randn(size, size, generator=torch.Generator().manual_seed(2))
+    return a @ a.T / size + torch.eye(size)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,7 @@ CASES: dict[str, Case] = {
     ),
     "mirror": Case(mirror, lambda: mirror(10, 0.2), "mean", lambda params: {"public_mean": _full(params, 1.0)},
                    {"round": 3}),
+    "quadratic_mirror": Case(quadratic_mirror, lambda: quadratic_mirror(_spd(15)), "mean"),  # w (4, 3), b (3)
     "precondition_server": Case(precondition, lambda: precondition("server"), "cohort", _public),
     "precondition_client": Case(precondition, lambda: precondition("client"), "cohort",
                                 lambda params: {"public_updates": _public(params)["public_updates"]}),
