@@ -265,7 +265,7 @@ class CohortTrainer:
         if self.path == "auto":
             loop = "per-client loop, input-column cut" if input_layer(self.model) is not None else "per-client loop"
             return (f"cohort training: fastest measured (per group size, vectorised or {loop}, each timed on "
-                    f"the first {self.chooser.trials} groups of that size)")
+                    f"up to the first {self.chooser.trials} groups of that size)")
         if self.min_users > 1:
             return (f"cohort training: {self.mode} (users with the same number of local steps, {self.min_users} or "
                     "more; fewer: one by one)")

@@ -8,8 +8,8 @@ its examples use where that applies). Which is faster depends on the model, the 
 vmap's fixed cost per step against the loop's per-user cost. A fixed rule guessed wrong (issue 23: 50 small
 users of the EMNIST CNN took 0.100 s a round vectorised and 0.087 s one by one), so :class:`PathChooser` keeps,
 per key (the model and the group size, in power-of-two buckets), the seconds each candidate took on the same
-groups; after :attr:`PathChooser.trials` such groups it keeps the one with the smaller total, and that choice is
-final. The choices (and the seconds behind them) round-trip through JSON (the run's ``paths.json``), so a resumed
+groups; after :attr:`PathChooser.trials` such groups (or sooner, when one took :data:`DECISIVE` times the other's
+seconds) it keeps the one with the smaller total, and that choice is final. The choices (and the seconds behind them) round-trip through JSON (the run's ``paths.json``), so a resumed
 run trains as the first run did.
 
 Both candidates give the same updates to float rounding (``tests/clients/test_cohort_training.py`` pins it), so
@@ -28,6 +28,10 @@ CANDIDATES = ("vectorised", "loop")
 
 TRIALS = 2
 """Groups of a key timed with both candidates before the choice is made."""
+
+DECISIVE = 2.0
+"""A key whose candidates' totals differ by this factor is decided at once, before its :data:`TRIALS` groups:
+each timed group costs both candidates' work (a vectorised group of a 5M-parameter model, timed, costs a round)."""
 
 
 def size_bucket(users: int) -> str:
@@ -57,7 +61,8 @@ class Timings:
 
 class PathChooser:
     """Per key, the candidate that took the fewer seconds over its first ``trials`` groups, each group trained
-    with both; :meth:`choice` is None while a key is still being timed. ``log`` receives one line per choice."""
+    with both (fewer groups when one candidate is :data:`DECISIVE` times slower); :meth:`choice` is None while a
+    key is still being timed. ``log`` receives one line per choice."""
 
     def __init__(
         self,
@@ -96,7 +101,8 @@ class PathChooser:
         for candidate, value in seconds.items():
             timings.seconds[candidate] += value
         timings.groups += 1
-        if timings.groups >= self.trials:
+        slow, fast = max(timings.seconds.values()), min(timings.seconds.values())
+        if timings.groups >= self.trials or slow >= DECISIVE * fast:
             timings.chosen = min(CANDIDATES, key=lambda c: timings.seconds[c])
             if self.log is not None:
                 times = ", ".join(f"{c} {timings.seconds[c]:.4f} s" for c in CANDIDATES)
