@@ -310,10 +310,11 @@ class CohortTrainer:
         return [alone(i) for i in range(len(datas))]
 
     def _route(self, group: list[int], vectorised: Callable[[], Results], loop: Callable[[], Results]) -> Results:
-        """The group trained the way chosen for its key; while the key is timed, both ways (the loop's results
-        kept), the seconds recorded unless a user failed (a failure's retries would time something else)."""
+        """The group trained the way chosen for its key (or implied by the other sizes' choices); while the key
+        is timed, both ways (the loop's results kept), the seconds recorded unless a user failed (a failure's
+        retries would time something else)."""
         key = choice_key(self.signature, len(group))
-        chosen = self.chooser.choice(key)
+        chosen = self.chooser.choice(key) or self.chooser.implied(self.signature, len(group))
         if chosen is not None:
             return vectorised() if chosen == "vectorised" else loop()
         runs = {"vectorised": vectorised, "loop": loop}

@@ -9,7 +9,9 @@ vmap's fixed cost per step against the loop's per-user cost. A fixed rule guesse
 users of the EMNIST CNN took 0.100 s a round vectorised and 0.087 s one by one), so :class:`PathChooser` keeps,
 per key (the model and the group size, in power-of-two buckets), the seconds each candidate took on the same
 groups; after :attr:`PathChooser.trials` such groups (or sooner, when one took :data:`DECISIVE` times the other's
-seconds) it keeps the one with the smaller total, and that choice is final. The choices (and the seconds behind them) round-trip through JSON (the run's ``paths.json``), so a resumed
+seconds) it keeps the one with the smaller total, and that choice is final. A size is not timed when the choices
+for other sizes imply its path (:meth:`PathChooser.implied`: the loop kept for a size holds for smaller ones,
+vectorised for larger ones), since each timed group costs both candidates' work. The choices (and the seconds behind them) round-trip through JSON (the run's ``paths.json``), so a resumed
 run trains as the first run did.
 
 Both candidates give the same updates to float rounding (``tests/clients/test_cohort_training.py`` pins it), so
@@ -39,6 +41,11 @@ def size_bucket(users: int) -> str:
     low = 1 << (max(users, 1).bit_length() - 1)
     high = 2 * low - 1
     return str(low) if low == high else f"{low}-{high}"
+
+
+def _low(bucket: str) -> int:
+    """The smallest group size of a bucket of :func:`size_bucket`."""
+    return int(bucket.split("-")[0])
 
 
 def choice_key(model: str, users: int) -> str:
@@ -84,6 +91,22 @@ class PathChooser:
         """The kept candidate for ``key``, or None while it is being timed."""
         timings = self._timings.get(key)
         return None if timings is None else timings.chosen
+
+    def implied(self, model: str, users: int) -> str | None:
+        """The candidate a group of ``users`` users of ``model`` takes without being timed, from the choices made
+        for other sizes: vmap's gain grows with the group (its fixed cost per step is shared by more users, the
+        loop's cost is per user), so the loop kept for a size is kept for every smaller one, and vectorised kept
+        for a size is kept for every larger one. None when no choice implies one, or two disagree."""
+        low = _low(size_bucket(users))
+        implied = set()
+        for key, timings in self._timings.items():
+            owner, _, bucket = key.rpartition(" × ")
+            if owner != model or timings.chosen is None:
+                continue
+            other = _low(bucket.removesuffix(" users"))
+            if (timings.chosen == "loop" and other >= low) or (timings.chosen == "vectorised" and other <= low):
+                implied.add(timings.chosen)
+        return implied.pop() if len(implied) == 1 else None
 
     def first(self, key: str) -> str:
         """The candidate to run first on ``key``'s next timed group: they take turns, so that neither always pays

@@ -42,6 +42,10 @@ def test_the_chooser_keeps_the_smaller_total_after_its_trials_logs_it_and_round_
     assert chooser.record(other, {"vectorised": 0.05, "loop": 0.1}) == "vectorised"
     assert PathChooser(stored).choice(key) == "loop"
     assert PathChooser(stored).choice(choice_key("M", 40)) is None  # another size is timed afresh
+    assert chooser.implied("M", 3) == "loop" and chooser.implied("M", 100) == "vectorised"  # smaller / larger
+    assert chooser.implied("M", 40) is None and chooser.implied("other model", 3) is None
+    chooser.record(choice_key("M", 200), {"vectorised": 0.3, "loop": 0.1})  # noise: the loop won a larger size
+    assert chooser.implied("M", 100) is None  # the choices disagree: time it
     with pytest.raises(ValueError, match="path must be one of"):
         PathChooser({key: {"path": "gpu", "seconds": {}, "groups_timed": 1}})
     with pytest.raises(ValueError, match="needs seconds for"):
