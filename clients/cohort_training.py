@@ -8,7 +8,9 @@ learning"). Each user still follows its own :func:`~fedpub.clients.local_trainin
 subsample and shuffles drawn from its own generator), so the updates equal the per-client loop's to float
 rounding. Users are grouped by their number of local steps; a short last batch is padded and masked out of
 the loss. Models with stochastic or stateful layers (dropout, batch norm, recurrent layers) and tasks whose
-loss does not split by example fall back to the per-client loop, and :class:`CohortTrainer` says so.
+loss does not split by example fall back to the per-client loop, and :class:`CohortTrainer` says so. Otherwise
+:class:`CohortTrainer` trains each group the way the run's first groups of its size trained faster
+(:mod:`fedpub.clients.path_choice`).
 
 A user whose local training raises sends nothing (:class:`~fedpub.clients.local_training.ClientFailure`, its error kept
 for the round's log): the round goes on without it, like a Flower node that fails. When a vectorised group
@@ -21,13 +23,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedpub.clients.input_columns import input_layer
+from fedpub.clients.path_choice import TRIALS, PathChooser, choice_key
 from fedpub.clients.local_training import (
     ClientFailure,
     ClientResult,
@@ -46,6 +50,11 @@ from fedpub.types import Params, Updates
 STACKED_ELEMENTS_BUDGET = 2**26
 """Most parameter elements stacked in one vectorised group (users × parameters): 256 MB of float32 per copy;
 a group holds about four copies (parameters, gradients, momentum, update)."""
+
+Results = list[ClientResult | ClientFailure]
+GroupRoute = Callable[[list[int], Callable[[], Results], Callable[[], Results]], Results]
+"""``route(group, vectorised, loop)``: a step-count group's results, from its user indices and its training
+vectorised or user by user (:class:`CohortTrainer`'s choice by timing)."""
 
 _UNVECTORISABLE_LAYERS = (nn.Dropout, nn.modules.batchnorm._BatchNorm, nn.RNNBase)
 
@@ -73,12 +82,15 @@ def train_cohort_vectorised(
     preconditioner: Updates | None = None,
     alone: Callable[[int], ClientResult | ClientFailure] | None = None,
     min_users: int = 1,
+    route: GroupRoute | None = None,
 ) -> list[ClientResult | ClientFailure]:
     """Train every user of the cohort from ``params`` at once on ``model``'s device; the same results, in the
     same order, as :func:`~fedpub.clients.local_training.train_client` called user by user. With ``alone``, a user
     whose plan cannot be drawn, every user of a group that raises, and every user of a step-count group of
     fewer than ``min_users`` users is trained by ``alone(index)`` instead; without it the error propagates
-    and every group is vectorised."""
+    and every group is vectorised. With ``alone`` and ``route``, each step-count group's results are
+    ``route(group, vectorised, loop)`` (the group's user indices, and its training either way) instead of the
+    ``min_users`` rule."""
     blocker = vectorisation_blocker(model, task)
     if blocker is not None:
         raise ValueError(f"cannot vectorise: {blocker}")
@@ -96,16 +108,24 @@ def train_cohort_vectorised(
             plans.append(None)
             results[index] = alone(index)
     for group in _groups(plans, sum(p.numel() for p in start.values())):
-        if alone is not None and len(group) < min_users:
-            for index in group:
-                results[index] = alone(index)
-            continue
-        try:
-            trained = _train_group(model, start, [plans[i] for i in group], config, task, divisors)
-        except Exception:
-            if alone is None:
-                raise
-            trained = [alone(i) for i in group]
+
+        def vectorised(group: list[int] = group) -> Results:
+            try:
+                return list(_train_group(model, start, [plans[i] for i in group], config, task, divisors))
+            except Exception:
+                if alone is None:
+                    raise
+                return [alone(i) for i in group]
+
+        def loop(group: list[int] = group) -> Results:
+            return [alone(i) for i in group]  # type: ignore[misc] (only called with alone)
+
+        if alone is not None and route is not None:
+            trained = route(group, vectorised, loop)
+        elif alone is not None and len(group) < min_users:
+            trained = loop()
+        else:
+            trained = vectorised()
         for index, result in zip(group, trained, strict=True):
             results[index] = result
     return results  # type: ignore[return-value]
@@ -190,39 +210,70 @@ def _user_objective(model: nn.Module, config: LocalTrainingConfig, task: Task): 
     return objective
 
 
+def model_signature(model: nn.Module) -> str:
+    """A model's description in the keys of the path choices: its class and parameter count."""
+    return f"{type(model).__name__}({sum(p.numel() for p in model.parameters())} parameters)"
+
+
+PATHS = ("auto", "vectorised", "loop")
+"""``client.path``: time both ways and keep the faster per group size (auto), or always one way."""
+
+
 class CohortTrainer:
-    """Trains a round's cohort on one resident model: vectorised when the model and task allow it (and
-    ``vectorise`` is on), user by user otherwise; :attr:`mode` says which, :attr:`reason` why not. A model whose
-    first layer is a ``Linear`` is trained user by user: each user on the input columns its examples use
-    (:mod:`fedpub.clients.input_columns`), far less work on sparse features than a vectorised step over the whole
-    weight."""
+    """Trains a round's cohort on one resident model, each group of users with the same number of local steps
+    either vectorised or user by user (a model whose first layer is a ``Linear``: each user cut to the input
+    columns its examples use, :mod:`fedpub.clients.input_columns`). ``path``: ``auto`` times both ways on the run's
+    first groups of each (model, group size) and keeps the faster (:class:`~fedpub.clients.path_choice.PathChooser`,
+    which ``stored`` choices seed: a resumed run's); ``vectorised`` vectorises every group of at least
+    ``min_users`` users; ``loop`` trains user by user. A model or task that cannot be vectorised is trained user
+    by user (``auto``; :attr:`reason` says why) or refused (``vectorised``). ``clock`` (seconds) times the groups.
+    While a group is timed, the loop's results are the ones kept."""
 
     def __init__(
-        self, model: nn.Module, config: LocalTrainingConfig, task: Task, *, vectorise: bool = True, min_users: int = 1
+        self,
+        model: nn.Module,
+        config: LocalTrainingConfig,
+        task: Task,
+        *,
+        path: str = "auto",
+        min_users: int = 1,
+        stored: Mapping[str, Any] | None = None,
+        trials: int = TRIALS,
+        clock: Callable[[], float] = time.perf_counter,
+        log: Callable[[str], None] | None = None,
     ) -> None:
-        self.model, self.config, self.task, self.min_users = model, config, task, min_users
-        if not vectorise:
-            self.reason: str | None = "client.vectorise is false"
-        elif input_layer(model) is not None:
-            self.reason = (
-                "the first layer is a Linear: each user trains on the input columns its examples use when they are "
-                "at most half"
-            )
-        else:
-            self.reason = vectorisation_blocker(model, task)
+        if path not in PATHS:
+            raise ValueError(f"client.path must be one of {', '.join(PATHS)}, got {path!r}")
+        self.model, self.config, self.task, self.path, self.min_users = model, config, task, path, min_users
+        self.signature, self.clock = model_signature(model), clock
+        self.chooser = PathChooser(stored, trials=trials, log=log)
+        blocker = vectorisation_blocker(model, task)
+        if path == "vectorised" and blocker is not None:
+            raise ValueError(f"client.path is vectorised, but this model cannot be: {blocker}; use auto or loop")
+        self.reason: str | None = "client.path is loop" if path == "loop" else blocker
 
     @property
     def mode(self) -> str:
-        return "vectorised" if self.reason is None else "per-client loop"
+        if self.reason is not None:
+            return "per-client loop"
+        return "vectorised" if self.path == "vectorised" else "fastest measured"
 
     def describe(self) -> str:
         """One line for the run log."""
         if self.reason is not None:
             return f"cohort training: {self.mode} ({self.reason})"
+        if self.path == "auto":
+            loop = "per-client loop, input-column cut" if input_layer(self.model) is not None else "per-client loop"
+            return (f"cohort training: fastest measured (per group size, vectorised or {loop}, each timed on "
+                    f"up to the first {self.chooser.trials} groups of that size)")
         if self.min_users > 1:
             return (f"cohort training: {self.mode} (users with the same number of local steps, {self.min_users} or "
                     "more; fewer: one by one)")
         return f"cohort training: {self.mode}"
+
+    def choices(self) -> dict[str, Any]:
+        """The path choices made so far (for the run's ``paths.json``)."""
+        return self.chooser.to_json()
 
     def train(
         self,
@@ -254,6 +305,33 @@ class CohortTrainer:
         if self.reason is None:
             return train_cohort_vectorised(
                 self.model, params, datas, self.config, generators, self.task, preconditioner=preconditioner,
-                alone=alone, min_users=self.min_users,
+                alone=alone, min_users=self.min_users, route=self._route if self.path == "auto" else None,
             )
         return [alone(i) for i in range(len(datas))]
+
+    def _route(self, group: list[int], vectorised: Callable[[], Results], loop: Callable[[], Results]) -> Results:
+        """The group trained the way chosen for its key (or implied by the other sizes' choices); while the key
+        is timed, both ways (the loop's results kept), the seconds recorded unless a user failed (a failure's
+        retries would time something else)."""
+        key = choice_key(self.signature, len(group))
+        chosen = self.chooser.choice(key) or self.chooser.implied(self.signature, len(group))
+        if chosen is not None:
+            return vectorised() if chosen == "vectorised" else loop()
+        runs = {"vectorised": vectorised, "loop": loop}
+        first = self.chooser.first(key)
+        results: dict[str, Results] = {}
+        seconds: dict[str, float] = {}
+        for candidate in sorted(runs, key=lambda c: c != first):
+            self._synchronize()
+            started = self.clock()
+            results[candidate] = runs[candidate]()
+            self._synchronize()
+            seconds[candidate] = self.clock() - started
+        if not any(isinstance(r, ClientFailure) for trained in results.values() for r in trained):
+            self.chooser.record(key, seconds)
+        return results["loop"]
+
+    def _synchronize(self) -> None:
+        device = next(self.model.parameters()).device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)

@@ -94,14 +94,15 @@ class Cohort:
         """Zeros shaped like one row."""
         return {key: torch.zeros_like(like) for key, like in self._like.items()}
 
-    def sum(self) -> Updates:
-        """Σ_k factors[k] · rows[k], each row added once into one model-sized sum."""
+    def sum(self, times: float | None = None) -> Updates:
+        """Σ_k factors[k] · rows[k], each row added once into one model-sized sum; with ``times``, that sum times
+        ``times`` (the same values as :func:`fedpub.tree.scale` of the sum, without another model-sized copy)."""
         factors = [1.0] * len(self._rows) if self._factors is None else self._factors.tolist()
         sums = {key: RowSum(like) for key, like in self._like.items()}
         for row, factor in zip(self._rows, factors, strict=True):
             for key, total in sums.items():
                 total.add(row[key], factor)
-        return {key: total.result() for key, total in sums.items()}
+        return {key: total.result(times) for key, total in sums.items()}
 
     def stacked(self) -> Updates:
         """Every tensor with its rows stacked and scaled: a leading dimension of rows (new tensors)."""

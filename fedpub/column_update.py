@@ -108,9 +108,16 @@ class RowSum:
             self._columns = self._like.new_zeros(self._like.shape[-1], *self._like.shape[:-1])
         self._columns.index_add_(0, value.columns.to(device), value.values.to(device), alpha=alpha)
 
-    def result(self) -> torch.Tensor:
-        """The sum (call once, after the last :meth:`add`): zeros shaped like ``like`` when nothing was added."""
+    def result(self, times: float | None = None) -> torch.Tensor:
+        """The sum (call once, after the last :meth:`add`): zeros shaped like ``like`` when nothing was added.
+        With ``times``, the sum times ``times``: the same values as multiplying the sum afterwards, computed in
+        place, without another model-sized tensor."""
         if self._columns is None:
-            return torch.zeros_like(self._like) if self._total is None else self._total
+            total = torch.zeros_like(self._like) if self._total is None else self._total
+            return total if times is None else total.mul_(times)
         by_column = self._columns.movedim(0, -1)
-        return by_column.contiguous() if self._total is None else self._total.add_(by_column)
+        if self._total is None:
+            by_row = by_column.contiguous()  # the transpose (a copy kernel), then the product in place
+            return by_row if times is None else by_row.mul_(times)
+        total = self._total.add_(by_column)
+        return total if times is None else total.mul_(times)

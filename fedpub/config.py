@@ -127,18 +127,28 @@ class ClientConfig(Section):
         None, gt=0, description="seconds a user's local training may take (checked after each step); "
         "a user past it sends nothing and counts in cohort_failed; null = no limit",
     )
-    vectorise: bool = Field(
-        True, description="train the cohort at once (vmap) when the model and task allow; else user by user"
+    path: Literal["auto", "vectorised", "loop"] = Field(
+        "auto", description="in-process: how each group of users with the same number of local steps trains: "
+        "auto = time vectorised (vmap) and user by user on the run's first groups of each size and keep the "
+        "faster (recorded in the run's paths.json) | vectorised | loop (user by user)"
     )
     vectorise_min_users: int = Field(
-        8, ge=1, description="users with the same number of local steps are vectorised together only when at "
-        "least this many: below it vmap's fixed cost per step outweighs what it saves (2 CPU cores: a 10-user "
-        "quick-start CNN round took 0.096 s vectorised, 0.059 s user by user); 1 = vectorise every group"
+        1, ge=1, description="with path: vectorised, groups of fewer users train one by one"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced_vectorise(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "vectorise" in data:
+            raise ValueError(
+                "client.vectorise was replaced by client.path: auto (the default: time both ways, keep the "
+                "faster) | vectorised | loop (what vectorise: false did)"
+            )
+        return data
 
     def local_training_fields(self) -> dict[str, Any]:
         """The fields of local training itself (not how the in-process engine schedules the cohort)."""
-        return self.model_dump(exclude={"vectorise", "vectorise_min_users"})
+        return self.model_dump(exclude={"path", "vectorise_min_users"})
 
 
 class SamplingConfig(Section):

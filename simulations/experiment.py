@@ -9,8 +9,9 @@ installed) surface here, before a run directory exists.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import dp_accounting
 import torch
@@ -67,11 +68,19 @@ class Experiment:
     def new_accountant(self) -> UserLevelAccountant:
         return new_accountant(self.config.privacy, self.strategy.sampling)
 
-    def cohort_trainer(self, model: torch.nn.Module) -> CohortTrainer:
-        """Trains a round's cohort on ``model`` (the run's resident model) as the config's client section says."""
+    def cohort_trainer(
+        self,
+        model: torch.nn.Module,
+        *,
+        stored: Mapping[str, Any] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> CohortTrainer:
+        """Trains a round's cohort on ``model`` (the run's resident model) as the config's client section says;
+        ``stored``: path choices already made (a resumed run's ``paths.json``); ``log`` receives each new choice."""
         client = self.config.client
         return CohortTrainer(
-            model, self.local_training, self.task, vectorise=client.vectorise, min_users=client.vectorise_min_users
+            model, self.local_training, self.task, path=client.path, min_users=client.vectorise_min_users,
+            stored=stored, log=log,
         )
 
     def round_driver(self, accountant: UserLevelAccountant) -> RoundDriver:

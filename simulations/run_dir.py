@@ -7,8 +7,10 @@ not the last private one (model reuse). With trackers (the config's ``tracking``
 their W&B and MLflow runs, so a resumed run continues them), ``tensorboard/`` and ``wandb/`` (their own files).
 
 Not released: ``diagnostics.jsonl`` (one record per round of un-noised statistics of the private users, outside
-the DP guarantee; written only when diagnostics are on) and ``checkpoint.pt`` (model, step states with the noise
-generators, the privacy seed, the accountant), which are the server's alone.
+the DP guarantee; written only when diagnostics are on), ``paths.json`` (how the in-process engine trains each
+(model, group size), chosen by timing, which a resumed run reuses; its group sizes come from the private users'
+example counts) and ``checkpoint.pt`` (model, step states with the noise generators, the privacy seed, the
+accountant), which are the server's alone.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class RunDirectory:
     released_path = property(lambda self: self.root / "released_model.pt")
     final_metrics_path = property(lambda self: self.root / "final_metrics.json")
     tracking_path = property(lambda self: self.root / "tracking.json")
+    paths_path = property(lambda self: self.root / "paths.json")
 
     def start(self, resolved_config: str) -> None:
         """Create the directory, write the config and remove what a killed writer left (its temporary files)."""
@@ -89,6 +92,15 @@ class RunDirectory:
         """The released model's final evaluation (after model reuse, if any) and ``evaluated_on``."""
         write_text_atomic(self.final_metrics_path, json.dumps(_jsonable(metrics), indent=1))
 
+    def save_paths(self, choices: Mapping[str, Any]) -> None:
+        """How the cohort trainer trains each (model, group size), chosen by timing
+        (:meth:`~fedpub.clients.cohort_training.CohortTrainer.choices`)."""
+        write_text_atomic(self.paths_path, json.dumps(dict(choices), indent=1, ensure_ascii=False) + "\n")
+
+    def load_paths(self) -> dict[str, Any] | None:
+        """The stored path choices, or None when there are none."""
+        return json.loads(self.paths_path.read_text()) if self.paths_path.exists() else None
+
     def holds_finished_run(self) -> bool:
         """Whether a run finished here: :meth:`~fedpub.simulations.session.RunSession.finish` writes the summary and the
         final metrics last."""
@@ -111,7 +123,8 @@ class RunDirectory:
 
     def _files(self) -> tuple[Path, ...]:
         return (self.config_path, self.metrics_path, self.diagnostics_path, self.ledger_path, self.checkpoint_path,
-                self.plot_path, self.summary_path, self.released_path, self.final_metrics_path, self.tracking_path)
+                self.plot_path, self.summary_path, self.released_path, self.final_metrics_path, self.tracking_path,
+                self.paths_path)
 
     def clear(self) -> None:
         """Remove the files a run writes (for ``--fresh``); other files are left alone."""

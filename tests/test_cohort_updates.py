@@ -132,3 +132,22 @@ def test_rows_of_column_updates_read_like_their_plain_tensors():
         assert torch.equal(sparse.stacked()[k], value)
         torch.testing.assert_close(sparse.sum()[k], dense.sum()[k])
         torch.testing.assert_close(tripled[k], 3.0 * value)
+
+
+@pytest.mark.parametrize("rows", ["dense", "columns", "mixed", "none"])
+def test_a_sum_times_a_factor_is_bit_for_bit_the_scaled_sum(rows):
+    g = torch.Generator().manual_seed(0)
+    like = {"w": torch.zeros(30, 200), "b": torch.zeros(30)}
+
+    def row(i):
+        columns = torch.randperm(200, generator=g)[: 10 + i].sort().values
+        w = ColumnUpdate(columns, torch.randn(len(columns), 30, generator=g), torch.Size([30, 200]))
+        dense = rows == "dense" or (rows == "mixed" and i % 2 == 0)
+        return {"w": w.to_dense() if dense else w, "b": torch.randn(30, generator=g)}
+
+    count = 0 if rows == "none" else 5
+    cohort = Cohort([row(i) for i in range(count)], like).scale(torch.rand(count, generator=g))
+    expected = tree.scale(cohort.sum(), 1.0 / 7.3)
+    fused = cohort.sum(times=1.0 / 7.3)
+    for key in like:
+        assert fused[key].is_contiguous() and torch.equal(fused[key], expected[key])

@@ -1,5 +1,5 @@
 """Errors that name what to change: a recipe without public users, a budget smaller than one round, a target ε
-that buries the signal in noise, a run directory holding another config."""
+that buries the signal in noise, a run directory holding another config, a replaced key."""
 
 from __future__ import annotations
 
@@ -36,3 +36,11 @@ def test_a_changed_config_names_the_changed_keys():
     stored = {"rounds": 10, "strategy": {"clip_norm": 1.0, "sampling": {"kind": "poisson"}}, "seed": 0}
     resolved = {"rounds": 10, "strategy": {"clip_norm": 0.5, "sampling": {"kind": "fixed"}}, "seed": 0, "x": 1}
     assert changed_keys(stored, resolved) == ["strategy.clip_norm", "strategy.sampling.kind", "x"]
+
+
+def test_the_replaced_client_vectorise_is_refused_naming_client_path():
+    with pytest.raises(ConfigError, match=r"client.vectorise was replaced by client.path: auto .* \| vectorised \| loop"):
+        parse_config({"client": {"vectorise": False}})
+    with pytest.raises(ConfigError, match="client.path"):
+        parse_config({"client": {"path": "gpu"}})
+    assert parse_config({}).client.path == "auto"

@@ -7,7 +7,6 @@ estimator f_f; DESIGN.md §3).
 
 from __future__ import annotations
 
-from fedpub import tree
 from fedpub.cohort_updates import Cohort
 from fedpub.step import EmptyState, Step, stateless
 from fedpub.types import RoundContext, StepResult, Updates
@@ -19,7 +18,7 @@ def aggregate() -> Step:
     def update(updates: Cohort, state: EmptyState, *, ctx: RoundContext) -> StepResult:
         if not ctx.expected_cohort > 0:
             raise ValueError(f"expected_cohort must be > 0, got {ctx.expected_cohort}")
-        mean: Updates = tree.scale(updates.sum(), 1.0 / ctx.expected_cohort)
+        mean: Updates = updates.sum(times=1.0 / ctx.expected_cohort)  # tree.scale's values, in the sum's pass
         return StepResult(
             mean, state, {"expected_cohort": ctx.expected_cohort}, diagnostics={"cohort_size": float(len(updates))}
         )

@@ -7,7 +7,9 @@ step's output) or else the factory's value, and emits ``GaussianDpEvent(z)`` (de
 declared ``noise_multiplier`` or the factory's value). Its randomness
 comes from a torch generator whose state is the step's state, so a seed reproduces the noise on
 any backend and a checkpoint resumes it exactly. Noise for a model on a GPU is drawn there, from a generator of
-that device seeded by the step's generator (:func:`standard_normal`), not on the host and copied over.
+that device seeded by the step's generator (:func:`standard_normal`), not on the host and copied over. Noise for
+a model on the CPU is drawn a round ahead, in a background thread while the cohort trains
+(:mod:`fedpub.noise_prefetch`): the same draws from the same stream, off the round's critical path.
 
 With ``secure_sampler`` the noise is added by OpenDP's Gaussian mechanism instead
 (:func:`fedpub.privacy.secure_noise.add_secure_gaussian`: exact discrete sampling from the OS's randomness, not
@@ -23,6 +25,7 @@ from typing import TypedDict
 import dp_accounting
 import torch
 
+from fedpub.noise_prefetch import draw_normals, prefetch_normals, standard_normals
 from fedpub.privacy.secure_noise import add_secure_gaussian, require_secure_sampler
 from fedpub.seeding import torch_generator
 from fedpub.step import Releases, Step
@@ -48,17 +51,20 @@ def standard_normal(
     generator's state is not a CPU generator's), so the same seed gives the same noise on the same kind of
     device."""
     if device.type == "cpu":
-        # normal_(generator=...) draws exactly what torch.normal with that generator draws, in half the time
-        return torch.empty(shape, dtype=dtype).normal_(generator=generator)
+        return draw_normals([(shape, dtype)], generator)[0]
     seed = int(torch.randint(2**63 - 1, (1,), generator=generator))
     on_device = torch.Generator(device=device).manual_seed(seed)
     return torch.empty(shape, dtype=dtype, device=device).normal_(generator=on_device)
 
 
-def gaussian_noise(noise_multiplier: float, seed: int, *, secure_sampler: bool = False) -> Step:
+def gaussian_noise(
+    noise_multiplier: float, seed: int, *, secure_sampler: bool = False, prefetch: bool = True
+) -> Step:
     """Add noise of std z·C / m to the mean update (z·C on the sum); z is the ``noise_multiplier`` input
     when a step supplies one this round, else the factory's ``noise_multiplier``. ``secure_sampler``: draw it
-    with OpenDP from the OS's randomness (needs the ``secure-noise`` extra, checked here)."""
+    with OpenDP from the OS's randomness (needs the ``secure-noise`` extra, checked here). ``prefetch`` (a model
+    on the CPU): once a round's noise is drawn, the next round's standard normals are drawn in the background
+    (:mod:`fedpub.noise_prefetch`; the same draws, only earlier)."""
     _check_noise_multiplier(noise_multiplier)
     if secure_sampler:
         require_secure_sampler()
@@ -85,6 +91,12 @@ def gaussian_noise(noise_multiplier: float, seed: int, *, secure_sampler: bool =
         gen.set_state(state["rng"])
         if secure_sampler:
             noisy = {name: add_secure_gaussian(value, std_on_mean) for name, value in updates.items()}
+        elif all(value.device.type == "cpu" for value in updates.values()):
+            specs = [(value.shape, value.dtype) for value in updates.values()]
+            normals = standard_normals(specs, gen)
+            noisy = {name: n.mul_(std_on_mean).add_(value) for (name, value), n in zip(updates.items(), normals, strict=True)}
+            if prefetch:
+                prefetch_normals(specs, gen.get_state())  # the next round's, while its cohort trains
         else:
             noisy = {
                 name: standard_normal(value.shape, value.dtype, value.device, gen).mul_(std_on_mean).add_(value)

@@ -12,10 +12,11 @@ training (it always evaluates at iteration 0).
 pfl 0.6.0 pins ``dp-accounting<0.6`` while fedpub needs ``>=0.6``, so pfl lives in its own virtual environment,
 made from the repository root with::
 
-    python -m venv .venv-pfl && .venv-pfl/bin/pip install torch==2.13.0 pfl==0.6.0 h5py pyyaml \
+    python -m venv .venv-pfl && .venv-pfl/bin/pip install torch==2.13.0 pfl==0.6.0 h5py pyyaml pydantic \
         && .venv-pfl/bin/pip install --no-deps -e .
 
-Only :mod:`fedpub.models` and :mod:`fedpub.tasks` are imported there (nothing that imports ``dp_accounting``).
+Only :mod:`fedpub.models` and :mod:`fedpub.tasks` are imported there (nothing that imports ``dp_accounting``;
+the models' dataset registry needs pydantic).
 :func:`run_pfl`, called from fedpub's environment, runs the worker ``python -m fedpub.simulations.benchmarks.pfl_research
 TASK_FILE`` with that venv's python; the worker prints its figures as JSON on its last stdout line.
 """

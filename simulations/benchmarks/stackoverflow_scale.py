@@ -120,7 +120,7 @@ def _dp_round(features: list[Any], population: int, seed: int) -> None:
 
     model = build_model("so_tag_logreg", 500)
     params = model_params(model)
-    trainer = CohortTrainer(model, LocalTrainingConfig(batch_size=16, lr=0.05), get_task("so_tag"))
+    trainer = CohortTrainer(model, LocalTrainingConfig(batch_size=16, lr=0.05), get_task("so_tag"), path="loop")
     generators = [torch_generator(seed, 0, "client", str(i)) for i in range(len(features))]
     results = trainer.train(params, features, generators, sparse_updates=True)
     core = build_strategy(

@@ -10,14 +10,18 @@ local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
   columns of the words its examples use (the other columns' gradients are zero): the same steps with the least
   arithmetic, and the floor ``x_floor`` divides by when it is the faster;
 - ``fedpub`` / ``fedpub-loop``: fedpub's in-process engine, whole rounds (reading the users' data, training,
-  clipping, noise, server step, accounting), with ``client.vectorise`` on (the default: vectorised where
-  :class:`~fedpub.clients.cohort_training.CohortTrainer` chooses it; the path it took is printed) and off;
+  clipping, noise, server step, accounting), with ``client.path: auto`` (the default: each group size trained
+  the way the run's first groups of that size ran faster; its choices, from the run's ``paths.json``, are in
+  the ``fedpub_paths`` column) and ``loop`` (user by user);
 - ``flower``: the same experiment in Flower's simulation (Ray), one virtual SuperNode per user;
 - ``pfl-research`` (with ``--pfl-python``): pfl 0.6's PyTorch simulation on the same users, model and local
   work (:mod:`fedpub.simulations.benchmarks.pfl_research`; pfl lives in its own venv).
 
-Users hold 20-80 examples (EMNIST) or 5-30 (StackOverflow); ``--examples 5,30`` gives every task small users,
-the setting where per-client costs (Flower's per-client messages, a Python loop per user) dominate.
+Users hold 20-80 examples (EMNIST) or 5-30 (StackOverflow) (``--examples default``); ``--examples 5,30`` gives
+every task small users, the setting where per-client costs (Flower's per-client messages, a Python loop per user)
+dominate. ``--examples`` may be given more than once: the grid runs every setting. Below the per-path table,
+the summary gives per cell fedpub's default ÷ the faster floor, pfl-research's updates/s ÷ fedpub's, and
+whether the cell meets issue 23's target (within 1.25× of the floor, ahead of pfl-research).
 
 The benchmark turns on the allocator tuning of :mod:`fedpub.simulations.memory` (glibc keeps freed memory; process-wide,
 so the floor and fedpub get the same allocator; fedpub's engine applies it only when asked) before the first
@@ -25,7 +29,7 @@ measurement, and its report says whether it took effect. Steady figures leave ou
 Ray actors) and the last (it evaluates). Writes ``throughput.md`` and ``throughput.csv`` under ``--out``.
 
     python -m fedpub.simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
-        [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--examples 5,30]
+        [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--examples default --examples 5,30]
         [--device cpu] [--out runs/benchmarks/throughput]
 
 Each row also gives the FLOP-bound floor (:mod:`fedpub.simulations.benchmarks.flop_floor`): the round's
@@ -79,7 +83,7 @@ def _config(
     rounds: int,
     root: Path,
     *,
-    vectorise: bool = True,
+    path: str = "auto",
     examples: tuple[int, int] | None = None,
     device: str = "cpu",
 ) -> dict[str, Any]:
@@ -105,7 +109,7 @@ def _config(
             },
             "eval_clients": 20,
         },
-        "client": {"epochs": 1, "batch_size": 16, "lr": 0.05, "vectorise": vectorise},
+        "client": {"epochs": 1, "batch_size": 16, "lr": 0.05, "path": path},
         "strategy": {
             "clip_norm": 0.5,
             "noise_multiplier": 1.0,
@@ -168,11 +172,19 @@ def _floor(experiment: Experiment, rounds: int, *, cut: bool = False, flops: lis
     return times
 
 
-def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> Rounds:
+def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> tuple[Rounds, dict[str, Any]]:
+    """The run's rounds and its cohort trainer's path choices (``paths.json``; none for a forced path)."""
     cfg = parse_config(cfg_dict)
     run(cfg)
-    records = RunDirectory(cfg.output_dir / cfg.name).read_diagnostics()
-    return [(r["wall_time"], int(r["cohort_sampled"])) for r in records]
+    run_dir = RunDirectory(cfg.output_dir / cfg.name)
+    records = run_dir.read_diagnostics()
+    return [(r["wall_time"], int(r["cohort_sampled"])) for r in records], run_dir.load_paths() or {}
+
+
+def _paths_note(choices: dict[str, Any]) -> str:
+    """The path choices in a few words: ``2-3: loop; 8-15: vectorised``."""
+    return "; ".join(f"{key.split(' × ')[-1].removesuffix(' users')}: {entry['path']}"
+                     for key, entry in choices.items()) or "-"
 
 
 def _export_for_pfl(experiment: Experiment, cohort: int, rounds: int, path: Path) -> None:
@@ -208,9 +220,10 @@ def measure(
     pfl_python: str | None,
     examples: tuple[int, int] | None = None,
     device: str = "cpu",
-) -> tuple[dict[str, Rounds], list[int]]:
-    """Every path's rounds on one task and cohort size (pfl-research: fixed cohorts of ``cohort``), and the FLOPs
-    of each round's local steps, counted on the bare loop with the fewest (floor-cut where there is one). Flower
+) -> tuple[dict[str, Rounds], list[int], dict[str, Any]]:
+    """Every path's rounds on one task and cohort size (pfl-research: fixed cohorts of ``cohort``), the FLOPs
+    of each round's local steps, counted on the bare loop with the fewest (floor-cut where there is one), and
+    fedpub's path choices (its default run's ``paths.json``). Flower
     is skipped when a round's replies would exceed ``flower_max_gb``: its server holds them all in memory (with
     so_logreg's 5M parameters at 200 users the process passed this machine's 24 GB and was killed)."""
     base = _config(task, cohort, rounds, root, examples=examples, device=device)
@@ -227,25 +240,27 @@ def measure(
         times["floor-cut"] = _floor(experiment, rounds, cut=True)
     flops: list[int] = []
     _floor(experiment, rounds, cut=cut, flops=flops)
-    for label, vectorise in (("fedpub", True), ("fedpub-loop", False)):
-        cfg_dict = {**_config(task, cohort, rounds, root, vectorise=vectorise, examples=examples, device=device),
+    choices: dict[str, Any] = {}
+    for label, path in (("fedpub", "auto"), ("fedpub-loop", "loop")):
+        cfg_dict = {**_config(task, cohort, rounds, root, path=path, examples=examples, device=device),
                     "name": f"{task}_{cohort}_{label}"}
-        times[label] = _engine(cfg_dict, lambda cfg: run_in_process(
+        times[label], made = _engine(cfg_dict, lambda cfg: run_in_process(
             build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True,
             log=lambda line: print(f"{task} cohort {cohort} {label}: {line}", flush=True),
         ))
+        choices.update(made)
     if flower:
         cfg_dict = {**base, "name": f"{task}_{cohort}_flower"}
-        times["flower"] = _engine(cfg_dict, lambda cfg: run_flower_simulation(cfg, population, fresh=True))
+        times["flower"] = _engine(cfg_dict, lambda cfg: run_flower_simulation(cfg, population, fresh=True))[0]
     if pfl_python:
         task_file = root / f"{task}_{cohort}_pfl.pt"
         _export_for_pfl(experiment, cohort, rounds, task_file)
         times["pfl-research"] = [(seconds, cohort) for seconds in run_pfl(pfl_python, task_file)["round_s"]]
-    return times, flops
+    return times, flops, choices
 
 
 def _rows(
-    task: str, cohort: int, times: dict[str, Rounds], flops: list[int], flops_per_second: float
+    task: str, cohort: int, examples: str, times: dict[str, Rounds], flops: list[int], flops_per_second: float
 ) -> list[dict[str, Any]]:
     """Steady rounds (not the first, start-up, nor the last, which evaluates): mean seconds per round, updates
     per second, and ratios. The floor and the fedpub and Flower paths train the same Poisson cohorts, whose
@@ -255,17 +270,17 @@ def _rows(
     flop_floor_s = sum(steady_flops) / len(steady_flops) / flops_per_second
     seconds = {label: sum(s for s, _ in r) / len(r) for label, r in steady.items()}
     rate = {label: sum(n for _, n in r) / sum(s for s, _ in r) for label, r in steady.items()}
-    fedpub = max(rate["fedpub"], rate["fedpub-loop"])
     floor = min(seconds[label] for label in ("floor", "floor-cut") if label in seconds)
     return [
         {
             "task": task,
             "cohort": cohort,
+            "examples": examples,
             "path": label,
             "steady_s_per_round": round(seconds[label], 4),
             "updates_per_s": round(rate[label], 1),
             "x_floor": round(seconds[label] / floor, 2),
-            "fedpub_speedup": round(fedpub / rate[label], 2),
+            "fedpub_speedup": round(rate["fedpub"] / rate[label], 2),
             "round_gflop": round(flop_floor_s * flops_per_second / 1e9, 3),
             "x_flop_floor": round(seconds[label] / flop_floor_s, 1) if flop_floor_s > 0 else float("inf"),
         }
@@ -273,22 +288,63 @@ def _rows(
     ]
 
 
-def _write(rows: list[dict[str, Any]], out: Path, header: str) -> str:
+TARGET_X_FLOOR = 1.25
+"""Issue 23's target: fedpub's default within this factor of the faster floor (and ahead of pfl-research)."""
+
+
+def _summary(rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str]) -> list[dict[str, Any]]:
+    """One row per cell: fedpub's default against the faster floor and pfl-research, and whether it meets the
+    target (``-`` for pfl-research when it did not run)."""
+    cells: dict[tuple[str, int, str], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        cells.setdefault((row["task"], row["cohort"], row["examples"]), {})[row["path"]] = row
+    summary = []
+    for (task, cohort, examples), by_path in cells.items():
+        fedpub, pfl = by_path["fedpub"], by_path.get("pfl-research")
+        ahead = None if pfl is None else pfl["fedpub_speedup"] > 1.0
+        summary.append({
+            "task": task, "cohort": cohort, "examples": examples,
+            "floor_s": min(by_path[p]["steady_s_per_round"] for p in ("floor", "floor-cut") if p in by_path),
+            "fedpub_s": fedpub["steady_s_per_round"], "fedpub_x_floor": fedpub["x_floor"],
+            "fedpub_loop_x_floor": by_path["fedpub-loop"]["x_floor"],
+            "fedpub_paths": paths.get((task, cohort, examples), "-"),
+            "pfl_s": "-" if pfl is None else pfl["steady_s_per_round"],
+            "fedpub_vs_pfl": "-" if pfl is None else pfl["fedpub_speedup"],
+            "within_1.25x": "yes" if fedpub["x_floor"] <= TARGET_X_FLOOR else "no",
+            "ahead_of_pfl": "-" if ahead is None else ("yes" if ahead else "no"),
+        })
+    return summary
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    columns = list(rows[0])
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *("| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows)]
+
+
+def _write(rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str], out: Path, header: str) -> str:
     out.mkdir(parents=True, exist_ok=True)
     with (out / "throughput.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    columns = list(rows[0])
-    lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
+    summary = _summary(rows, paths)
+    lines = [header, "", *_table(rows)]
     lines += [
         "",
-        "x_floor: seconds per round ÷ the fastest bare loop's on the same cohorts (floor, or floor-cut: each"
+        ("x_floor: seconds per round ÷ the fastest bare loop's on the same cohorts (floor, or floor-cut: each"
         " user's steps on the input columns its examples use; pfl-research trains fixed cohorts of m);"
-        " fedpub_speedup: fedpub's best in-process updates/s ÷ the path's (> 1: fedpub is that many times faster);"
-        " round_gflop: matrix-product and convolution GFLOP of a steady round's local steps (fewest-FLOP bare loop);"
-        " x_flop_floor: seconds per round ÷ those FLOPs at the device's measured matmul rate (the FLOP-bound floor).",
+        " fedpub_speedup: fedpub's default (client.path: auto) updates/s ÷ the path's (> 1: fedpub is that many"
+        " times faster); round_gflop: matrix-product and convolution GFLOP of a steady round's local steps"
+        " (fewest-FLOP bare loop); x_flop_floor: seconds per round ÷ those FLOPs at the device's measured matmul"
+        " rate (the FLOP-bound floor)."),
+        "",
+        f"## Per cell: fedpub's default against the faster floor (target ≤ {TARGET_X_FLOOR}×) and pfl-research",
+        "",
+        *_table(summary),
+        "",
+        ("fedpub_paths: the path kept per group size (users with the same number of local steps) by the timed"
+         " choice, from the run's paths.json; fedpub_vs_pfl: fedpub's updates/s ÷ pfl-research's."),
     ]
     text = "\n".join(lines) + "\n"
     (out / "throughput.md").write_text(text)
@@ -303,24 +359,27 @@ def main() -> None:
     parser.add_argument("--flower-max-gb", type=float, default=2.0,
                         help="skip Flower where a round's replies exceed this many GB (0: never run Flower)")
     parser.add_argument("--pfl-python", default=None, help="python of a venv with pfl 0.6 (see pfl_research.py)")
-    parser.add_argument("--examples", default=None, metavar="FEWEST,MOST",
-                        help="examples per synthetic user, e.g. 5,30 for small clients (default: EMNIST 20,80; "
-                             "StackOverflow 5,30)")
+    parser.add_argument("--examples", action="append", metavar="FEWEST,MOST|default",
+                        help="examples per synthetic user, e.g. 5,30 for small clients; default: EMNIST 20,80, "
+                             "StackOverflow 5,30; give it more than once to run the grid over several")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the floor and fedpub train (cuda: the first GPU; Flower's clients get 0.25 of it)")
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/throughput"))
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: PyTorch sees no CUDA device here (torch.cuda.is_available() is false)")
-    examples = None
-    if args.examples is not None:
+    settings: list[tuple[int, int] | None] = []
+    for given in args.examples or ["default"]:
+        if given == "default":
+            settings.append(None)
+            continue
         try:
-            fewest, most = (int(n) for n in args.examples.split(","))
+            fewest, most = (int(n) for n in given.split(","))
         except ValueError:
-            parser.error(f"--examples must be two integers FEWEST,MOST, got {args.examples!r}")
+            parser.error(f"--examples must be two integers FEWEST,MOST or default, got {given!r}")
         if not 1 <= fewest <= most:
-            parser.error(f"--examples needs 1 <= FEWEST <= MOST, got {args.examples!r}")
-        examples = (fewest, most)
+            parser.error(f"--examples needs 1 <= FEWEST <= MOST, got {given!r}")
+        settings.append((fewest, most))
     tasks = args.tasks.split(",")
     if unknown := [t for t in tasks if t not in TASKS]:
         parser.error(f"--tasks: unknown {unknown}; allowed: {', '.join(TASKS)}")
@@ -329,27 +388,32 @@ def main() -> None:
     tuned = keep_freed_memory()  # before the first measurement: the floor and fedpub share one allocator setting
     device = torch.device(args.device)
     flops_per_second = matmul_flops_per_second(device)
-    rows = []
-    sizes = f"{examples[0]}-{examples[1]}" if examples else "EMNIST 20-80, StackOverflow 5-30"
+    rows: list[dict[str, Any]] = []
+    paths: dict[tuple[str, int, str], str] = {}
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, torch threads {torch.get_num_threads()}"
     header = (
-        f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16, {sizes} examples per user; "
-        f"{where}, float32 matmul {flops_per_second / 1e9:.0f} GFLOP/s; torch {torch.__version__}; "
+        f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16; examples per user: 'default' is "
+        f"EMNIST 20-80, StackOverflow 5-30; {where}, float32 matmul {flops_per_second / 1e9:.0f} GFLOP/s; "
+        f"torch {torch.__version__}; "
         f"allocator: {'glibc keeps freed memory (fedpub.simulations.memory)' if tuned else 'default'}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        for task in tasks:
-            for cohort in (int(c) for c in args.cohorts.split(",")):
-                started = time.perf_counter()
-                times, flops = measure(
-                    task, cohort, args.rounds, Path(tmp), flower_max_gb=args.flower_max_gb,
-                    pfl_python=args.pfl_python, examples=examples, device=args.device,
-                )
-                rows += _rows(task, cohort, times, flops, flops_per_second)
-                _write(rows, args.out, header)  # after every cell: a later failure loses nothing measured
-                print(f"{task} cohort {cohort}: {json.dumps({k: [round(s, 3) for s, _ in v] for k, v in times.items()})}"
-                      f" ({time.perf_counter() - started:.0f} s)", flush=True)
-    print(_write(rows, args.out, header))
+        for examples in settings:
+            label = "default" if examples is None else f"{examples[0]}-{examples[1]}"
+            for task in tasks:
+                for cohort in (int(c) for c in args.cohorts.split(",")):
+                    started = time.perf_counter()
+                    times, flops, choices = measure(
+                        task, cohort, args.rounds, Path(tmp), flower_max_gb=args.flower_max_gb,
+                        pfl_python=args.pfl_python, examples=examples, device=args.device,
+                    )
+                    rows += _rows(task, cohort, label, times, flops, flops_per_second)
+                    paths[(task, cohort, label)] = _paths_note(choices)
+                    _write(rows, paths, args.out, header)  # after every cell: a later failure loses nothing measured
+                    rounded = {k: [round(s, 3) for s, _ in v] for k, v in times.items()}
+                    print(f"{task} cohort {cohort} examples {label}: {json.dumps(rounded)}"
+                          f" ({time.perf_counter() - started:.0f} s)", flush=True)
+    print(_write(rows, paths, args.out, header))
 
 
 if __name__ == "__main__":

@@ -100,11 +100,14 @@ def test_dropout_recurrent_models_and_token_averaged_losses_fall_back_to_the_loo
 def test_the_trainer_says_which_path_it_takes_and_gives_the_same_results_either_way():
     model = build_model("emnist_small_cnn", 10)
     config = LocalTrainingConfig(batch_size=8, lr=0.1)
-    fast, slow = CohortTrainer(model, config, CLASSIFICATION), CohortTrainer(model, config, CLASSIFICATION, vectorise=False)
+    fast = CohortTrainer(model, config, CLASSIFICATION, path="vectorised")
+    slow = CohortTrainer(model, config, CLASSIFICATION, path="loop")
     assert fast.describe() == "cohort training: vectorised"
-    assert slow.describe() == "cohort training: per-client loop (client.vectorise is false)"
+    assert slow.describe() == "cohort training: per-client loop (client.path is loop)"
     dropout = CohortTrainer(build_model("emnist_cnn_dropout", 10), config, CLASSIFICATION)
     assert dropout.mode == "per-client loop" and "Dropout" in dropout.describe()
+    with pytest.raises(ValueError, match="client.path is vectorised, but this model cannot be: layer .*Dropout"):
+        CohortTrainer(build_model("emnist_cnn_dropout", 10), config, CLASSIFICATION, path="vectorised")
     datas, params = _emnist_cohort([10, 20]), model_params(model)
     a = fast.train(params, datas, _generators(2))
     b = slow.train(params, datas, _generators(2))
@@ -126,7 +129,7 @@ def test_step_count_groups_below_min_users_are_trained_one_by_one(monkeypatch):
     model = build_model("emnist_mlp", 10)
     config = LocalTrainingConfig(batch_size=16, lr=0.1)
     datas = _emnist_cohort([10, 12, 16, 30])  # three users with one local step, one with two
-    trainer = CohortTrainer(model, config, CLASSIFICATION, min_users=3)
+    trainer = CohortTrainer(model, config, CLASSIFICATION, path="vectorised", min_users=3)
     assert trainer.describe() == (
         "cohort training: vectorised (users with the same number of local steps, 3 or more; fewer: one by one)"
     )

@@ -102,11 +102,11 @@ def assert_mechanism_unchanged(cfg, clean_cfg, failed: list[int]) -> None:
 
 
 # -- failed replies, in process -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("vectorise", [True, False], ids=["vectorised", "per_client"])
+@pytest.mark.parametrize("path", ["vectorised", "loop"])
 def test_in_process_failed_users_contribute_nothing_and_leave_noise_and_ledger_unchanged(
-    tiny_emnist_dir, tmp_path, monkeypatch, vectorise
+    tiny_emnist_dir, tmp_path, monkeypatch, path
 ):
-    client = {"vectorise": vectorise, "vectorise_min_users": 1, "timeout_s": TIMEOUT}
+    client = {"path": path, "vectorise_min_users": 1, "timeout_s": TIMEOUT}
     clean = _config(tiny_emnist_dir, tmp_path / "clean", client=client)
     faulty = _config(tiny_emnist_dir, tmp_path / "faulty", client=client)
     _run(clean)
@@ -151,7 +151,7 @@ def test_a_vectorised_group_that_raises_is_trained_again_user_by_user_from_the_s
     users = [ClientData(torch.rand(8, 1, 28, 28, generator=g), torch.randint(10, (8,), generator=g)) for _ in range(3)]
     broken = ClientData(torch.rand(8, 1, 5, 5, generator=g), torch.randint(10, (8,), generator=g))  # the model raises
     model = build_model("emnist_small_cnn", 10)
-    trainer = CohortTrainer(model, LocalTrainingConfig(batch_size=4), CLASSIFICATION)
+    trainer = CohortTrainer(model, LocalTrainingConfig(batch_size=4), CLASSIFICATION, path="vectorised")
     assert trainer.mode == "vectorised"
     seeded = lambda *seeds: [torch.Generator().manual_seed(s) for s in seeds]  # noqa: E731
     clean = trainer.train(model_params(model), users, seeded(10, 11, 12))

@@ -7,7 +7,7 @@ import torch
 
 from fedpub.config import parse_config
 from fedpub.simulations.benchmarks.flop_floor import matmul_flops_per_second
-from fedpub.simulations.benchmarks.throughput import _config, _floor, _rows
+from fedpub.simulations.benchmarks.throughput import _config, _floor, _rows, _summary
 from fedpub.simulations.experiment import build_experiment
 
 MLP_FLOPS_PER_EXAMPLE = (
@@ -33,7 +33,7 @@ def test_flop_floor_columns_divide_round_seconds_by_the_flops_at_the_matmul_rate
     seconds = {"floor": [(9.0, 5), (1.0, 5), (3.0, 5), (9.0, 5)], "fedpub": [(9.0, 5), (0.5, 5), (1.5, 5), (9.0, 5)],
                "fedpub-loop": [(9.0, 5), (2.0, 5), (2.0, 5), (9.0, 5)]}
     flops = [10**12, 4 * 10**9, 2 * 10**9, 10**12]  # the first and last rounds are not steady
-    rows = {r["path"]: r for r in _rows("emnist_mlp", 5, seconds, flops, flops_per_second=1e9)}
+    rows = {r["path"]: r for r in _rows("emnist_mlp", 5, "default", seconds, flops, flops_per_second=1e9)}
     assert rows["fedpub"]["round_gflop"] == 3.0
     assert rows["fedpub"]["x_flop_floor"] == pytest.approx(1.0 / 3.0, abs=0.05)
     assert rows["floor"]["x_flop_floor"] == pytest.approx(2.0 / 3.0, abs=0.05)
@@ -43,3 +43,20 @@ def test_flop_floor_columns_divide_round_seconds_by_the_flops_at_the_matmul_rate
 def test_matmul_rate_is_the_product_flops_over_its_time():
     rate = matmul_flops_per_second(torch.device("cpu"), size=256, repeats=2)
     assert 1e8 < rate < 1e14  # any CPU: between 0.1 GFLOP/s and 100 TFLOP/s
+
+
+def test_the_summary_says_per_cell_whether_fedpub_is_within_the_target_of_the_floor_and_ahead_of_pfl():
+    steady = lambda s, n=10: [(99.0, n), (s, n), (99.0, n)]  # noqa: E731 (only the middle round is steady)
+    cells = {
+        "emnist_cnn": {"floor": steady(1.0), "fedpub": steady(1.2), "fedpub-loop": steady(1.5),
+                       "pfl-research": steady(2.0)},
+        "emnist_mlp": {"floor": steady(1.0), "fedpub": steady(1.3), "fedpub-loop": steady(1.4),
+                       "pfl-research": steady(1.25)},
+        "so_logreg": {"floor": steady(2.0), "floor-cut": steady(1.0), "fedpub": steady(1.1), "fedpub-loop": steady(1.1)},
+    }
+    rows = [r for task, seconds in cells.items() for r in _rows(task, 10, "5-30", seconds, [1, 1, 1], 1e9)]
+    summary = {r["task"]: r for r in _summary(rows, {("emnist_cnn", 10, "5-30"): "8-15: loop"})}
+    assert [summary[t]["within_1.25x"] for t in cells] == ["yes", "no", "yes"]
+    assert [summary[t]["ahead_of_pfl"] for t in cells] == ["yes", "no", "-"]
+    assert summary["so_logreg"]["floor_s"] == 1.0 and summary["emnist_cnn"]["fedpub_paths"] == "8-15: loop"
+    assert summary["emnist_cnn"]["fedpub_vs_pfl"] == pytest.approx(2.0 / 1.2, abs=0.01)

@@ -1,0 +1,51 @@
+"""The next round's noise drawn ahead in a background thread is the noise drawn without it, bit for bit."""
+
+import torch
+
+from fedpub import noise_prefetch
+from fedpub.noise_prefetch import draw_normals, prefetch_normals, standard_normals
+from fedpub.steps.gaussian_noise import gaussian_noise
+from fedpub.types import RoundContext
+
+SPECS = [(torch.Size([300, 70]), torch.float32), (torch.Size([70]), torch.float32), (torch.Size([5]), torch.float64)]
+
+
+def test_the_noise_step_gives_the_same_noise_and_state_with_and_without_prefetch():
+    params = {"w": torch.zeros(300, 70), "b": torch.ones(70)}
+    runs = {}
+    for prefetch in (True, False):
+        step = gaussian_noise(1.3, seed=7, prefetch=prefetch)
+        state, noisy = step.init(params), []
+        for t in range(4):
+            ctx = RoundContext(round=t, seed=0, population=100, sampling_rate=0.1, expected_cohort=10, cohort_size=9)
+            result = step.update(params, state, ctx=ctx, clip_norm=0.5)
+            state = result.state
+            noisy.append(result.updates)
+            if prefetch:  # the next round's draws are under way, from the state this round left
+                assert torch.equal(noise_prefetch._pending.state, state["rng"])
+        runs[prefetch] = noisy, state
+    for a, b in zip(runs[True][0], runs[False][0], strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in params)
+    assert torch.equal(runs[True][1]["rng"], runs[False][1]["rng"])
+    assert not torch.equal(runs[True][0][0]["w"], runs[True][0][1]["w"])  # each round's noise is fresh
+
+
+def test_a_prefetch_is_handed_over_only_to_the_same_state_and_specs():
+    generator = torch.Generator().manual_seed(3)
+    state = generator.get_state()
+    expected = draw_normals(SPECS, torch.Generator().manual_seed(3))
+    prefetch_normals(SPECS, state)
+    job = noise_prefetch._pending
+    drawn = standard_normals(SPECS, generator)
+    assert noise_prefetch._pending is None and all(d is j for d, j in zip(drawn, job.draws, strict=True))
+    assert all(torch.equal(d, e) for d, e in zip(drawn, expected, strict=True))
+    follow = torch.Generator().manual_seed(3)
+    draw_normals(SPECS, follow)
+    assert torch.equal(generator.get_state(), follow.get_state())  # left past the draws
+    # another state, or other shapes: drawn in place, from the generator itself
+    prefetch_normals(SPECS, state)
+    other = torch.Generator().manual_seed(4)
+    assert torch.equal(standard_normals(SPECS, other)[0], draw_normals(SPECS, torch.Generator().manual_seed(4))[0])
+    prefetch_normals(SPECS, state)
+    again = torch.Generator().manual_seed(3)
+    assert torch.equal(standard_normals(SPECS[:1], again)[0], expected[0])
