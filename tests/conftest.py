@@ -39,7 +39,9 @@ def tiny_config(data_dir: Path, out_dir: Path, **overrides: Any) -> ExperimentCo
         "device": "cpu",
         "data": {"source": "synthetic_emnist", "path": str(data_dir), "synthetic": TINY_SYNTHETIC, "eval_clients": 4},
         "model": {"name": "emnist_small_cnn"},
-        "client": {"epochs": 1, "batch_size": 4, "lr": 0.05},
+        # a fixed path: runs of one seed are the same model bit for bit (with `auto` to float rounding, as the
+        # timed choice may differ run to run; tests/clients/test_path_choice.py tests `auto`)
+        "client": {"epochs": 1, "batch_size": 4, "lr": 0.05, "path": "loop"},
         "strategy": {"name": "dp_fedavg", "clip_norm": 0.5, "noise_multiplier": 0.8,
                      "sampling": {"kind": "poisson", "clients_per_round": 4}},
         "privacy": {"delta": 1e-5},
