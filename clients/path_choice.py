@@ -6,7 +6,7 @@ of local steps either at once (``vectorised``: ``vmap`` over the stacked users, 
 idea, Granqvist et al. 2024) or one by one (``loop``: each user on the resident model, cut to the input columns
 its examples use where that applies). Which is faster depends on the model, the group's size and the machine:
 vmap's fixed cost per step against the loop's per-user cost. A fixed rule guessed wrong (issue 23: 50 small
-users of the EMNIST CNN took 0.100 s a round vectorised and 0.087 s one by one), so :class:`PathChooser` keeps,
+users of a small CNN took 0.100 s a round vectorised and 0.087 s one by one), so :class:`PathChooser` keeps,
 per key (the model and the group size, in power-of-two buckets), the seconds each candidate took on the same
 groups; after :attr:`PathChooser.trials` such groups (or sooner, when one took :data:`DECISIVE` times the other's
 seconds) it keeps the one with the smaller total, and that choice is final. A size is not timed when the choices

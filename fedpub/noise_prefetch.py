@@ -2,7 +2,7 @@
 background thread, from a copy of the noise generator's state.
 
 DP-FedAvg's server adds N(0, σ²I) to the sum of the clipped updates (McMahan et al. 2018): one draw per
-parameter, every round. For StackOverflow's 5M-parameter tag model that is 5M draws, about 30 ms on one CPU core,
+parameter, every round. For a 5M-parameter bag-of-words model that is 5M draws, about 30 ms on one CPU core,
 as long as a small cohort's whole local training. The draws depend only on the generator's state, which is known
 as soon as the last round's noise is drawn, so :func:`prefetch_normals` starts drawing the next round's then, and
 :func:`standard_normals` hands them over when the very same request comes (the same generator state, shapes and

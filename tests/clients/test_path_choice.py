@@ -146,7 +146,7 @@ def test_a_run_records_its_choices_in_paths_json_resumes_with_them_and_trains_th
         forced[path] = run_in_process(build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name)).params
         assert RunDirectory(cfg.output_dir / cfg.name).load_paths() is None
 
-    cfg = tiny_config(tiny_emnist_dir, tmp_path / "auto")
+    cfg = tiny_config(tiny_emnist_dir, tmp_path / "auto", client={"path": "auto"})
     run_dir, lines = RunDirectory(cfg.output_dir / cfg.name), []
 
     done = []
