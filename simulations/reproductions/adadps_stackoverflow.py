@@ -28,10 +28,10 @@ from typing import Any
 
 from fedpub.simulations.compare import deep_merge
 from fedpub.simulations.reproductions.claims import Claim
-from fedpub.simulations.reproductions.federated import VALIDATION, FederatedReproduction, Row, run
+from fedpub.simulations.reproductions.federated import EVALUATION, FederatedReproduction, Row, run
 from fedpub.simulations.reproductions.tuning import Axis
 
-SETTING: dict[str, Any] = deep_merge(VALIDATION, {
+SETTING: dict[str, Any] = deep_merge(EVALUATION, {
     "rounds": 40,
     "eval_every": 10,
     "strategy": {"noise_multiplier": 0.3, "clip_norm": 1.0, "sampling": {"kind": "poisson", "clients_per_round": 20}},
@@ -39,7 +39,6 @@ SETTING: dict[str, Any] = deep_merge(VALIDATION, {
     "data": {
         "path": "data/synthetic_stackoverflow_counted_topics",
         "synthetic_stackoverflow": {"topic_rank_offset": 2000},
-        "eval_users": "all",
     },
 })
 QUICK: dict[str, Any] = {

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpub.simulations.reproductions.claims import Claim
-from fedpub.simulations.reproductions.federated import VALIDATION, FederatedReproduction, run
+from fedpub.simulations.reproductions.federated import EVALUATION, FederatedReproduction, run
 from fedpub.simulations.reproductions.tuning import Axis
 
 CLIENT_LR = (Axis("client.lr", (0.03, 0.1, 0.3)),)
@@ -44,7 +44,7 @@ REPRODUCTION = FederatedReproduction(
                   "more budget in the first epoch 46.7 / 49.6 / 54.0% vs in the last epoch 46.3 / 48.0 / 52.0% "
                   "at ε = 1 / 3 / 8 (± 0.5–0.6 each)"),),
     axes={"first_rounds": CLIENT_LR, "last_rounds": CLIENT_LR},
-    changes=VALIDATION,
+    changes=EVALUATION,
     note=("The boosted round uses z = √0.6 ≈ 0.775 (the paper's σ² = 0.6 read as a variance); the other 59 rounds "
           "the z calibrated so the total is the target ε."),
 )

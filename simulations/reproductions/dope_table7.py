@@ -35,7 +35,7 @@ from fedpub.simulations.reproductions.claims import Claim
 from fedpub.simulations.reproductions.federated import (
     QUICK_EMNIST,
     TUNING_SEED,
-    VALIDATION,
+    EVALUATION,
     FederatedReproduction,
     Row,
     run,
@@ -51,13 +51,13 @@ PAPER = (
     "ε = 0.5 / 1 / 2 / 4."
 )
 PUBLIC_FRACTION = 0.02
-REGIME: dict[str, Any] = deep_merge(VALIDATION, {
-    "data": {"public": {"fraction": PUBLIC_FRACTION}, "eval_users": "all"},
+REGIME: dict[str, Any] = deep_merge(EVALUATION, {
+    "data": {"public": {"fraction": PUBLIC_FRACTION}},
     "strategy": {"sampling": {"clients_per_round": 100}},
 })
 """The sweep's base config (``public_emnist.yaml``) changed to the regime where the private signal matters. Every
-method and the control are evaluated on the same test clients, all of them (``eval_users: all``; by default a run
-with public users is evaluated on the public users' test examples only, and ``dp_fedavg_all`` has none)."""
+method and the control are evaluated on the same test clients, all of them (:data:`EVALUATION`; ``dp_fedavg_all``
+has no public users to be evaluated on)."""
 CLIENT_LR = (Axis("client.lr", (0.03, 0.1, 0.3)),)
 
 

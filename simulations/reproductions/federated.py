@@ -69,8 +69,10 @@ QUICK_NOISE: dict[str, Any] = {"strategy": {"noise_multiplier": 1.0, "target_eps
 """``--quick`` runs at a fixed noise multiplier: no calibration (on 2 loaded cores a calibration took 3-35 s, more
 than a tiny run's training)."""
 
-VALIDATION: dict[str, Any] = {"data": {"validation": {"fraction": 0.1, "seed": 0}}}
-"""The validation users the tuning scores on: 10 % of the private users, held out of N and never trained on."""
+EVALUATION: dict[str, Any] = {"data": {"validation": {"fraction": 0.1, "seed": 0}, "eval_users": "all"}}
+"""Who evaluates: the validation users the tuning scores on (10 % of the private users, held out of N, never
+trained on), and every test client for the claims (``eval_users: all``: by default a run with public users is
+evaluated on the public users' test examples only, a few hundred examples, and the ones post-training fits)."""
 
 Row = dict[str, Any]
 Control = Callable[[Mapping[str, Any], Sequence[int], bool], tuple[list[Row], str]]

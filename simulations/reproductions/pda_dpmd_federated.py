@@ -15,6 +15,7 @@ Algorithm 1's iterate average is ``model_average: {kind: all}``).
 **Tuning** (by the one runner, :mod:`fedpub.simulations.reproductions.federated`, on validation users: 10 % of
 the private users held out of N, at ε = 8): every arm's client learning rate, and PDA-DPMD's mixing weight's floor
 (α_t never falls below it: 1 is DP-FedAvg from the warm start, smaller leans more on the public users' update).
+Every arm is evaluated on every test client (``eval_users: all``), not only the public users' test examples.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpub.simulations.reproductions.claims import Claim
-from fedpub.simulations.reproductions.federated import VALIDATION, FederatedReproduction, run
+from fedpub.simulations.reproductions.federated import EVALUATION, FederatedReproduction, run
 from fedpub.simulations.reproductions.tuning import Axis
 
 CLIENT_LR = Axis("client.lr", (0.03, 0.1, 0.3))
@@ -45,7 +46,7 @@ REPRODUCTION = FederatedReproduction(
     ),
     axes={"dp_fedavg_cold": (CLIENT_LR,), "dp_fedavg_warm": (CLIENT_LR,),
           "pda_dpmd": (CLIENT_LR, Axis("strategy.mirror.alpha_floor", (0.1, 0.2, 0.4)))},
-    changes=VALIDATION,
+    changes=EVALUATION,
 )
 
 

@@ -10,7 +10,9 @@ t ≈ 100: the first rounds of private training are the most sensitive to noise.
 data with 5% of the writers public (in distribution), T_pub = 6, t ∈ {0, 3, 6}, ε ∈ {1, 4}; the private rounds
 are those of ``public_emnist.yaml`` (30 rounds), each arm's client learning rate tuned on validation users (10 %
 of the private users held out of N) at ε = 4 by the one runner, :mod:`fedpub.simulations.reproductions.federated`;
-the public-training setting (batch 16, lr 0.05) is the same for the three arms.
+the public-training setting (batch 16, lr 0.05) is the same for the three arms. Every arm is evaluated on every
+test client (``eval_users: all``; fedpub's default for runs with public users, the public users' test examples,
+would favour post-training, which fits the public users last).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpub.simulations.reproductions.claims import Claim
-from fedpub.simulations.reproductions.federated import VALIDATION, FederatedReproduction, run
+from fedpub.simulations.reproductions.federated import EVALUATION, FederatedReproduction, run
 from fedpub.simulations.reproductions.tuning import Axis
 
 CLIENT_LR = (Axis("client.lr", (0.03, 0.1, 0.3)),)
@@ -39,7 +41,7 @@ REPRODUCTION = FederatedReproduction(
               "Figure 4: accuracy increases with t"),
     ),
     axes={label: CLIENT_LR for label in ("pre_6_post_0", "pre_3_post_3", "pre_0_post_6")},
-    changes=VALIDATION,
+    changes=EVALUATION,
 )
 
 

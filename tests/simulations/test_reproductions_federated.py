@@ -1,6 +1,6 @@
 """The federated reproductions (seeds 000-003) and their one runner (simulations/reproductions/federated.py): every
 declaration is valid (its claims name strategies it runs, each with the paper's figure; its tuning axes set real
-config fields; it holds validation users out), the full and quick sweeps are placed as documented, and one quick
+config fields; it holds validation users out and is judged on every test client), the full and quick sweeps are placed as documented, and one quick
 mode runs end to end (the others differ only in their declaration). How claims are judged: test_judge.py."""
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def test_each_declaration_claims_what_it_runs_and_tunes_real_fields_on_validatio
     assert all(c.paper_figure for c in repro.claims)
     assert set(repro.axes) == set(placed.strategies)  # every federated method is tuned
     assert placed.base["data"]["validation"]["fraction"] > 0 and len(placed.seeds) >= 3
+    assert placed.base["data"]["eval_users"] == "all"  # the claims are judged on every test client
     for label, axes in placed.axes.items():
         point = {a.name: a.values[-1] for a in axes}
         config = _config(placed, label, point, tmp_path)
@@ -108,7 +109,8 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
     out = tmp_path / "out"
     budget_schedule_table2.main(["--quick", "--out", str(out)])
     record = read_claims_json(out / "claims.json")
-    assert record.quick and record.seeds == 3 and record.seed_paper == "001" and record.name == "budget_schedule_table2"
+    assert record.quick and record.seeds == 3 and record.seed_paper == "001"
+    assert record.name == "budget_schedule_table2"
     assert [c.verdict in VERDICTS for c in record.claims] == [True] and record.claims[0].paper_figure
     assert all((out / path).is_file() for path in (*record.tables, *record.figures))
     assert "Total tuning budget: 4 runs on the validation users" in record.tuning and "not counted in ε" in record.tuning
