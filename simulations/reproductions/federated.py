@@ -72,7 +72,8 @@ than a tiny run's training)."""
 EVALUATION: dict[str, Any] = {"data": {"validation": {"fraction": 0.1, "seed": 0}, "eval_users": "all"}}
 """Who evaluates: the validation users the tuning scores on (10 % of the private users, held out of N, never
 trained on), and every test client for the claims (``eval_users: all``: by default a run with public users is
-evaluated on the public users' test examples only, a few hundred examples, and the ones post-training fits)."""
+evaluated on the public users' test examples only: a few hundred examples, of the very users that
+post-training fits)."""
 
 Row = dict[str, Any]
 Control = Callable[[Mapping[str, Any], Sequence[int], bool], tuple[list[Row], str]]
