@@ -250,7 +250,8 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     control_text = ""
     if repro.control is not None:
         control_rows, control_text = repro.control(placed.base, placed.seeds, args.quick)
-        rows += [{**r, "target_epsilon": eps} for r in control_rows for eps in sorted({r["target_epsilon"] for r in rows})]
+        epsilons = sorted({r["target_epsilon"] for r in rows})
+        rows += [{**r, "target_epsilon": eps} for r in control_rows for eps in epsilons]
     judged = judge_claims(rows, headline, repro.claims)
     tuning = _tuning_text(repro, tunings, control_text, args.quick)
     lines = [f"# {repro.title}", "", repro.paper, ""]
@@ -269,7 +270,8 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     write_claims_json(out, ReproductionRecord(
         repro.name, repro.seed_paper, repro.title, repro.paper, command, args.quick, len(placed.seeds),
         time.perf_counter() - started, tuning,
-        tuple(ClaimRecord.of(c.text, c.better, c.worse, j, c.paper_figure) for c, j in zip(repro.claims, judged, strict=True)),
+        tuple(ClaimRecord.of(c.text, c.better, c.worse, j, c.paper_figure)
+              for c, j in zip(repro.claims, judged, strict=True)),
         ("comparison.md", TABLE_FILE), (EPSILON_PLOT, ROUND_PLOT),
     ))
     return out / "comparison.md"

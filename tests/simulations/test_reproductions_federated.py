@@ -1,7 +1,8 @@
 """The federated reproductions (seeds 000-003) and their one runner (simulations/reproductions/federated.py): every
 declaration is valid (its claims name strategies it runs, each with the paper's figure; its tuning axes set real
-config fields; it holds validation users out and is judged on every test client), the full and quick sweeps are placed as documented, and one quick
-mode runs end to end (the others differ only in their declaration). How claims are judged: test_judge.py."""
+config fields; it holds validation users out and is judged on every test client), the full and quick sweeps are
+placed as documented, and one quick mode runs end to end (the others differ only in their declaration). How
+claims are judged: test_judge.py."""
 
 from __future__ import annotations
 
@@ -113,7 +114,8 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
     assert record.name == "budget_schedule_table2"
     assert [c.verdict in VERDICTS for c in record.claims] == [True] and record.claims[0].paper_figure
     assert all((out / path).is_file() for path in (*record.tables, *record.figures))
-    assert "Total tuning budget: 4 runs on the validation users" in record.tuning and "not counted in ε" in record.tuning
+    assert "Total tuning budget: 4 runs on the validation users" in record.tuning
+    assert "not counted in ε" in record.tuning
     assert len(list((out / "tuning").iterdir())) == 4 and len(list((out / "runs").iterdir())) == 6
     ran = yaml.safe_load((out / "sweep.yaml").read_text())
     chosen = {label: s["client"]["lr"] for label, s in ran["strategies"].items()}
