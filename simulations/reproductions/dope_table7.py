@@ -12,119 +12,66 @@ users take part a round and ε ∈ {2, 4}: z·√d/m is printed for each run's z
 ε = 4). The public-only control says whether the private signal matters at all: DP-FedAvg on the private users
 must beat it for the comparison to mean anything.
 
-**Tuning** (:mod:`fedpub.simulations.reproductions.tuning`): each method's client learning rate is tuned on the
-validation users (``data.validation``: 10 % of the private users held out of N, never trained on) at the larger
-ε with one seed outside the test seeds, its grid extended past an edge where the best sits; the public-only
-control's learning rate and epochs likewise. Then every method runs with its tuned rate on 3 seeds; the claims
-are judged on the test users by :mod:`fedpub.simulations.reproductions.judge`. The tuning runs are reported and
-are not counted in ε.
+**Tuning** (by the one runner, :mod:`fedpub.simulations.reproductions.federated`): each method's client learning
+rate is tuned on the validation users (``data.validation``: 10 % of the private users held out of N, never trained
+on) at the larger ε with one seed outside the test seeds, its grid extended past an edge where the best sits; the
+public-only control's learning rate and epochs likewise (:func:`public_only_control`). Then every method runs
+with its tuned rate on 3 seeds; the claims are judged on the test users by
+:mod:`fedpub.simulations.reproductions.judge`. The tuning runs are reported and are not counted in ε.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedpub.atomic import write_text_atomic
-from fedpub.config import PublicTrainingConfig, parse_config
-from fedpub.models.seeded import model_params
-from fedpub.simulations.compare import deep_merge, load_sweep, run_sweep
-from fedpub.simulations.compare_report import CSV_FILE, EPSILON_PLOT, ROUND_PLOT, TABLE_FILE, read_csv
-from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.compare import deep_merge
 from fedpub.simulations.evaluation import EvaluationSet, evaluate
 from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.public_training import pooled_data, train_on_public
-from fedpub.simulations.reproductions.claims import REPRODUCTIONS, Claim, claim_records, placed_sweep, verdicts
-from fedpub.simulations.reproductions.judge import RULE
-from fedpub.simulations.reproductions.results_record import ReproductionRecord, write_claims_json
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.reproductions.claims import Claim
+from fedpub.simulations.reproductions.federated import (
+    QUICK_EMNIST,
+    TUNING_SEED,
+    EVALUATION,
+    FederatedReproduction,
+    Row,
+    run,
+)
+from fedpub.simulations.reproductions.tuning import Axis, tune
 
-SWEEP = Path(__file__).with_suffix(".yaml")
-NAME = "dope_table7"
-COMMAND = "python -m fedpub.simulations.reproductions.dope_table7"
+from fedpub.config import ExperimentConfig, PublicTrainingConfig, parse_config
+from fedpub.models.seeded import model_params
+
 PAPER = (
     "Nasr et al. 2023, Table 7 (EMNIST, 2% public users, user-level δ = 1e-5): DP-SGD (all) 82.2 / 83.4 / 85.0 / "
     "86.2%, DP-SGD (only-private) 83.1 / 84.6 / 85.5 / 86.4%, DOPE-SGD 84.7 / 85.2 / 86.0 / 87.1% at "
     "ε = 0.5 / 1 / 2 / 4."
 )
-CLAIMS = (
-    Claim("DOPE-SGD beats DP-SGD on all users", "dope", "dp_fedavg_all",
-          "84.7 vs 82.2 (ε=0.5) … 87.1 vs 86.2 (ε=4): +0.9 to +2.5 points"),
-    Claim("DOPE-SGD beats DP only on the private users", "dope", "dp_fedavg_only_private",
-          "84.7 vs 83.1 (ε=0.5) … 87.1 vs 86.4 (ε=4): +0.5 to +1.6 points"),
-    Claim("DP only on the private users beats DP-SGD on all users", "dp_fedavg_only_private", "dp_fedavg_all",
-          "83.1 vs 82.2 (ε=0.5) … 86.4 vs 86.2 (ε=4): +0.2 to +1.2 points"),
-    Claim("DP-FedAvg on the private users beats the public-only control (the private signal matters)",
-          "dp_fedavg_only_private", "public_only", "not in the paper: our control"),
-)
-LR_GRID = (0.03, 0.1, 0.3)
-TUNING_SEED = 100
-"""The tuning runs' seed, outside the test seeds (0, 1, 2)."""
-REGIME: dict[str, Any] = {
-    "data": {"public": {"fraction": 0.02}, "validation": {"fraction": 0.1, "seed": 0}, "eval_users": "all"},
+PUBLIC_FRACTION = 0.02
+REGIME: dict[str, Any] = deep_merge(EVALUATION, {
+    "data": {"public": {"fraction": PUBLIC_FRACTION}},
     "strategy": {"sampling": {"clients_per_round": 100}},
-}
+})
 """The sweep's base config (``public_emnist.yaml``) changed to the regime where the private signal matters. Every
-method and the control are evaluated on the same test clients, all of them (``eval_users: all``; by default a run
-with public users is evaluated on the public users' test examples only, and ``dp_fedavg_all`` has none)."""
-QUICK_EPSILONS = [4.0]
+method and the control are evaluated on the same test clients, all of them (:data:`EVALUATION`; ``dp_fedavg_all``
+has no public users to be evaluated on)."""
+CLIENT_LR = (Axis("client.lr", (0.03, 0.1, 0.3)),)
 
 
-def _quick(out: Path) -> dict[str, Any]:
-    """Tiny sizes for ``--quick``: 60 writers (their files in ``out/data``), 3 rounds, 10 users a round."""
-    return {"rounds": 3, "eval_every": 3, "checkpoint_every": 3,
-            "data": {"path": str(out / "data"), "eval_clients": 10,
-                     "synthetic": {"num_writers": 60, "min_examples": 6, "max_examples": 12, "seed": 0}},
-            "client": {"epochs": 1}, "strategy": {"sampling": {"clients_per_round": 10}}}
-
-
-def _raw_sweep() -> dict[str, Any]:
-    return yaml.safe_load(SWEEP.read_text())
-
-
-def _changes(quick: bool, out: Path) -> dict[str, Any]:
-    return deep_merge(REGIME, _quick(out)) if quick else REGIME
-
-
-def _base(changes: Mapping[str, Any]) -> dict[str, Any]:
-    return deep_merge(yaml.safe_load((SWEEP.parent / _raw_sweep()["base"]).read_text()), dict(changes))
-
-
-def _method_config(base: Mapping[str, Any], overrides: Mapping[str, Any], epsilon: float, seed: int, name: str,
-                   out: Path) -> Any:
-    merged = deep_merge(dict(base), dict(overrides))
-    strategy = {**merged.get("strategy", {}), "target_epsilon": epsilon, "noise_multiplier": None}
-    return parse_config({**merged, "strategy": strategy, "seed": seed, "name": name, "output_dir": str(out)},
-                        f"{SWEEP}: {name}")
-
-
-def tune_methods(base: Mapping[str, Any], epsilon: float, out: Path, grid: tuple[float, ...]) -> dict[str, Tuning]:
-    """Each federated method's client learning rate, tuned on the validation users' accuracy (one run a point)."""
-    tunings = {}
-    for label, overrides in _raw_sweep()["strategies"].items():
-        def score(point: Mapping[str, float], label: str = label, overrides: Any = overrides) -> float:
-            name = f"{label}__lr{point['client.lr']:g}"
-            config = _method_config(base, deep_merge(overrides or {}, {"client": {"lr": point["client.lr"]}}),
-                                    epsilon, TUNING_SEED, name, out / "tuning")
-            result = run_in_process(build_experiment(config), RunDirectory(config.output_dir / config.name))
-            return float(result.final_metrics["val_accuracy"])
-
-        tunings[label] = tune([Axis("client.lr", grid)], score, higher_is_better=True)
-    return tunings
+def _config(base: Mapping[str, Any], seed: int) -> ExperimentConfig:
+    """The base with its public users, as the control trains (no private round runs: ε is only parsed)."""
+    raw = deep_merge(dict(base), {"data": {"public": {"fraction": PUBLIC_FRACTION}}, "seed": seed,
+                                  "name": "public_only", "output_dir": "unused"})
+    return parse_config(raw, "dope_table7: public_only")
 
 
 def public_only(base: Mapping[str, Any], seed: int, training: PublicTrainingConfig) -> dict[str, float]:
     """The control: the seeded initial model trained on the pooled public users only (no private data, no DP
     needed), evaluated on the test users (``eval_*``) and the validation users (``val_*``)."""
-    config = _method_config(base, {"data": {"public": {"fraction": 0.02}}}, 1.0, seed, "public_only", Path("unused"))
-    experiment = build_experiment(config)
+    experiment = build_experiment(_config(base, seed))
     model = experiment.new_model()
     data = pooled_data(experiment.public_data, experiment.public_ids)
     params, _ = train_on_public(model, model_params(model), data, training, experiment.task, seed=seed,
@@ -136,19 +83,26 @@ def public_only(base: Mapping[str, Any], seed: int, training: PublicTrainingConf
     return metrics
 
 
-def tune_public_only(base: Mapping[str, Any], quick: bool) -> Tuning:
-    axes = [Axis("lr", (0.1,)), Axis("epochs", (5,), "linear")] if quick else \
+def public_only_control(base: Mapping[str, Any], seeds: Sequence[int], quick: bool) -> tuple[list[Row], str]:
+    """The public-only control on every test seed, its learning rate and epochs tuned on the validation users."""
+    axes = [Axis("lr", (0.1, 0.3)), Axis("epochs", (5, 10), "linear")] if quick else \
         [Axis("lr", (0.03, 0.1, 0.3)), Axis("epochs", (5, 10, 20), "linear")]
-    return tune(axes, lambda p: public_only(base, TUNING_SEED, PublicTrainingConfig(
-        lr=p["lr"], epochs=int(p["epochs"])))["val_accuracy"], higher_is_better=True)
+    tuning = tune(axes, lambda p: public_only(base, TUNING_SEED, PublicTrainingConfig(
+        lr=p["lr"], epochs=int(p["epochs"])))["val_accuracy"], higher_is_better=True,
+        max_extensions=0 if quick else 2)
+    chosen = PublicTrainingConfig(lr=tuning.best["lr"], epochs=int(tuning.best["epochs"]))
+    rows = [{"strategy": "public_only", "seed": seed, **public_only(base, seed, chosen)} for seed in seeds]
+    accuracies = ", ".join(f"{r['eval_accuracy']:.4f}" for r in rows)
+    return rows, (f"`public_only` (centralised training on the pooled public users; test accuracy per seed "
+                  f"{accuracies}): {tuning.markdown()}")
 
 
-def _signal_arithmetic(rows: list[dict[str, Any]], clip: float, cohort: int, parameters: int) -> str:
+def signal_arithmetic(rows: Sequence[Row], base: Mapping[str, Any]) -> str:
     """z·√d/m for each ε's runs: the noise norm on the mean update over the largest possible signal C."""
-    by_eps: dict[float, float] = {}
-    for row in rows:
-        if row.get("noise_multiplier") is not None and row["target_epsilon"] is not None:
-            by_eps[float(row["target_epsilon"])] = float(row["noise_multiplier"])
+    clip, cohort = base["strategy"]["clip_norm"], base["strategy"]["sampling"]["clients_per_round"]
+    parameters = sum(v.numel() for v in build_experiment(_config(base, 0)).new_model().state_dict().values())
+    by_eps = {float(r["target_epsilon"]): float(r["noise_multiplier"]) for r in rows
+              if r.get("noise_multiplier") is not None and r["target_epsilon"] is not None}
     parts = [f"ε={eps:g}: z = {z:.3g}, z·√d/m = {z * math.sqrt(parameters) / cohort:.2f}"
              for eps, z in sorted(by_eps.items())]
     return (f"The regime: the noise on the mean update has norm about z·C·√d/m against a signal of norm at most "
@@ -156,59 +110,32 @@ def _signal_arithmetic(rows: list[dict[str, Any]], clip: float, cohort: int, par
             + "; ".join(parts) + ".")
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, no tuning grid: a check that it runs")
-    parser.add_argument("--out", type=Path, default=REPRODUCTIONS / NAME)
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    changes, raw = _changes(args.quick, args.out), _raw_sweep()
-    base = _base(changes)
-    epsilons = QUICK_EPSILONS if args.quick else raw["epsilons"]
-    tunings = tune_methods(base, max(epsilons), args.out, (0.1,) if args.quick else LR_GRID)
-    public_tuning = tune_public_only(base, args.quick)
-    strategies = {label: deep_merge(overrides or {}, {"client": {"lr": tunings[label].best["client.lr"]}})
-                  for label, overrides in raw["strategies"].items()}
-    sweep = load_sweep(placed_sweep(SWEEP, args.out, base_changes=changes,
-                                    sweep_changes={"epsilons": epsilons, "strategies": strategies}))
-    result = run_sweep(sweep)
-    if result.failures:
-        raise RuntimeError(f"{len(result.failures)} runs failed; see above (rerun to resume)")
-    rows = read_csv(sweep.root / CSV_FILE)
-    control = PublicTrainingConfig(lr=public_tuning.best["lr"], epochs=int(public_tuning.best["epochs"]))
-    for seed in sorted({r["seed"] for r in rows}):
-        metrics = public_only(base, seed, control)
-        rows += [{"strategy": "public_only", "target_epsilon": eps, "seed": seed, **metrics} for eps in epsilons]
-    parameters = sum(v.numel() for v in build_experiment(sweep.runs[0].config).new_model().state_dict().values())
-    tuning = " ".join(
-        [f"`{label}`: {t.markdown()}" for label, t in tunings.items()]
-        + [f"`public_only` (centralised training on the pooled public users): {public_tuning.markdown()}"]
-    )
-    if args.quick:
-        tuning = "Quick mode: one-point grids (nothing tuned). " + tuning
-    lines = [
-        "# Seed 003, Table 7 (federated DOPE-SGD, with a public-only control)", "", PAPER, "",
-        _signal_arithmetic(rows, base["strategy"]["clip_norm"], base["strategy"]["sampling"]["clients_per_round"],
-                           parameters), "",
-        "## Claims checked", "", RULE, "", *verdicts(rows, sweep.headline, CLAIMS), "",
-        "Public-only control (test accuracy per seed): "
-        + ", ".join(f"{r['eval_accuracy']:.4f}" for r in rows if r["strategy"] == "public_only" and
-                    r["target_epsilon"] == epsilons[0]) + ".", "",
-        "## Tuning", "", tuning, "",
-        "The table is `compare.md` (the federated methods), the plots `accuracy_vs_epsilon.png` and "
-        "`accuracy_vs_round.png`.", "",
-    ]
-    path = sweep.root / "comparison.md"
-    write_text_atomic(path, "\n".join(lines))
-    print("\n".join(lines))
-    write_claims_json(sweep.root, ReproductionRecord(
-        name=NAME, seed_paper="003", title="Table 7: DOPE-SGD, federated, with a public-only control", paper=PAPER,
-        command=COMMAND + (" --quick" if args.quick else ""), quick=args.quick,
-        seeds=len({r["seed"] for r in rows}), wall_time_s=time.perf_counter() - started, tuning=tuning,
-        claims=claim_records(rows, sweep.headline, CLAIMS, PAPER),
-        tables=("comparison.md", TABLE_FILE), figures=(EPSILON_PLOT, ROUND_PLOT),
-    ))
-    return path
+REPRODUCTION = FederatedReproduction(
+    name="dope_table7",
+    seed_paper="003",
+    title="Seed 003, Table 7 (federated DOPE-SGD, with a public-only control)",
+    paper=PAPER,
+    sweep=Path(__file__).with_suffix(".yaml"),
+    claims=(
+        Claim("DOPE-SGD beats DP-SGD on all users", "dope", "dp_fedavg_all",
+              "84.7 vs 82.2 (ε=0.5) … 87.1 vs 86.2 (ε=4): +0.9 to +2.5 points"),
+        Claim("DOPE-SGD beats DP only on the private users", "dope", "dp_fedavg_only_private",
+              "84.7 vs 83.1 (ε=0.5) … 87.1 vs 86.4 (ε=4): +0.5 to +1.6 points"),
+        Claim("DP only on the private users beats DP-SGD on all users", "dp_fedavg_only_private", "dp_fedavg_all",
+              "83.1 vs 82.2 (ε=0.5) … 86.4 vs 86.2 (ε=4): +0.2 to +1.2 points"),
+        Claim("DP-FedAvg on the private users beats the public-only control (the private signal matters)",
+              "dp_fedavg_only_private", "public_only", "not in the paper: our control"),
+    ),
+    axes={"dp_fedavg_all": CLIENT_LR, "dp_fedavg_only_private": CLIENT_LR, "dope": CLIENT_LR},
+    changes=REGIME,
+    quick=deep_merge(QUICK_EMNIST, {"data": {"synthetic": {"num_writers": 60}}}),
+    control=public_only_control,
+    setting=signal_arithmetic,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    return run(REPRODUCTION, argv)
 
 
 if __name__ == "__main__":

@@ -1,44 +1,91 @@
-"""Running a federated reproduction end to end: its sweep (full, or ``--quick`` on tiny data), its claims judged by
-the one rule of :mod:`fedpub.simulations.reproductions.judge`, ``comparison.md`` and ``claims.json``.
+"""The one runner of the federated reproductions (fedpub issue 21): tune on validation users, run the test sweep,
+judge the paper's claims, write ``comparison.md`` and ``claims.json``.
 
-A reproduction module declares a :class:`FederatedReproduction` (its sweep YAML, the paper's claims and the
-paper's own figure for each) and its ``main(argv)`` calls :func:`run`. ``--out DIR`` puts the sweep's folder at
-DIR (the sweep actually run is written there as ``sweep.yaml``); ``--quick`` runs the same strategies on a tiny
-synthetic population for two rounds at the sweep's largest ε with 3 seeds (tens of seconds: for the tests; its
-verdicts say nothing about the paper).
+A reproduction module declares a :class:`FederatedReproduction` (its sweep file, the paper's claims with the
+paper's own figure for each, its tuning axes) and its ``main(argv)`` calls :func:`run`, which
+
+1. places the sweep: its base config with the reproduction's ``changes`` merged in (``--quick``: its tiny
+   ``quick`` sizes too, the data under ``--out``, a fixed noise multiplier (:data:`QUICK_NOISE`) in place of the
+   ε values, every tuning axis cut to its first two values and never extended: a check that the pipeline runs,
+   its verdicts say nothing about the paper);
+2. tunes each strategy that has :attr:`~FederatedReproduction.axes` by :func:`~.tuning.tune`: one run a grid
+   point at the sweep's largest ε with the seed :data:`TUNING_SEED` (outside the test seeds), scored on the
+   validation users' headline metric (``val_accuracy``: the base must hold ``data.validation``), never on the
+   test users; these runs are the tuning budget, reported and not counted in ε;
+3. runs every (strategy, ε, seed) with the chosen values (``out/runs/``; a rerun resumes: a finished run is not
+   run again) and writes the comparison (``compare.csv``, ``compare.md``, the two plots);
+4. judges the claims by :mod:`fedpub.simulations.reproductions.judge` and writes ``comparison.md`` and
+   ``claims.json`` (:mod:`fedpub.simulations.reproductions.results_record`) for the results page.
+
+The sweep file has the keys of a ``fedpub compare`` sweep (``base``, ``epsilons``, ``seeds``, ``strategies``);
+without ``epsilons`` every run keeps the base's fixed noise multiplier, and the claims are judged in one cell, at the
+largest ε a run achieved (runs whose users differ achieve different ε at one noise multiplier).
+The sweep as run (tuned values included) is written to ``out/sweep.yaml``.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from fedpub.atomic import write_text_atomic
-from fedpub.config import apply_overrides
-from fedpub.simulations.compare import load_sweep, run_sweep
-from fedpub.simulations.compare_report import CSV_FILE, EPSILON_PLOT, ROUND_PLOT, TABLE_FILE, read_csv
+from fedpub.config import parse_config
+from fedpub.simulations.compare import deep_merge
+from fedpub.simulations.compare_report import (
+    EPSILON_PLOT,
+    ROUND_PLOT,
+    TABLE_FILE,
+    ComparedRun,
+    read_run,
+    run_name,
+    write_comparison,
+)
+from fedpub.simulations.engine import run_in_process
+from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.reproductions.claims import Claim, judge_claims
 from fedpub.simulations.reproductions.judge import RULE
 from fedpub.simulations.reproductions.results_record import ClaimRecord, ReproductionRecord, write_claims_json
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune
+from fedpub.simulations.run_dir import RunDirectory
 
-QUICK_OVERRIDES = (
-    "rounds=2", "eval_every=1", "checkpoint_every=1",
-    "data.synthetic.num_writers=40", "data.synthetic.min_examples=8", "data.synthetic.max_examples=16",
-    "data.public.fraction=0.25", "data.eval_clients=10", "client.epochs=1",
-    "strategy.sampling.clients_per_round=6",
-)
-"""A tiny population (30 private, 10 public writers), two rounds: the pipeline, not the paper."""
+REPRODUCTIONS = Path("runs/reproductions")
+"""Where every reproduction writes its outputs, one folder each."""
+TUNING_SEED = 100
+"""The tuning runs' seed, outside the test seeds."""
+QUICK_EMNIST: dict[str, Any] = {
+    "rounds": 2, "eval_every": 2, "checkpoint_every": 2,
+    "data": {"synthetic": {"num_writers": 40, "min_examples": 6, "max_examples": 10}, "eval_clients": 8},
+    "client": {"epochs": 1}, "strategy": {"sampling": {"clients_per_round": 5}},
+}
+"""``--quick`` on the EMNIST-layout data: 40 writers, 2 rounds, 5 users a round. Merged over the base and over
+every strategy's overrides (a strategy's own ``rounds`` included)."""
+QUICK_NOISE: dict[str, Any] = {"strategy": {"noise_multiplier": 1.0, "target_epsilon": None}}
+"""``--quick`` runs at a fixed noise multiplier: no calibration (on 2 loaded cores a calibration took 3-35 s, more
+than a tiny run's training)."""
+
+EVALUATION: dict[str, Any] = {"data": {"validation": {"fraction": 0.1, "seed": 0}, "eval_users": "all"}}
+"""Who evaluates: the validation users the tuning scores on (10 % of the private users, held out of N, never
+trained on), and every test client for the claims (``eval_users: all``: by default a run with public users is
+evaluated on the public users' test examples only: a few hundred examples, of the very users that
+post-training fits)."""
+
+Row = dict[str, Any]
+Control = Callable[[Mapping[str, Any], Sequence[int], bool], tuple[list[Row], str]]
+"""(the placed base config, the test seeds, quick) ↦ one row per seed of a method run outside the sweep (its
+metrics, ``eval_*`` and ``val_*``, with ``strategy`` and ``seed``) and its tuning paragraph."""
+Setting = Callable[[Sequence[Row], Mapping[str, Any]], str]
+"""(the test rows, the placed base config) ↦ a paragraph on the regime the runs were in, for ``comparison.md``."""
 
 
 @dataclass(frozen=True)
 class FederatedReproduction:
-    """A paper's claims checked on a sweep of fedpub runs."""
+    """A paper's claims checked on a sweep of fedpub runs, its strategies tuned on validation users."""
 
     name: str
     seed_paper: str
@@ -46,58 +93,185 @@ class FederatedReproduction:
     paper: str
     sweep: Path
     claims: tuple[Claim, ...]
-    paper_figures: tuple[str, ...]
-    """The paper's own number or words for each claim, in the claims' order."""
-    tuning: str
-    """How the settings were chosen (and what tuning cost), for the results page."""
+    """Each with the paper's own figure for it (shown beside ours on the results page)."""
+    axes: Mapping[str, tuple[Axis, ...]] = field(default_factory=dict)
+    """Per strategy label, its tuning grid; an axis's name is the dotted config key it sets (``client.lr``)."""
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    """Merged into the sweep's base (the regime, the validation users)."""
+    quick: Mapping[str, Any] = field(default_factory=lambda: QUICK_EMNIST)
+    """Merged into the base and over every strategy's overrides in ``--quick`` mode (``data.path`` is set to
+    ``--out``'s ``data`` folder)."""
     note: str = ""
+    control: Control | None = None
+    setting: Setting | None = None
+
+    def __post_init__(self) -> None:
+        labels = set(self.strategies)
+        if unknown := sorted(set(self.axes) - labels):
+            raise ValueError(f"{self.name}: axes name strategies {unknown} the sweep does not run; it runs "
+                             f"{sorted(labels)}")
+        if self.axes and not yaml.safe_load(self.base_text())["data"].get("validation") \
+                and "validation" not in self.changes.get("data", {}):
+            raise ValueError(f"{self.name}: tuning needs validation users: set data.validation in the base or "
+                             "in changes")
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The sweep file's mapping."""
+        return yaml.safe_load(self.sweep.read_text(encoding="utf-8"))
+
+    @property
+    def strategies(self) -> dict[str, dict[str, Any]]:
+        return {label: overrides or {} for label, overrides in self.raw["strategies"].items()}
+
+    def base_text(self) -> str:
+        return (self.sweep.parent / self.raw["base"]).read_text(encoding="utf-8")
 
 
-def _sweep_file(repro: FederatedReproduction, out: Path, quick: bool) -> Path:
-    """The sweep as run: its base resolved, its folder ``out``; in quick mode at its largest ε only, every strategy
-    with :data:`QUICK_OVERRIDES` (over its own settings)."""
-    raw = yaml.safe_load(repro.sweep.read_text(encoding="utf-8"))
-    raw["base"] = str((repro.sweep.parent / raw["base"]).resolve())
-    raw["name"], raw["output_dir"] = out.name, str(out.parent)
+@dataclass(frozen=True)
+class PlacedSweep:
+    """What :func:`run` runs: the base config, the strategies' overrides, the ε values (None: the base's fixed
+    noise multiplier), the test seeds, the tuning axes (cut in quick mode) and the extensions allowed past an
+    edge."""
+
+    base: dict[str, Any]
+    strategies: dict[str, dict[str, Any]]
+    epsilons: tuple[float, ...] | None
+    seeds: tuple[int, ...]
+    axes: dict[str, tuple[Axis, ...]]
+    max_extensions: int
+
+    @property
+    def tuning_epsilon(self) -> float | None:
+        return max(self.epsilons) if self.epsilons else None
+
+
+def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
+    """The sweep as it runs into ``out`` (full, or quick: see the module docstring)."""
+    raw = repro.raw
+    base = deep_merge(yaml.safe_load(repro.base_text()), dict(repro.changes))
+    epsilons = tuple(float(e) for e in raw["epsilons"]) if "epsilons" in raw else None
+    strategies, axes = repro.strategies, {label: tuple(axes) for label, axes in repro.axes.items()}
     if quick:
-        raw["epsilons"], raw["seeds"] = [max(raw["epsilons"])], [0, 1, 2]
-        quick_settings = (*QUICK_OVERRIDES, f"data.path={out / 'data'}")
-        raw["strategies"] = {label: apply_overrides(copy.deepcopy(settings or {}), quick_settings)
-                             for label, settings in raw["strategies"].items()}
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "sweep.yaml"
-    write_text_atomic(path, yaml.safe_dump(raw, sort_keys=False))
-    return path
+        tiny = deep_merge(deep_merge(dict(repro.quick), QUICK_NOISE), {"data": {"path": str(out / "data")}})
+        base = deep_merge(base, tiny)
+        strategies = {label: deep_merge(overrides, tiny) for label, overrides in strategies.items()}
+        epsilons = None
+        axes = {label: tuple(Axis(a.name, a.values[:2], a.scale) for a in grid) for label, grid in axes.items()}
+    return PlacedSweep(base, strategies, epsilons, tuple(raw["seeds"]), axes, 0 if quick else 2)
+
+
+def _nested(dotted: str, value: float) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``"a.b"``."""
+    nested: Any = value
+    for part in reversed(dotted.split(".")):
+        nested = {part: nested}
+    return nested
+
+
+def _with_values(overrides: Mapping[str, Any], values: Mapping[str, float]) -> dict[str, Any]:
+    """A strategy's overrides with tuned values (dotted config keys) merged in."""
+    merged = dict(overrides)
+    for key, value in values.items():
+        merged = deep_merge(merged, _nested(key, value))
+    return merged
+
+
+def run_one(base: Mapping[str, Any], overrides: Mapping[str, Any], epsilon: float | None, seed: int, name: str,
+            out: Path) -> ComparedRun:
+    """One run of ``base`` with ``overrides`` (at target ``epsilon``, or the base's noise multiplier when None)
+    in ``out/name`` (resumed if checkpointed, not rerun if finished), read back as the comparison reads it."""
+    merged = deep_merge(dict(base), dict(overrides))
+    if epsilon is not None:
+        merged["strategy"] = {**merged.get("strategy", {}), "target_epsilon": epsilon, "noise_multiplier": None}
+    config = parse_config({**merged, "seed": seed, "name": name, "output_dir": str(out)}, f"{name} seed {seed}")
+    run_dir = RunDirectory(config.output_dir / config.name)
+    result = run_in_process(build_experiment(config), run_dir)
+    return read_run(run_dir, name.split("__")[0], result.final_metrics)
+
+
+def _tune(placed: PlacedSweep, out: Path) -> dict[str, Tuning]:
+    """Each strategy with axes tuned on the validation users (see the module docstring)."""
+    tunings = {}
+    for label, axes in placed.axes.items():
+        def score(point: Mapping[str, float], label: str = label) -> float:
+            name = label + "".join(f"__{key.replace('.', '-')}{value:g}" for key, value in point.items())
+            run = run_one(placed.base, _with_values(placed.strategies[label], point), placed.tuning_epsilon,
+                          TUNING_SEED, name, out / "tuning")
+            return float(run.row[f"val_{run.headline}"])
+
+        tunings[label] = tune(axes, score, higher_is_better=True, max_extensions=placed.max_extensions)
+    return tunings
+
+
+def _tuning_text(repro: FederatedReproduction, tunings: Mapping[str, Tuning], control: str, quick: bool) -> str:
+    untuned = [label for label in repro.strategies if label not in tunings]
+    parts = [f"`{label}`: {t.markdown()}" for label, t in tunings.items()]
+    if control:
+        parts.append(control)
+    if untuned:
+        parts.append(f"Not tuned (the sweep's values): {', '.join(f'`{u}`' for u in untuned)}.")
+    budget = sum(t.evaluations for t in tunings.values())
+    parts.append(f"Total tuning budget: {budget} runs on the validation users (seed {TUNING_SEED}), not counted "
+                 "in ε.")
+    text = " ".join(parts)
+    return "Quick mode: two-value grids, no extensions (nothing is really tuned). " + text if quick else text
 
 
 def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path:
-    """Run (or resume) the reproduction's sweep, judge its claims, write comparison.md and claims.json."""
+    """Tune, run the test sweep, judge the claims; write comparison.md and claims.json into ``--out``."""
     parser = argparse.ArgumentParser(description=repro.title)
-    parser.add_argument("--out", type=Path, default=Path("runs/reproductions") / repro.name)
-    parser.add_argument("--quick", action="store_true", help="tiny population, 2 rounds, largest ε, 3 seeds")
+    parser.add_argument("--out", type=Path, default=REPRODUCTIONS / repro.name)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes, the largest ε, two-value tuning grids: a check that it runs")
     args = parser.parse_args(argv)
-    start = time.perf_counter()
-    sweep = load_sweep(_sweep_file(repro, args.out, args.quick))
-    result = run_sweep(sweep)
-    if result.failures:
-        raise RuntimeError(f"{len(result.failures)} runs failed; see above (rerun to resume)")
-    rows = read_csv(sweep.root / CSV_FILE)
-    judged = judge_claims(rows, sweep.headline, repro.claims)
-    sentences = [j.sentence(c.text, c.better, c.worse) for c, j in zip(repro.claims, judged)]
-    lines = [f"# {repro.title}", "", repro.paper, "", "## Claims checked", "", RULE, "", *sentences, ""]
+    started = time.perf_counter()
+    out: Path = args.out
+    placed = place(repro, out, args.quick)
+    tunings = _tune(placed, out)
+    strategies = {label: _with_values(overrides, tunings[label].best if label in tunings else {})
+                  for label, overrides in placed.strategies.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "sweep.yaml", yaml.safe_dump(
+        {"base": placed.base, **({"epsilons": list(placed.epsilons)} if placed.epsilons else {}),
+         "seeds": list(placed.seeds), "strategies": strategies}, sort_keys=False))
+    compared = []
+    for label, overrides in strategies.items():
+        for epsilon in placed.epsilons or (None,):
+            for seed in placed.seeds:
+                name = run_name(label, epsilon, seed) if epsilon is not None else f"{label}__seed{seed}"
+                compared.append(run_one(placed.base, overrides, epsilon, seed, name, out / "runs"))
+                print(f"{compared[-1].row['strategy']} ε={compared[-1].row['epsilon']:.3g} seed {seed}: "
+                      f"{compared[-1].headline} {compared[-1].row[f'eval_{compared[-1].headline}']:.4f}", flush=True)
+    write_comparison(out, compared, repro.title)
+    rows, headline = [c.row for c in compared], compared[0].headline
+    if placed.epsilons is None:  # one noise multiplier: one cell, at the largest ε a run achieved
+        rows = [{**r, "target_epsilon": float(f"{max(r['epsilon'] for r in rows):.3g}")} for r in rows]
+    control_text = ""
+    if repro.control is not None:
+        control_rows, control_text = repro.control(placed.base, placed.seeds, args.quick)
+        epsilons = sorted({r["target_epsilon"] for r in rows})
+        rows += [{**r, "target_epsilon": eps} for r in control_rows for eps in epsilons]
+    judged = judge_claims(rows, headline, repro.claims)
+    tuning = _tuning_text(repro, tunings, control_text, args.quick)
+    lines = [f"# {repro.title}", "", repro.paper, ""]
+    if repro.setting is not None:
+        lines += [repro.setting(rows, placed.base), ""]
+    lines += ["## Claims checked", "", RULE, "",
+              *(j.sentence(c.text, c.better, c.worse) for c, j in zip(repro.claims, judged, strict=True)), ""]
     if repro.note:
         lines += [repro.note, ""]
-    lines += [repro.tuning, "", "The table is `compare.md`, the plots `accuracy_vs_epsilon.png` and "
-              "`accuracy_vs_round.png`; the sweep run is `sweep.yaml`.", ""]
-    write_text_atomic(sweep.root / "comparison.md", "\n".join(lines))
+    lines += ["## Tuning", "", tuning, "",
+              (f"The table is `{TABLE_FILE}`, the plots `{EPSILON_PLOT}` and `{ROUND_PLOT}`; the sweep as run is "
+               "`sweep.yaml`."), ""]
+    write_text_atomic(out / "comparison.md", "\n".join(lines))
     print("\n".join(lines))
     command = f"python -m fedpub.simulations.reproductions.{repro.name}" + (" --quick" if args.quick else "")
-    write_claims_json(sweep.root, ReproductionRecord(
-        repro.name, repro.seed_paper, repro.title, repro.paper, command, args.quick, len({r.seed for r in sweep.runs}),
-        time.perf_counter() - start, repro.tuning,
-        tuple(ClaimRecord.of(c.text, c.better, c.worse, j, figure)
-              for c, j, figure in zip(repro.claims, judged, repro.paper_figures, strict=True)),
-        tuple(p for p in ("comparison.md", TABLE_FILE) if (sweep.root / p).exists()),
-        tuple(p for p in (EPSILON_PLOT, ROUND_PLOT) if (sweep.root / p).exists()),
+    write_claims_json(out, ReproductionRecord(
+        repro.name, repro.seed_paper, repro.title, repro.paper, command, args.quick, len(placed.seeds),
+        time.perf_counter() - started, tuning,
+        tuple(ClaimRecord.of(c.text, c.better, c.worse, j, c.paper_figure)
+              for c, j in zip(repro.claims, judged, strict=True)),
+        ("comparison.md", TABLE_FILE), (EPSILON_PLOT, ROUND_PLOT),
     ))
-    return sweep.root / "comparison.md"
+    return out / "comparison.md"

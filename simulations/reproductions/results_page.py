@@ -57,8 +57,10 @@ def _copy(source_dir: Path, paths: Sequence[str], target_dir: Path) -> list[tupl
 def _section(folder: Path, record: ReproductionRecord, assets: Path, link_base: str) -> list[str]:
     kind = "quick mode (tiny sizes: a check that it runs, not a result)" if record.quick else "full mode"
     minutes = record.wall_time_s / 60
+    named = record.title.startswith(f"Seed {record.seed_paper}")
+    heading = record.title if named else f"Seed {record.seed_paper}: {record.title}"
     lines = [
-        f"## Seed {record.seed_paper}: {record.title}", "",
+        f"## {heading}", "",
         f"*Paper:* {record.paper}", "",
         f"*Command:* `{record.command}` — {kind}, {record.seeds} seeds, wall time {record.wall_time_s:.0f} s "
         f"({minutes:.1f} min).", "",

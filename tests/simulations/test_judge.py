@@ -9,7 +9,7 @@ import math
 import pytest
 from scipy import stats
 
-from fedpub.simulations.reproductions.claims import Claim, verdicts
+from fedpub.simulations.reproductions.claims import Claim, judge_claims
 from fedpub.simulations.reproductions.judge import (
     MIN_SEEDS,
     ClaimJudgement,
@@ -80,9 +80,10 @@ def _rows(values: dict[tuple[str, float], list[float]]) -> list[dict]:
 
 def test_a_sweeps_claim_is_judged_at_every_epsilon_where_both_ran():
     claim = Claim("a beats b", "a", "b")
-    (line,) = verdicts(_rows({("a", 1.0): WIN[0], ("b", 1.0): WIN[1], ("a", 2.0): TIE[0], ("b", 2.0): TIE[1],
-                              ("a", 4.0): [0.9] * MIN_SEEDS}), "accuracy", [claim])
+    (judged,) = judge_claims(_rows({("a", 1.0): WIN[0], ("b", 1.0): WIN[1], ("a", 2.0): TIE[0], ("b", 2.0): TIE[1],
+                                    ("a", 4.0): [0.9] * MIN_SEEDS}), "accuracy", [claim])
+    line = judged.sentence(claim.text, claim.better, claim.worse)
     assert line.startswith("- a beats b: **partly reproduced** — `a` vs `b`: 1 wins, 1 ties, 0 losses of 2 cells")
     assert "ε=1: 0.8100 ± 0.0058 (n=3) vs 0.7100 ± 0.0058 (n=3)" in line and "(tie)" in line
-    (unchecked,) = verdicts(_rows({("a", 1.0): WIN[0], ("b", 2.0): WIN[1]}), "accuracy", [claim])
-    assert "**not checked**" in unchecked
+    (unchecked,) = judge_claims(_rows({("a", 1.0): WIN[0], ("b", 2.0): WIN[1]}), "accuracy", [claim])
+    assert "**not checked**" in unchecked.sentence(claim.text, claim.better, claim.worse)

@@ -1,60 +1,123 @@
-"""The federated reproductions' sweeps (seeds 001, 003) are valid. Their quick modes run in
-test_reproductions_quick.py; how their claims are judged is tested in test_judge.py."""
+"""The federated reproductions (seeds 000-003) and their one runner (simulations/reproductions/federated.py): every
+declaration is valid (its claims name strategies it runs, each with the paper's figure; its tuning axes set real
+config fields; it holds validation users out and is judged on every test client), the full and quick sweeps are
+placed as documented, and one quick mode runs end to end (the others differ only in their declaration). How
+claims are judged: test_judge.py."""
 
 from __future__ import annotations
 
-import pytest
+import functools
 
-from fedpub.simulations.compare import load_sweep
+import pytest
 import yaml
 
+from fedpub.config import parse_config
+from fedpub.simulations.compare import deep_merge, load_sweep
 from fedpub.simulations.reproductions import (
+    adadps_stackoverflow,
     budget_schedule_table2,
     dope_table7,
     pda_dpmd_federated,
     public_epochs_figure4,
 )
-from fedpub.simulations.reproductions.federated import _sweep_file
+from fedpub.simulations.reproductions.federated import (
+    QUICK_NOISE,
+    TUNING_SEED,
+    FederatedReproduction,
+    _with_values,
+    place,
+)
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
+from fedpub.simulations.reproductions.tuning import Axis
 
-pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
+MODULES = [adadps_stackoverflow, budget_schedule_table2, dope_table7, pda_dpmd_federated, public_epochs_figure4]
+SWEEPS = [budget_schedule_table2, dope_table7, pda_dpmd_federated, public_epochs_figure4]
+"""The reproductions whose sweep file is a `fedpub compare` sweep (adadps_stackoverflow runs at a fixed σ)."""
 
 
-@pytest.mark.parametrize("module", [dope_table7, budget_schedule_table2, pda_dpmd_federated, public_epochs_figure4])
-def test_each_reproduction_sweep_is_valid_and_runs_every_claimed_strategy(module):
-    sweep = load_sweep(module.SWEEP)
-    labels = {run.label for run in sweep.runs} | {"public_only"}  # dope_table7's control runs outside the sweep
-    assert {c.better for c in module.CLAIMS} | {c.worse for c in module.CLAIMS} <= labels
-    assert sweep.headline == "accuracy"
+def _config(placed, label, values, tmp_path):
+    raw = deep_merge(placed.base, _with_values(placed.strategies[label], values))
+    return parse_config({**raw, "seed": TUNING_SEED, "name": label, "output_dir": str(tmp_path)}, label)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_each_declaration_claims_what_it_runs_and_tunes_real_fields_on_validation_users(module, tmp_path):
+    repro = module.REPRODUCTION
+    placed = place(repro, tmp_path / "out", quick=False)
+    labels = set(placed.strategies) | ({"public_only"} if repro.control else set())
+    assert {c.better for c in repro.claims} | {c.worse for c in repro.claims} <= labels
+    assert all(c.paper_figure for c in repro.claims)
+    assert set(repro.axes) == set(placed.strategies)  # every federated method is tuned
+    assert placed.base["data"]["validation"]["fraction"] > 0 and len(placed.seeds) >= 3
+    assert placed.base["data"]["eval_users"] == "all"  # the claims are judged on every test client
+    for label, axes in placed.axes.items():
+        point = {a.name: a.values[-1] for a in axes}
+        config = _config(placed, label, point, tmp_path)
+        for name, value in point.items():  # the tuned value lands where the axis says
+            assert functools.reduce(getattr, name.split("."), config) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("module", SWEEPS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_each_sweep_file_is_a_valid_compare_sweep(module):
+    sweep = load_sweep(module.REPRODUCTION.sweep)
+    assert sweep.headline == "accuracy" and {run.seed for run in sweep.runs} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_each_quick_placement_is_tiny_untuned_and_writes_under_out(module, tmp_path):
+    out = tmp_path / "out"
+    placed = place(module.REPRODUCTION, out, quick=True)
+    assert placed.epsilons is None and placed.max_extensions == 0 and placed.seeds == (0, 1, 2)
+    assert all(len(a.values) <= 2 for axes in placed.axes.values() for a in axes)
+    for label in placed.strategies:
+        config = _config(placed, label, {}, tmp_path)
+        assert config.rounds == 2 and config.data.path == out / "data"
+        assert config.strategy.noise_multiplier == QUICK_NOISE["strategy"]["noise_multiplier"]
+
+
+def test_the_full_placement_tunes_at_the_largest_epsilon_and_extends_edges(tmp_path):
+    placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False)
+    assert placed.epsilons == (0.5, 2.0, 8.0) and placed.tuning_epsilon == 8.0 and placed.max_extensions == 2
+    assert [a.name for a in placed.axes["pda_dpmd"]] == ["client.lr", "strategy.mirror.alpha_floor"]
+    assert place(adadps_stackoverflow.REPRODUCTION, tmp_path, quick=False).epsilons is None  # fixed σ = 0.3
 
 
 def test_budget_schedule_boosts_one_round_of_60_at_the_papers_sigma_squared():
-    for run in load_sweep(budget_schedule_table2.SWEEP).runs:
+    for run in load_sweep(budget_schedule_table2.REPRODUCTION.sweep).runs:
         schedule = run.config.strategy.budget_schedule
         assert run.config.rounds == 60 and schedule.boosted_rounds == 1
         assert schedule.boosted_noise_multiplier ** 2 == pytest.approx(0.6)
 
 
 def test_pda_dpmd_and_warm_dp_fedavg_start_from_the_same_warm_model():
-    runs = {run.label: run.config for run in load_sweep(pda_dpmd_federated.SWEEP).runs}
+    runs = {run.label: run.config for run in load_sweep(pda_dpmd_federated.REPRODUCTION.sweep).runs}
     assert runs["pda_dpmd"].strategy.warm_start == runs["dp_fedavg_warm"].strategy.warm_start is not None
     assert runs["dp_fedavg_cold"].strategy.warm_start is None
 
 
-@pytest.mark.parametrize("module", [budget_schedule_table2, pda_dpmd_federated, public_epochs_figure4])
-def test_each_quick_sweep_is_tiny_and_valid(module, tmp_path):
-    sweep = load_sweep(_sweep_file(module.REPRODUCTION, tmp_path / "out", quick=True))
-    assert {run.seed for run in sweep.runs} == {0, 1, 2} and len({run.target_epsilon for run in sweep.runs}) == 1
-    assert all(run.config.rounds == 2 and run.config.data.synthetic.num_writers == 40 for run in sweep.runs)
-    assert sweep.root == tmp_path / "out"
-    assert yaml.safe_load((tmp_path / "out" / "sweep.yaml").read_text())["name"] == "out"
+def test_a_declaration_tuning_an_unknown_strategy_or_without_validation_users_is_refused():
+    repro = budget_schedule_table2.REPRODUCTION
+    with pytest.raises(ValueError, match=r"axes name strategies \['nope'\]"):
+        FederatedReproduction(repro.name, repro.seed_paper, repro.title, repro.paper, repro.sweep, repro.claims,
+                              axes={"nope": (Axis("client.lr", (0.1, 0.3)),)}, changes=repro.changes)
+    with pytest.raises(ValueError, match="data.validation"):
+        FederatedReproduction(repro.name, repro.seed_paper, repro.title, repro.paper, repro.sweep, repro.claims,
+                              axes=repro.axes)
 
 
-def test_the_budget_schedule_quick_mode_writes_claims_json(tmp_path):
-    """The federated runner end to end (the other federated quick modes differ only in their sweep)."""
-    budget_schedule_table2.main(["--quick", "--out", str(tmp_path / "out")])
-    record = read_claims_json(tmp_path / "out" / "claims.json")
+def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes_its_claims(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # anything written outside --out would land here
+    out = tmp_path / "out"
+    budget_schedule_table2.main(["--quick", "--out", str(out)])
+    record = read_claims_json(out / "claims.json")
     assert record.quick and record.seeds == 3 and record.seed_paper == "001"
-    assert [c.verdict in VERDICTS for c in record.claims] == [True]
-    assert all((tmp_path / "out" / path).exists() for path in (*record.tables, *record.figures))
-
+    assert record.name == "budget_schedule_table2"
+    assert [c.verdict in VERDICTS for c in record.claims] == [True] and record.claims[0].paper_figure
+    assert all((out / path).is_file() for path in (*record.tables, *record.figures))
+    assert "Total tuning budget: 4 runs on the validation users" in record.tuning
+    assert "not counted in ε" in record.tuning
+    assert len(list((out / "tuning").iterdir())) == 4 and len(list((out / "runs").iterdir())) == 6
+    ran = yaml.safe_load((out / "sweep.yaml").read_text())
+    chosen = {label: s["client"]["lr"] for label, s in ran["strategies"].items()}
+    assert set(chosen) == {"first_rounds", "last_rounds"} and set(chosen.values()) <= {0.03, 0.1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -13,7 +13,6 @@ from fedpub.seeding import torch_generator
 from fedpub.simulations.reproductions import pda_dpmd_linear_regression as pda
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
 
-pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 
 K = pda.HEAD_ACTIVE + pda.TAIL_ACTIVE
 

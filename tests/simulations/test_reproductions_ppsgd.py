@@ -14,7 +14,6 @@ from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.simulations.reproductions import ppsgd_synthetic as ppsgd
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
 
-pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 
 SMALL = {"dim": 20, "num_private": 400, "num_public": 20, "num_test": 200, "num_validation": 100}
 SETUP = ppsgd.Setup(batch_size=40, planned_steps=30)
