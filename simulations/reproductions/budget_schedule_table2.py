@@ -29,10 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpub.simulations.reproductions.claims import Claim
-from fedpub.simulations.reproductions.federated import EVALUATION, FederatedReproduction, run
-from fedpub.simulations.reproductions.tuning import Axis
+from fedpub.simulations.reproductions.federated import CLIENT_LR, EVALUATION, FederatedReproduction, run
 
-CLIENT_LR = (Axis("client.lr", (0.03, 0.1, 0.3)),)
 REPRODUCTION = FederatedReproduction(
     name="budget_schedule_table2",
     seed_paper="001",
@@ -43,7 +41,7 @@ REPRODUCTION = FederatedReproduction(
     claims=(Claim("more budget early beats more budget late at the same ε", "first_rounds", "last_rounds",
                   "more budget in the first epoch 46.7 / 49.6 / 54.0% vs in the last epoch 46.3 / 48.0 / 52.0% "
                   "at ε = 1 / 3 / 8 (± 0.5–0.6 each)"),),
-    axes={"first_rounds": CLIENT_LR, "last_rounds": CLIENT_LR},
+    axes={"first_rounds": (CLIENT_LR,), "last_rounds": (CLIENT_LR,)},
     changes=EVALUATION,
     note=("The boosted round uses z = √0.6 ≈ 0.775 (the paper's σ² = 0.6 read as a variance); the other 59 rounds "
           "the z calibrated so the total is the target ε."),

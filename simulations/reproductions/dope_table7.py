@@ -33,6 +33,7 @@ from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.public_training import pooled_data, train_on_public
 from fedpub.simulations.reproductions.claims import Claim
 from fedpub.simulations.reproductions.federated import (
+    CLIENT_LR,
     QUICK_EMNIST,
     TUNING_SEED,
     EVALUATION,
@@ -58,7 +59,6 @@ REGIME: dict[str, Any] = deep_merge(EVALUATION, {
 """The sweep's base config (``public_emnist.yaml``) changed to the regime where the private signal matters. Every
 method and the control are evaluated on the same test clients, all of them (:data:`EVALUATION`; ``dp_fedavg_all``
 has no public users to be evaluated on)."""
-CLIENT_LR = (Axis("client.lr", (0.03, 0.1, 0.3)),)
 
 
 def _config(base: Mapping[str, Any], seed: int) -> ExperimentConfig:
@@ -126,7 +126,7 @@ REPRODUCTION = FederatedReproduction(
         Claim("DP-FedAvg on the private users beats the public-only control (the private signal matters)",
               "dp_fedavg_only_private", "public_only", "not in the paper: our control"),
     ),
-    axes={"dp_fedavg_all": CLIENT_LR, "dp_fedavg_only_private": CLIENT_LR, "dope": CLIENT_LR},
+    axes={"dp_fedavg_all": (CLIENT_LR,), "dp_fedavg_only_private": (CLIENT_LR,), "dope": (CLIENT_LR,)},
     changes=REGIME,
     quick=deep_merge(QUICK_EMNIST, {"data": {"synthetic": {"num_writers": 60}}}),
     control=public_only_control,

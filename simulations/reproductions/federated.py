@@ -69,6 +69,9 @@ QUICK_NOISE: dict[str, Any] = {"strategy": {"noise_multiplier": 1.0, "target_eps
 """``--quick`` runs at a fixed noise multiplier: no calibration (on 2 loaded cores a calibration took 3-35 s, more
 than a tiny run's training)."""
 
+CLIENT_LR = Axis("client.lr", (0.03, 0.1, 0.3))
+"""The client learning-rate grid the federated reproductions start from (extended by :func:`tune` at an edge)."""
+
 EVALUATION: dict[str, Any] = {"data": {"validation": {"fraction": 0.1, "seed": 0}, "eval_users": "all"}}
 """Who evaluates: the validation users the tuning scores on (10 % of the private users, held out of N, never
 trained on), and every test client for the claims (``eval_users: all``: by default a run with public users is

@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpub.simulations.reproductions.claims import Claim
-from fedpub.simulations.reproductions.federated import EVALUATION, FederatedReproduction, run
+from fedpub.simulations.reproductions.federated import CLIENT_LR, EVALUATION, FederatedReproduction, run
 from fedpub.simulations.reproductions.tuning import Axis
 
-CLIENT_LR = Axis("client.lr", (0.03, 0.1, 0.3))
 REPRODUCTION = FederatedReproduction(
     name="pda_dpmd_federated",
     seed_paper="000",

@@ -21,10 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpub.simulations.reproductions.claims import Claim
-from fedpub.simulations.reproductions.federated import EVALUATION, FederatedReproduction, run
-from fedpub.simulations.reproductions.tuning import Axis
+from fedpub.simulations.reproductions.federated import CLIENT_LR, EVALUATION, FederatedReproduction, run
 
-CLIENT_LR = (Axis("client.lr", (0.03, 0.1, 0.3)),)
 REPRODUCTION = FederatedReproduction(
     name="public_epochs_figure4",
     seed_paper="001",
@@ -40,7 +38,7 @@ REPRODUCTION = FederatedReproduction(
         Claim("an even split beats all public epochs as post-training", "pre_3_post_3", "pre_0_post_6",
               "Figure 4: accuracy increases with t"),
     ),
-    axes={label: CLIENT_LR for label in ("pre_6_post_0", "pre_3_post_3", "pre_0_post_6")},
+    axes={label: (CLIENT_LR,) for label in ("pre_6_post_0", "pre_3_post_3", "pre_0_post_6")},
     changes=EVALUATION,
 )
 
