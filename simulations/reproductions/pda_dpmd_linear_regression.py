@@ -47,6 +47,7 @@ import itertools
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,9 +128,27 @@ def sample_features(rows: int, dim: int, generator: torch.Generator) -> torch.Te
                       head + _random_subsets(rows, dim - head, TAIL_ACTIVE, generator)], dim=1)
 
 
+def design_matrix(idx: torch.Tensor, dim: int, transpose: bool = False) -> torch.Tensor:
+    """The feature matrix X (rows of ``idx``, ``dim`` columns), or Xᵀ, as a sparse CSR tensor: a product with it
+    reads only the active coordinates (a dense gather of them costs about 10× more at 24 models)."""
+    rows, active = idx.shape
+    values = torch.full((rows * active,), FEATURE_VALUE, dtype=DTYPE)
+    with warnings.catch_warnings():  # torch calls its CSR support "beta" once per process
+        warnings.simplefilter("ignore", UserWarning)
+        if not transpose:
+            return torch.sparse_csr_tensor(torch.arange(0, rows * active + 1, active), idx.reshape(-1), values,
+                                           (rows, dim), check_invariants=False)
+        columns = idx.reshape(-1)
+        order = columns.argsort(stable=True)
+        row_starts = torch.zeros(dim + 1, dtype=torch.int64)
+        row_starts[1:] = torch.bincount(columns, minlength=dim).cumsum(0)
+        return torch.sparse_csr_tensor(row_starts, torch.arange(rows).repeat_interleave(active)[order], values,
+                                       (dim, rows), check_invariants=False)
+
+
 def predict(theta: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """x·θ for every example (rows of ``idx``) and every model (rows of ``theta``, shape (G, p)): (G, rows)."""
-    return FEATURE_VALUE * theta.index_select(1, idx.reshape(-1)).view(theta.shape[0], *idx.shape).sum(-1)
+    return (design_matrix(idx, theta.shape[1]) @ theta.T).T
 
 
 def generate_problem(dim: int, seed: int | str, n_private: int = N_PRIVATE,
@@ -249,8 +268,8 @@ def clipped_gradient_sum(theta: torch.Tensor, idx: torch.Tensor, y: torch.Tensor
     because the k active indices are distinct."""
     residual = predict(theta, idx) - y
     factor = torch.clamp(clip_norms[:, None] / (2 * residual.abs() * FEATURE_VALUE * math.sqrt(idx.shape[1])), max=1.0)
-    coefficients = 2 * FEATURE_VALUE * residual * factor
-    return torch.zeros_like(theta).index_add_(1, idx.reshape(-1), coefficients.repeat_interleave(idx.shape[1], dim=1))
+    coefficients = 2 * residual * factor  # the gradient is coefficient · x, x's entries being 0.05
+    return (design_matrix(idx, theta.shape[1], transpose=True) @ coefficients.T).T
 
 
 @dataclass(frozen=True)
