@@ -50,11 +50,15 @@ from fedpub.simulations.engine import run_in_process
 from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.reproductions.claims import Claim, judge_claims
 from fedpub.simulations.reproductions.judge import RULE
-from fedpub.simulations.reproductions.results_record import ClaimRecord, ReproductionRecord, write_claims_json
+from fedpub.simulations.reproductions.results_record import (
+    ClaimRecord,
+    ReproductionRecord,
+    default_out,
+    write_claims_json,
+)
 from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune
 from fedpub.simulations.run_dir import RunDirectory
 
-REPRODUCTIONS = Path("runs/reproductions")
 """Where every reproduction writes its outputs, one folder each."""
 TUNING_SEED = 100
 """The tuning runs' seed, outside the test seeds."""
@@ -224,12 +228,14 @@ def _tuning_text(repro: FederatedReproduction, tunings: Mapping[str, Tuning], co
 def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path:
     """Tune, run the test sweep, judge the claims; write comparison.md and claims.json into ``--out``."""
     parser = argparse.ArgumentParser(description=repro.title)
-    parser.add_argument("--out", type=Path, default=REPRODUCTIONS / repro.name)
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"output folder (default {default_out(repro.name, False)}, quick: "
+                             f"{default_out(repro.name, True)})")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes, the largest ε, two-value tuning grids: a check that it runs")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    out: Path = args.out
+    out: Path = args.out or default_out(repro.name, args.quick)
     placed = place(repro, out, args.quick)
     tunings = _tune(placed, out)
     strategies = {label: _with_values(overrides, tunings[label].best if label in tunings else {})

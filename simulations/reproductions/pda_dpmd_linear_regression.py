@@ -67,6 +67,7 @@ from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, judge_c
 from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     ClaimRecord,
     ReproductionRecord,
+    default_out,
     write_claims_json,
 )
 from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune  # noqa: E402
@@ -91,7 +92,7 @@ LABELS = {"cold_dp_sgd": "cold-start DP-SGD", "warm_dp_sgd": "warm-start DP-SGD"
 OUTPUTS = ("last", "average")
 DTYPE = torch.float64
 DEFAULT_DIMS = (500, 1000, 2000, 4000, 6000)
-DEFAULT_OUT = Path("runs/reproductions/pda_dpmd_linear_regression")
+NAME = "pda_dpmd_linear_regression"
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def generate_problem(dim: int, seed: int | str, n_private: int = N_PRIVATE,
                      public_per_dim: float = PUBLIC_PER_DIM) -> Problem:
     """θ* ~ N(0, I_p), ``n_private`` private and round(1.5·p) public samples, y ~ N(θ*·x, 0.01), all from one
     generator seeded by (p, seed)."""
-    gen = torch_generator("pda_dpmd_linear_regression", dim, seed, "data")
+    gen = torch_generator(NAME, dim, seed, "data")
     theta_star = torch.randn(dim, generator=gen, dtype=DTYPE)
 
     def samples(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -365,7 +366,7 @@ def _unit(draw: Draw, algorithm: str) -> float:
 
 def _train_generator(dim: int, seed: int | str, schedule: Schedule) -> torch.Generator:
     """Batches and noise: shared by the three algorithms for one (p, seed, schedule), so they are paired."""
-    return torch_generator("pda_dpmd_linear_regression", dim, seed, schedule.sampling_rate, schedule.steps, "train")
+    return torch_generator(NAME, dim, seed, schedule.sampling_rate, schedule.steps, "train")
 
 
 def run_algorithm(draw: Draw, seed: int | str, algorithm: str, schedule: Schedule, z: float,
@@ -658,7 +659,7 @@ def write_outputs(out: Path, results: Sequence[Result], choices: Mapping[int, Ma
     command = "python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression" + (
         " --quick" if quick else "" if dims == DEFAULT_DIMS else f" --dims {','.join(map(str, dims))}")
     write_claims_json(out, ReproductionRecord(
-        "pda_dpmd_linear_regression", "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning,
+        NAME, "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning,
         tuple(ClaimRecord.of(text, *CLAIM_SIDES[key], judged[key], figure) for key, (text, figure) in CLAIM_TEXTS.items()),
         ("table.md", "tuning.md", "comparison.md"), ("figure.png",)))
     return lines
@@ -696,7 +697,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", default=",".join(map(str, DEFAULT_DIMS)), help="comma-separated dimensions p")
     parser.add_argument("--seeds", type=int, default=3, help="reported seeds per p (the paper: 20)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
     parser.add_argument("--quick", action="store_true",
                         help="p = 250, 500, 750, 600 private samples, a tiny grid, the RDP accountant (PLD's "
                              "calibration dominated it), 3 seeds: seconds, for the tests")
@@ -704,11 +706,12 @@ def main(argv: Sequence[str] | None = None) -> Path:
                         help="torch threads (one is faster on a busy 2-core machine: no OpenMP contention)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    out = args.out or default_out(NAME, args.quick)
     if args.quick:
-        run([250, 500, 750], 3, args.out, QUICK_GRID, n_private=600, accountant="rdp", quick=True)
+        run([250, 500, 750], 3, out, QUICK_GRID, n_private=600, accountant="rdp", quick=True)
     else:
-        run([int(d) for d in args.dims.split(",")], args.seeds, args.out)
-    return args.out
+        run([int(d) for d in args.dims.split(",")], args.seeds, out)
+    return out
 
 
 if __name__ == "__main__":

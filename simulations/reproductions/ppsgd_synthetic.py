@@ -83,6 +83,7 @@ from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, judge_c
 from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     ClaimRecord,
     ReproductionRecord,
+    default_out,
     write_claims_json,
 )
 from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune  # noqa: E402
@@ -653,6 +654,7 @@ def write_schedule_figure(runs: Mapping[tuple[Loss, float], PrivateRun], out: Pa
     plt.close(fig)
 
 
+NAME = "ppsgd_synthetic"
 TITLE = "Seed 004, Figure 3 (synthetic data): PPSGD against DP-SGD on the merged data and public-only training"
 PAPER = ("Wang & Zhou, \"Differentially private learning with small public data\" (AAAI 2020), Figure 3: accuracy "
          "(hinge loss) and MSE (square loss) against ε on 100-dimensional Gaussian data with 9,950 private and 50 "
@@ -682,7 +684,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epsilons", default="0.1,0.5,1,2,4", help="target ε list (default 0.1,0.5,1,2,4)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
-    parser.add_argument("--out", type=Path, default=Path("runs/reproductions/ppsgd_synthetic"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
     parser.add_argument("--losses", default=",".join(LOSSES), help="hinge,square (default both)")
     parser.add_argument("--steps", type=int, default=Setup.planned_steps,
                         help=f"steps the initial z is calibrated for (default {Setup.planned_steps})")
@@ -692,6 +695,7 @@ def main(argv: list[str] | None = None) -> Path:
                         help=f"tiny data ({QUICK_SIZES}), 40 steps, ε = 1, η = 1 fixed, two-value grids, 3 seeds: "
                              "seconds, for the tests")
     args = parser.parse_args(argv)
+    out: Path = args.out or default_out(NAME, args.quick)
     epsilons = [1.0] if args.quick else [float(e) for e in args.epsilons.split(",")]
     losses = args.losses.split(",")
     if unknown := set(losses) - set(LOSSES):
@@ -706,22 +710,22 @@ def main(argv: list[str] | None = None) -> Path:
     results = [r for _, _, cell in done for r in cell.results]
     tunings = [t for _, _, cell in done for t in cell.tunings]
     cells = summarize(results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_table(cells, setup, seeds, sizes, args.out)
-    write_figure(cells, args.out)
-    write_schedule_figure({(loss, eps): cell.ppsgd_runs[0] for loss, eps, cell in done}, args.out)
-    tuning = write_tuning(tunings, args.out)
-    print(write_comparison(results, setup, seeds, sizes, args.out))
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(cells, setup, seeds, sizes, out)
+    write_figure(cells, out)
+    write_schedule_figure({(loss, eps): cell.ppsgd_runs[0] for loss, eps, cell in done}, out)
+    tuning = write_tuning(tunings, out)
+    print(write_comparison(results, setup, seeds, sizes, out))
     wall = time.perf_counter() - start
     command = "python -m fedpub.simulations.reproductions.ppsgd_synthetic" + (" --quick" if args.quick else "")
     claims = tuple(ClaimRecord.of(c.text, LABELS[c.better], LABELS[c.worse], judge(c, results), PAPER_FIGURE[c.worse])
                    for c in CLAIMS)
-    write_claims_json(args.out, ReproductionRecord(
-        "ppsgd_synthetic", "004", TITLE, PAPER, command, args.quick, seeds, wall, tuning, claims,
+    write_claims_json(out, ReproductionRecord(
+        NAME, "004", TITLE, PAPER, command, args.quick, seeds, wall, tuning, claims,
         ("table.md", "tuning.md", "comparison.md"), ("figure.png", "schedule.png")))
-    print(f"wrote {args.out}/table.md, table.csv, tuning.md, figure.png, schedule.png, comparison.md, claims.json "
+    print(f"wrote {out}/table.md, table.csv, tuning.md, figure.png, schedule.png, comparison.md, claims.json "
           f"in {wall:.0f}s")
-    return args.out
+    return out
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ from fedpub.atomic import write_json_atomic
 from fedpub.simulations.reproductions.judge import ClaimJudgement
 
 CLAIMS_FILE = "claims.json"
+REPRODUCTIONS = Path("runs/reproductions")
+"""Where the reproductions write by default: full runs in ``<name>/``, quick ones in ``quick/<name>/`` (a quick run
+never resumes into, or overwrites, a full one)."""
 SEED_PAPERS = ("000", "001", "002", "003", "004")
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "refuted", "mixed", "not judged", "not checked")
 """Every verdict :attr:`ClaimJudgement.verdict` can say."""
@@ -78,6 +81,11 @@ class ReproductionRecord:
                 pure = PurePosixPath(path)
                 if pure.is_absolute() or ".." in pure.parts or pure.suffix != suffix:
                     raise ValueError(f"{key} must be relative {suffix} paths inside the output folder, got {path!r}")
+
+
+def default_out(name: str, quick: bool) -> Path:
+    """A reproduction's default output folder (see :data:`REPRODUCTIONS`)."""
+    return REPRODUCTIONS / "quick" / name if quick else REPRODUCTIONS / name
 
 
 def write_claims_json(out_dir: Path, record: ReproductionRecord) -> Path:

@@ -13,14 +13,15 @@ from fedpub.simulations.reproductions.results_page import main
 from fedpub.simulations.reproductions.results_record import ClaimRecord, ReproductionRecord, write_claims_json
 
 
-def _record(folder: Path, name: str, seed_paper: str, better: list[float], paper_figure: str) -> None:
+def _record(folder: Path, name: str, seed_paper: str, better: list[float], paper_figure: str,
+            quick: bool = False) -> None:
     judged = ClaimJudgement((judge_cell("ε=1", better, [0.50, 0.51, 0.52]),))
     (folder / "plots").mkdir(parents=True)
     (folder / "compare.md").write_text(f"# table of {name}\n")
     (folder / "plots" / "acc.png").write_bytes(b"\x89PNG not really")
     write_claims_json(folder, ReproductionRecord(
         name=name, seed_paper=seed_paper, title=f"title {name}", paper=f"paper {name}", command=f"python -m {name}",
-        quick=False, seeds=3, wall_time_s=90.0, tuning=f"tuning {name}",
+        quick=quick, seeds=3, wall_time_s=90.0, tuning=f"tuning {name}",
         claims=(ClaimRecord.of(f"A beats B in {name}", "a", "b", judged, paper_figure),),
         tables=("compare.md",), figures=("plots/acc.png",),
     ))
@@ -46,5 +47,37 @@ def test_the_page_is_built_from_every_claims_json_with_statistics_and_copied_ass
 def test_two_records_of_one_reproduction_are_refused(tmp_path):
     _record(tmp_path / "a", "dope_table7", "003", [0.8, 0.81, 0.82], "x")
     _record(tmp_path / "b", "dope_table7", "003", [0.8, 0.81, 0.82], "x")
-    with pytest.raises(ValueError, match="more than one claims.json"):
+    with pytest.raises(ValueError, match="more than one full claims.json"):
         main(["--runs", str(tmp_path), "--out", str(tmp_path / "results.md")])
+
+
+def test_a_regeneration_keeps_the_committed_records_until_the_runs_have_a_better_one(tmp_path):
+    out = tmp_path / "docs" / "results.md"
+    first, second = tmp_path / "first", tmp_path / "second"
+    _record(first / "dope_table7", "dope_table7", "003", [0.80, 0.81, 0.82], "full dope")
+    _record(first / "adadps_stackoverflow", "adadps_stackoverflow", "002", [0.80, 0.81, 0.82], "full adadps")
+    main(["--runs", str(first), "--out", str(out)])
+    assert (out.parent / "results" / "dope_table7" / "claims.json").is_file()
+
+    # the runs are gone; a quick run of one reproduction and a full run of the other are new
+    _record(second / "quick" / "dope_table7", "dope_table7", "003", [0.50, 0.51, 0.52], "quick dope", quick=True)
+    _record(second / "adadps_stackoverflow", "adadps_stackoverflow", "002", [0.49, 0.50, 0.51], "new adadps")
+    main(["--runs", str(second), "--out", str(out)])
+    page = out.read_text()
+    assert "| 003 | dope_table7 | A beats B in dope_table7 | **reproduced** | full dope |" in page  # kept over quick
+    assert "new adadps" in page and "full adadps" not in page  # a new full run replaces the committed one
+    assert (out.parent / "results" / "dope_table7" / "plots" / "acc.png").is_file()  # its figure kept with it
+    assert not (out.parent / "results.new").exists() and not (out.parent / "results.old").exists()
+
+    # with nothing under the runs the page is the same
+    before = page
+    main(["--runs", str(tmp_path / "none"), "--out", str(out)])
+    assert out.read_text().replace(str(tmp_path / "none"), "RUNS") == before.replace(str(second), "RUNS")
+
+
+def test_of_a_full_and_a_quick_run_of_one_reproduction_the_full_one_is_shown(tmp_path):
+    _record(tmp_path / "runs" / "dope_table7", "dope_table7", "003", [0.80, 0.81, 0.82], "full")
+    _record(tmp_path / "runs" / "quick" / "dope_table7", "dope_table7", "003", [0.5, 0.5, 0.5], "quick", quick=True)
+    main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "results.md")])
+    page = (tmp_path / "results.md").read_text()
+    assert "| full |" in page and "| quick |" not in page and "dope_table7 (quick)" not in page
