@@ -31,7 +31,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedpub.clients.input_columns import input_layer
-from fedpub.clients.path_choice import TRIALS, PathChooser, choice_key
+from fedpub.clients.path_choice import TRIALS, GroupKey, PathChooser
 from fedpub.clients.local_training import (
     ClientFailure,
     ClientResult,
@@ -313,7 +313,7 @@ class CohortTrainer:
         """The group trained the way chosen for its key (or implied by the other sizes' choices); while the key
         is timed, both ways (the loop's results kept), the seconds recorded unless a user failed (a failure's
         retries would time something else)."""
-        key = choice_key(self.signature, len(group))
+        key = GroupKey.of(self.signature, len(group))
         chosen = self.chooser.choice(key) or self.chooser.implied(self.signature, len(group))
         if chosen is not None:
             return vectorised() if chosen == "vectorised" else loop()

@@ -11,8 +11,9 @@ per key (the model and the group size, in power-of-two buckets), the seconds eac
 groups; after :attr:`PathChooser.trials` such groups (or sooner, when one took :data:`DECISIVE` times the other's
 seconds) it keeps the one with the smaller total, and that choice is final. A size is not timed when the choices
 for other sizes imply its path (:meth:`PathChooser.implied`: the loop kept for a size holds for smaller ones,
-vectorised for larger ones), since each timed group costs both candidates' work. The choices (and the seconds behind them) round-trip through JSON (the run's ``paths.json``), so a resumed
-run trains as the first run did.
+vectorised for larger ones), since each timed group costs both candidates' work. The choices (and the seconds
+behind them) round-trip through JSON (the run's ``paths.json``: one entry per key, named by the key's text and
+holding the key's fields), so a resumed run trains as the first run did.
 
 Both candidates give the same updates to float rounding (``tests/clients/test_cohort_training.py`` pins it), so
 a run's model does not depend on which one wins beyond rounding; a seed gives the same model bit for bit with the
@@ -28,6 +29,9 @@ from typing import Any
 CANDIDATES = ("vectorised", "loop")
 """The paths a group of users can take."""
 
+STORED_FIELDS = frozenset({"model", "smallest_group", "path", "seconds", "groups_timed"})
+"""The fields of one stored choice (an entry of ``paths.json``)."""
+
 TRIALS = 2
 """Groups of a key timed with both candidates before the choice is made."""
 
@@ -36,21 +40,23 @@ DECISIVE = 2.0
 each timed group costs both candidates' work (a vectorised group of a 5M-parameter model, timed, costs a round)."""
 
 
-def size_bucket(users: int) -> str:
-    """The power-of-two bucket of a group of ``users`` users: ``"1"``, ``"2-3"``, ``"4-7"``, ..."""
-    low = 1 << (max(users, 1).bit_length() - 1)
-    high = 2 * low - 1
-    return str(low) if low == high else f"{low}-{high}"
+@dataclass(frozen=True, order=True)
+class GroupKey:
+    """What a choice is kept for: the model (its description, e.g. class and parameter count) and the smallest
+    group size of a power-of-two bucket (``smallest`` to ``2·smallest − 1`` users)."""
 
+    model: str
+    smallest: int
 
-def _low(bucket: str) -> int:
-    """The smallest group size of a bucket of :func:`size_bucket`."""
-    return int(bucket.split("-")[0])
+    @classmethod
+    def of(cls, model: str, users: int) -> GroupKey:
+        """The key of a group of ``users`` users of ``model``: buckets 1, 2-3, 4-7, 8-15, ..."""
+        return cls(model, 1 << (max(users, 1).bit_length() - 1))
 
-
-def choice_key(model: str, users: int) -> str:
-    """The key of a group of ``users`` users of ``model`` (a model's description, e.g. its class and parameter count)."""
-    return f"{model} × {size_bucket(users)} users"
+    def __str__(self) -> str:
+        largest = 2 * self.smallest - 1
+        users = str(self.smallest) if largest == self.smallest else f"{self.smallest}-{largest}"
+        return f"{self.model} × {users} users" if self.model else users
 
 
 @dataclass
@@ -61,9 +67,9 @@ class Timings:
     groups: int = 0
     chosen: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.chosen, "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
-                "groups_timed": self.groups}
+    def to_json(self, key: GroupKey) -> dict[str, Any]:
+        return {"model": key.model, "smallest_group": key.smallest, "path": self.chosen,
+                "seconds": {k: round(v, 6) for k, v in self.seconds.items()}, "groups_timed": self.groups}
 
 
 class PathChooser:
@@ -81,13 +87,17 @@ class PathChooser:
         if trials < 1:
             raise ValueError(f"trials must be at least 1, got {trials}")
         self.trials, self.log = trials, log
-        self._timings: dict[str, Timings] = {}
-        for key, entry in (stored or {}).items():
-            if entry.get("path") not in CANDIDATES:
-                raise ValueError(f"stored path choice {key!r}: path must be one of {CANDIDATES}, got {entry!r}")
+        self._timings: dict[GroupKey, Timings] = {}
+        for name, entry in (stored or {}).items():
+            if missing := sorted(STORED_FIELDS - set(entry)):
+                raise ValueError(f"stored path choice {name!r}: missing {missing} (the fields are "
+                                 f"{sorted(STORED_FIELDS)}); delete the run's paths.json to time the paths again")
+            if entry["path"] not in CANDIDATES:
+                raise ValueError(f"stored path choice {name!r}: path must be one of {CANDIDATES}, got {entry!r}")
+            key = GroupKey(str(entry["model"]), int(entry["smallest_group"]))
             self._timings[key] = Timings(dict(entry["seconds"]), int(entry["groups_timed"]), entry["path"])
 
-    def choice(self, key: str) -> str | None:
+    def choice(self, key: GroupKey) -> str | None:
         """The kept candidate for ``key``, or None while it is being timed."""
         timings = self._timings.get(key)
         return None if timings is None else timings.chosen
@@ -97,24 +107,23 @@ class PathChooser:
         for other sizes: vmap's gain grows with the group (its fixed cost per step is shared by more users, the
         loop's cost is per user), so the loop kept for a size is kept for every smaller one, and vectorised kept
         for a size is kept for every larger one. None when no choice implies one, or two disagree."""
-        low = _low(size_bucket(users))
+        low = GroupKey.of(model, users).smallest
         implied = set()
         for key, timings in self._timings.items():
-            owner, _, bucket = key.rpartition(" × ")
-            if owner != model or timings.chosen is None:
+            if key.model != model or timings.chosen is None:
                 continue
-            other = _low(bucket.removesuffix(" users"))
-            if (timings.chosen == "loop" and other >= low) or (timings.chosen == "vectorised" and other <= low):
+            if (timings.chosen == "loop" and key.smallest >= low) or (
+                    timings.chosen == "vectorised" and key.smallest <= low):
                 implied.add(timings.chosen)
         return implied.pop() if len(implied) == 1 else None
 
-    def first(self, key: str) -> str:
+    def first(self, key: GroupKey) -> str:
         """The candidate to run first on ``key``'s next timed group: they take turns, so that neither always pays
         what the first run of a group pays (caches, the allocator)."""
         groups = self._timings[key].groups if key in self._timings else 0
         return CANDIDATES[groups % len(CANDIDATES)]
 
-    def record(self, key: str, seconds: Mapping[str, float]) -> str | None:
+    def record(self, key: GroupKey, seconds: Mapping[str, float]) -> str | None:
         """Add one group's seconds with every candidate; the choice when this group completes the trials."""
         if set(seconds) != set(CANDIDATES):
             raise ValueError(f"a timed group needs seconds for {CANDIDATES}, got {sorted(seconds)}")
@@ -134,4 +143,4 @@ class PathChooser:
 
     def to_json(self) -> dict[str, Any]:
         """The choices made so far (keys still being timed are left out: a resumed run times them again)."""
-        return {key: t.to_json() for key, t in sorted(self._timings.items()) if t.chosen is not None}
+        return {str(key): t.to_json(key) for key, t in sorted(self._timings.items()) if t.chosen is not None}

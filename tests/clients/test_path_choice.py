@@ -9,7 +9,7 @@ import torch
 from fedpub.clients import cohort_training
 from fedpub.clients.cohort_training import CohortTrainer, model_signature
 from fedpub.clients.local_training import LocalTrainingConfig
-from fedpub.clients.path_choice import PathChooser, choice_key, size_bucket
+from fedpub.clients.path_choice import GroupKey, PathChooser
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params
@@ -20,15 +20,16 @@ from fedpub.tasks import CLASSIFICATION
 from tests.conftest import tiny_config
 
 
-def test_size_buckets_are_powers_of_two():
-    assert [size_bucket(n) for n in (1, 2, 3, 4, 7, 8, 15, 16, 200)] == ["1", "2-3", "2-3", "4-7", "4-7", "8-15",
-                                                                         "8-15", "16-31", "128-255"]
+def test_group_sizes_are_keyed_by_power_of_two_buckets():
+    assert [str(GroupKey.of("M", n)) for n in (1, 2, 3, 4, 7, 8, 15, 16, 200)] == [
+        f"M × {bucket} users" for bucket in ("1", "2-3", "2-3", "4-7", "4-7", "8-15", "8-15", "16-31", "128-255")]
+    assert GroupKey.of("M", 5) == GroupKey("M", 4) and GroupKey.of("a × b", 12).model == "a × b"
 
 
 def test_the_chooser_keeps_the_smaller_total_after_its_trials_logs_it_and_round_trips_through_json():
     lines: list[str] = []
     chooser = PathChooser(trials=2, log=lines.append)
-    key = choice_key("M", 12)
+    key = GroupKey.of("M", 12)
     assert chooser.choice(key) is None and chooser.first(key) == "vectorised"
     assert chooser.record(key, {"vectorised": 0.035, "loop": 0.02}) is None  # one trial of two: still timing
     assert chooser.first(key) == "loop" and chooser.to_json() == {}
@@ -37,17 +38,20 @@ def test_the_chooser_keeps_the_smaller_total_after_its_trials_logs_it_and_round_
     assert chooser.record(key, {"vectorised": 0.0, "loop": 9.0}) == "loop"  # final: later timings change nothing
     assert lines == [f"cohort training: {key}: loop kept (vectorised 0.0600 s, loop 0.0500 s over 2 groups)"]
     stored = json.loads(json.dumps(chooser.to_json()))
-    assert stored == {key: {"path": "loop", "seconds": {"vectorised": 0.06, "loop": 0.05}, "groups_timed": 2}}
-    other = choice_key("M", 100)  # one candidate twice as slow: decided on the first group
+    assert stored == {"M × 8-15 users": {"model": "M", "smallest_group": 8, "path": "loop",
+                                         "seconds": {"vectorised": 0.06, "loop": 0.05}, "groups_timed": 2}}
+    other = GroupKey.of("M", 100)  # one candidate twice as slow: decided on the first group
     assert chooser.record(other, {"vectorised": 0.05, "loop": 0.1}) == "vectorised"
     assert PathChooser(stored).choice(key) == "loop"
-    assert PathChooser(stored).choice(choice_key("M", 40)) is None  # another size is timed afresh
+    assert PathChooser(stored).choice(GroupKey.of("M", 40)) is None  # another size is timed afresh
     assert chooser.implied("M", 3) == "loop" and chooser.implied("M", 100) == "vectorised"  # smaller / larger
     assert chooser.implied("M", 40) is None and chooser.implied("other model", 3) is None
-    chooser.record(choice_key("M", 200), {"vectorised": 0.3, "loop": 0.1})  # noise: the loop won a larger size
+    chooser.record(GroupKey.of("M", 200), {"vectorised": 0.3, "loop": 0.1})  # noise: the loop won a larger size
     assert chooser.implied("M", 100) is None  # the choices disagree: time it
     with pytest.raises(ValueError, match="path must be one of"):
-        PathChooser({key: {"path": "gpu", "seconds": {}, "groups_timed": 1}})
+        PathChooser({str(key): {**stored[str(key)], "path": "gpu"}})
+    with pytest.raises(ValueError, match=r"missing \['model', 'smallest_group'\].*delete the run's paths.json"):
+        PathChooser({str(key): {"path": "loop", "seconds": {}, "groups_timed": 1}})
     with pytest.raises(ValueError, match="needs seconds for"):
         chooser.record(key, {"loop": 1.0})
 
@@ -103,12 +107,12 @@ def test_the_trainer_times_both_paths_keeps_the_faster_and_gives_the_forced_path
     clock, lines = _FakeClock(), []
     calls = _slowed(monkeypatch, clock, vectorised_s=vectorised_s, per_user_s=per_user_s)
     trainer = CohortTrainer(model, config, CLASSIFICATION, trials=2, clock=clock, log=lines.append)
-    key = choice_key(model_signature(model), 4)
+    key = GroupKey.of(model_signature(model), 4)
     for trial in range(2):  # both paths on every timed group; the loop's results are kept
         results = trainer.train(params, datas, _generators(4))
         assert calls == {"vectorised": trial + 1, "loop": 4 * (trial + 1)}
         assert all(torch.equal(r.update[k], f.update[k]) for r, f in zip(results, forced["loop"]) for k in params)
-    assert trainer.choices() == {key: {"path": winner, "groups_timed": 2,
+    assert trainer.choices() == {str(key): {"model": key.model, "smallest_group": 4, "path": winner, "groups_timed": 2,
                                        "seconds": {"vectorised": round(2 * vectorised_s, 6),
                                                                    "loop": round(8 * per_user_s, 6)}}}
     kept = f"{winner} kept (vectorised {2 * vectorised_s:.4f} s, loop {8 * per_user_s:.4f} s over 2 groups)"
