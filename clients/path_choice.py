@@ -53,10 +53,14 @@ class GroupKey:
         """The key of a group of ``users`` users of ``model``: buckets 1, 2-3, 4-7, 8-15, ..."""
         return cls(model, 1 << (max(users, 1).bit_length() - 1))
 
-    def __str__(self) -> str:
+    @property
+    def sizes(self) -> str:
+        """The bucket's group sizes: ``"1"``, ``"2-3"``, ``"4-7"``, ..."""
         largest = 2 * self.smallest - 1
-        users = str(self.smallest) if largest == self.smallest else f"{self.smallest}-{largest}"
-        return f"{self.model} × {users} users" if self.model else users
+        return str(self.smallest) if largest == self.smallest else f"{self.smallest}-{largest}"
+
+    def __str__(self) -> str:
+        return f"{self.model} × {self.sizes} users" if self.model else users
 
 
 @dataclass

@@ -55,6 +55,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fedpub.clients.input_columns import input_layer
 from fedpub.clients.local_training import LocalTrainingConfig, plan_local_training
+from fedpub.clients.path_choice import GroupKey
 from fedpub.config import parse_config
 from fedpub.data.base import ClientData
 from fedpub.seeding import torch_generator
@@ -182,9 +183,9 @@ def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> tuple[Round
 
 
 def _paths_note(choices: dict[str, Any]) -> str:
-    """The path choices in a few words: ``2-3: loop; 8-15: vectorised``."""
-    return "; ".join(f"{key.split(' × ')[-1].removesuffix(' users')}: {entry['path']}"
-                     for key, entry in choices.items()) or "-"
+    """The path choices in a few words, by group size: ``2-3: loop; 8-15: vectorised``."""
+    kept = sorted((GroupKey(entry["model"], entry["smallest_group"]), entry["path"]) for entry in choices.values())
+    return "; ".join(f"{key.sizes}: {path}" for key, path in kept) or "-"
 
 
 def _export_for_pfl(experiment: Experiment, cohort: int, rounds: int, path: Path) -> None:
