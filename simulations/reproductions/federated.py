@@ -9,9 +9,11 @@ paper's own figure for each, its tuning axes) and its ``main(argv)`` calls :func
    ε values, every tuning axis cut to its first two values and never extended: a check that the pipeline runs,
    its verdicts say nothing about the paper);
 2. tunes each strategy that has :attr:`~FederatedReproduction.axes` by :func:`~.tuning.tune`: one run a grid
-   point at the sweep's largest ε with the seed :data:`TUNING_SEED` (outside the test seeds), scored on the
-   validation users' headline metric (``val_accuracy``: the base must hold ``data.validation``), never on the
-   test users; these runs are the tuning budget, reported and not counted in ε;
+   point at the sweep's largest ε (or, with :attr:`~FederatedReproduction.tune_each_epsilon`, at every ε of the
+   sweep, each ε's test runs taking its own tuned values) with the seed :data:`TUNING_SEED` (outside the test
+   seeds), scored on the validation users' headline metric (``val_accuracy``: the base must hold
+   ``data.validation``), never on the test users; these runs are the tuning budget, reported and not counted
+   in ε;
 3. runs every (strategy, ε, seed) with the chosen values (``out/runs/``; a rerun resumes: a finished run is not
    run again) and writes the comparison (``compare.csv``, ``compare.md``, the two plots);
 4. judges the claims by :mod:`fedpub.simulations.reproductions.judge` and writes ``comparison.md`` and
@@ -59,7 +61,6 @@ from fedpub.simulations.reproductions.results_record import (
 from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune
 from fedpub.simulations.run_dir import RunDirectory
 
-"""Where every reproduction writes its outputs, one folder each."""
 TUNING_SEED = 100
 """The tuning runs' seed, outside the test seeds."""
 QUICK_EMNIST: dict[str, Any] = {
@@ -109,6 +110,9 @@ class FederatedReproduction:
     """Merged into the base and over every strategy's overrides in ``--quick`` mode (``data.path`` is set to
     ``--out``'s ``data`` folder)."""
     note: str = ""
+    tune_each_epsilon: bool = False
+    """Tune at every ε of the sweep, not only the largest: where the noise changes the best values (a learning
+    rate tuned at ε = 8 left DP-FedAvg at chance at ε = 0.5), at the cost of one tuning per ε."""
     control: Control | None = None
     setting: Setting | None = None
 
@@ -147,10 +151,18 @@ class PlacedSweep:
     seeds: tuple[int, ...]
     axes: dict[str, tuple[Axis, ...]]
     max_extensions: int
+    tune_each_epsilon: bool = False
 
     @property
-    def tuning_epsilon(self) -> float | None:
-        return max(self.epsilons) if self.epsilons else None
+    def tuning_epsilons(self) -> tuple[float | None, ...]:
+        """The ε values tuned at: every ε, or the largest (None: the base's fixed noise multiplier)."""
+        if not self.epsilons:
+            return (None,)
+        return self.epsilons if self.tune_each_epsilon else (max(self.epsilons),)
+
+    def tuned_at(self, epsilon: float | None) -> float | None:
+        """The ε whose tuning a test run at ``epsilon`` takes its values from."""
+        return epsilon if self.tune_each_epsilon else self.tuning_epsilons[0]
 
 
 def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
@@ -165,7 +177,8 @@ def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
         strategies = {label: deep_merge(overrides, tiny) for label, overrides in strategies.items()}
         epsilons = None
         axes = {label: tuple(Axis(a.name, a.values[:2], a.scale) for a in grid) for label, grid in axes.items()}
-    return PlacedSweep(base, strategies, epsilons, tuple(raw["seeds"]), axes, 0 if quick else 2)
+    return PlacedSweep(base, strategies, epsilons, tuple(raw["seeds"]), axes, 0 if quick else 2,
+                       repro.tune_each_epsilon and not quick)
 
 
 def _nested(dotted: str, value: float) -> dict[str, Any]:
@@ -197,23 +210,37 @@ def run_one(base: Mapping[str, Any], overrides: Mapping[str, Any], epsilon: floa
     return read_run(run_dir, name.split("__")[0], result.final_metrics)
 
 
-def _tune(placed: PlacedSweep, out: Path) -> dict[str, Tuning]:
-    """Each strategy with axes tuned on the validation users (see the module docstring)."""
+TuningKey = tuple[str, float | None]
+"""(strategy label, the ε tuned at; None: the base's fixed noise multiplier)."""
+
+
+def _tune(placed: PlacedSweep, out: Path) -> dict[TuningKey, Tuning]:
+    """Each strategy with axes tuned on the validation users at each of the tuning ε values (see the module
+    docstring). Run names: ``label[__eps<ε>]__<key><value>...`` (the ε only when every ε is tuned)."""
     tunings = {}
     for label, axes in placed.axes.items():
-        def score(point: Mapping[str, float], label: str = label) -> float:
-            name = label + "".join(f"__{key.replace('.', '-')}{value:g}" for key, value in point.items())
-            run = run_one(placed.base, _with_values(placed.strategies[label], point), placed.tuning_epsilon,
-                          TUNING_SEED, name, out / "tuning")
-            return float(run.row[f"val_{run.headline}"])
+        for epsilon in placed.tuning_epsilons:
+            prefix = label + (f"__eps{epsilon:g}" if placed.tune_each_epsilon else "")
 
-        tunings[label] = tune(axes, score, higher_is_better=True, max_extensions=placed.max_extensions)
+            def score(point: Mapping[str, float], label: str = label, epsilon: float | None = epsilon,
+                      prefix: str = prefix) -> float:
+                name = prefix + "".join(f"__{key.replace('.', '-')}{value:g}" for key, value in point.items())
+                run = run_one(placed.base, _with_values(placed.strategies[label], point), epsilon, TUNING_SEED,
+                              name, out / "tuning")
+                return float(run.row[f"val_{run.headline}"])
+
+            tunings[label, epsilon] = tune(axes, score, higher_is_better=True, max_extensions=placed.max_extensions)
     return tunings
 
 
-def _tuning_text(repro: FederatedReproduction, tunings: Mapping[str, Tuning], control: str, quick: bool) -> str:
-    untuned = [label for label in repro.strategies if label not in tunings]
-    parts = [f"`{label}`: {t.markdown()}" for label, t in tunings.items()]
+def _tuning_text(repro: FederatedReproduction, placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning],
+                 control: str, quick: bool) -> str:
+    untuned = [label for label in repro.strategies if label not in placed.axes]
+    where = ("at every ε of the sweep" if placed.tune_each_epsilon else
+             "at the sweep's largest ε, its values used at every ε" if placed.epsilons else "")
+    parts = [f"Tuned {where}." if where else ""]
+    parts += [f"`{label}`{f' at ε = {eps:g}' if placed.tune_each_epsilon else ''}: {t.markdown()}"
+              for (label, eps), t in tunings.items()]
     if control:
         parts.append(control)
     if untuned:
@@ -221,8 +248,15 @@ def _tuning_text(repro: FederatedReproduction, tunings: Mapping[str, Tuning], co
     budget = sum(t.evaluations for t in tunings.values())
     parts.append(f"Total tuning budget: {budget} runs on the validation users (seed {TUNING_SEED}), not counted "
                  "in ε.")
-    text = " ".join(parts)
+    text = " ".join(p for p in parts if p)
     return "Quick mode: two-value grids, no extensions (nothing is really tuned). " + text if quick else text
+
+
+def _tuned_overrides(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], label: str,
+                     epsilon: float | None) -> dict[str, Any]:
+    """A strategy's overrides with the values tuned for the test runs at ``epsilon``."""
+    tuning = tunings.get((label, placed.tuned_at(epsilon)))
+    return _with_values(placed.strategies[label], tuning.best if tuning is not None else {})
 
 
 def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path:
@@ -238,15 +272,20 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     out: Path = args.out or default_out(repro.name, args.quick)
     placed = place(repro, out, args.quick)
     tunings = _tune(placed, out)
-    strategies = {label: _with_values(overrides, tunings[label].best if label in tunings else {})
-                  for label, overrides in placed.strategies.items()}
+    epsilons = placed.epsilons or (None,)
+    tuned = {(label, eps): _tuned_overrides(placed, tunings, label, eps) for label in placed.strategies
+             for eps in epsilons}
     out.mkdir(parents=True, exist_ok=True)
+    strategies_as_run: dict[str, Any] = (
+        {label: {f"epsilon {eps:g}": tuned[label, eps] for eps in epsilons} for label in placed.strategies}
+        if placed.tune_each_epsilon else {label: tuned[label, epsilons[0]] for label in placed.strategies})
     write_text_atomic(out / "sweep.yaml", yaml.safe_dump(
         {"base": placed.base, **({"epsilons": list(placed.epsilons)} if placed.epsilons else {}),
-         "seeds": list(placed.seeds), "strategies": strategies}, sort_keys=False))
+         "seeds": list(placed.seeds), "strategies": strategies_as_run}, sort_keys=False))
     compared = []
-    for label, overrides in strategies.items():
-        for epsilon in placed.epsilons or (None,):
+    for label in placed.strategies:
+        for epsilon in epsilons:
+            overrides = tuned[label, epsilon]
             for seed in placed.seeds:
                 name = run_name(label, epsilon, seed) if epsilon is not None else f"{label}__seed{seed}"
                 compared.append(run_one(placed.base, overrides, epsilon, seed, name, out / "runs"))
@@ -262,7 +301,7 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
         epsilons = sorted({r["target_epsilon"] for r in rows})
         rows += [{**r, "target_epsilon": eps} for r in control_rows for eps in epsilons]
     judged = judge_claims(rows, headline, repro.claims)
-    tuning = _tuning_text(repro, tunings, control_text, args.quick)
+    tuning = _tuning_text(repro, placed, tunings, control_text, args.quick)
     lines = [f"# {repro.title}", "", repro.paper, ""]
     if repro.setting is not None:
         lines += [repro.setting(rows, placed.base), ""]

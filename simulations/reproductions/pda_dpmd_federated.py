@@ -13,7 +13,8 @@ small CNN, δ = 1e-5 (the paper: 1e-6), ε ∈ {0.5, 2, 8} (the paper: 0.48 and 
 Algorithm 1's iterate average is ``model_average: {kind: all}``).
 
 **Tuning** (by the one runner, :mod:`fedpub.simulations.reproductions.federated`, on validation users: 10 % of
-the private users held out of N, at ε = 8): every arm's client learning rate, and PDA-DPMD's mixing weight's floor
+the private users held out of N, at each ε of the sweep: a learning rate tuned at ε = 8 left both DP-FedAvg arms at
+chance at ε = 0.5): every arm's client learning rate, and PDA-DPMD's mixing weight's floor
 (α_t never falls below it: 1 is DP-FedAvg from the warm start, smaller leans more on the public users' update).
 Every arm is evaluated on every test client (``eval_users: all``), not only the public users' test examples.
 """
@@ -34,6 +35,7 @@ REPRODUCTION = FederatedReproduction(
     paper=("Amid et al. 2022, \"Public data-assisted mirror descent for private model training\", Table 1 (EMNIST, "
            "4% public data, σ = 0.41 / 1.89, ε = 25.8 / 0.48 at δ = 1e-6)."),
     sweep=Path(__file__).with_suffix(".yaml"),
+    tune_each_epsilon=True,
     claims=(
         Claim("PDA-DPMD beats warm-start DP-FedAvg", "pda_dpmd", "dp_fedavg_warm",
               "EMNIST accuracy 87.99 vs 87.85% (ε = 25.8) and 86.72 vs 86.34% (ε = 0.48), one run each of 3 "

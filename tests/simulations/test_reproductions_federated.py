@@ -6,7 +6,10 @@ claims are judged: test_judge.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -20,10 +23,13 @@ from fedpub.simulations.reproductions import (
     pda_dpmd_federated,
     public_epochs_figure4,
 )
+from fedpub.simulations.reproductions import federated
 from fedpub.simulations.reproductions.federated import (
+    CLIENT_LR,
     QUICK_NOISE,
     TUNING_SEED,
     FederatedReproduction,
+    PlacedSweep,
     _with_values,
     place,
 )
@@ -75,11 +81,45 @@ def test_each_quick_placement_is_tiny_untuned_and_writes_under_out(module, tmp_p
         assert config.strategy.noise_multiplier == QUICK_NOISE["strategy"]["noise_multiplier"]
 
 
-def test_the_full_placement_tunes_at_the_largest_epsilon_and_extends_edges(tmp_path):
+def test_the_full_placement_tunes_at_the_largest_or_every_epsilon_and_extends_edges(tmp_path):
     placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False)
-    assert placed.epsilons == (0.5, 2.0, 8.0) and placed.tuning_epsilon == 8.0 and placed.max_extensions == 2
+    assert placed.epsilons == (0.5, 2.0, 8.0) and placed.tuning_epsilons == (0.5, 2.0, 8.0)
+    assert placed.tuned_at(2.0) == 2.0 and placed.max_extensions == 2
+    budget = place(budget_schedule_table2.REPRODUCTION, tmp_path, quick=False)
+    assert budget.tuning_epsilons == (8.0,) and budget.tuned_at(1.0) == 8.0
+    assert place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=True).tuning_epsilons == (None,)
     assert [a.name for a in placed.axes["pda_dpmd"]] == ["client.lr", "strategy.mirror.alpha_floor"]
     assert place(adadps_stackoverflow.REPRODUCTION, tmp_path, quick=False).epsilons is None  # fixed σ = 0.3
+
+
+def test_tuning_at_every_epsilon_gives_each_epsilons_test_runs_its_own_values(tmp_path, monkeypatch):
+    """The runner's bookkeeping, with a stand-in for the training run: the validation score peaks at a learning
+    rate that falls as the noise grows, so each ε must choose its own."""
+    best_lr = {0.5: 0.03, 8.0: 0.3}
+    asked = []
+
+    def fake_run_one(base, overrides, epsilon, seed, name, out):
+        asked.append((name, epsilon, seed))
+        lr = overrides["client"]["lr"]
+        return SimpleNamespace(headline="accuracy", row={"val_accuracy": -abs(math.log(lr / best_lr[epsilon]))})
+
+    monkeypatch.setattr(federated, "run_one", fake_run_one)
+    placed = PlacedSweep(base={}, strategies={"a": {}}, epsilons=(0.5, 8.0), seeds=(0,),
+                         axes={"a": (CLIENT_LR,)}, max_extensions=0, tune_each_epsilon=True)
+    tunings = federated._tune(placed, tmp_path)
+    assert {key: t.best for key, t in tunings.items()} == {("a", 0.5): {"client.lr": 0.03},
+                                                            ("a", 8.0): {"client.lr": 0.3}}
+    assert {name for name, *_ in asked} >= {"a__eps0.5__client-lr0.03", "a__eps8__client-lr0.3"}
+    assert all(seed == TUNING_SEED for *_, seed in asked)
+    assert federated._tuned_overrides(placed, tunings, "a", 0.5) == {"client": {"lr": 0.03}}
+    assert federated._tuned_overrides(placed, tunings, "a", 8.0) == {"client": {"lr": 0.3}}
+    largest_only = dataclasses.replace(placed, tune_each_epsilon=False)
+    asked.clear()
+    tunings = federated._tune(largest_only, tmp_path)
+    assert list(tunings) == [("a", 8.0)] and {epsilon for _, epsilon, _ in asked} == {8.0}
+    assert federated._tuned_overrides(largest_only, tunings, "a", 0.5) == {"client": {"lr": 0.3}}
+    assert "at the sweep's largest ε" in federated._tuning_text(
+        budget_schedule_table2.REPRODUCTION, largest_only, tunings, "", quick=False)
 
 
 def test_budget_schedule_boosts_one_round_of_60_at_the_papers_sigma_squared():
