@@ -34,7 +34,7 @@ seeds. Learning rates are factors of a unit taken from the tuning draw's public 
 The claims are judged by :mod:`fedpub.simulations.reproductions.judge` over the whole grid of p (empirical loss,
 lower is better; :func:`claim_judgements` says which cells encode each claim).
 
-Run ``python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression [--dims 500,...] [--seeds 3] [--quick]
+Run ``python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression [--dims 500,...] [--seeds 5] [--quick]
 [--out DIR]``.
 """
 
@@ -696,7 +696,7 @@ def run(dims: Sequence[int], seeds: int, out: Path, grid: Grid = DEFAULT_GRID, n
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", default=",".join(map(str, DEFAULT_DIMS)), help="comma-separated dimensions p")
-    parser.add_argument("--seeds", type=int, default=3, help="reported seeds per p (the paper: 20)")
+    parser.add_argument("--seeds", type=int, default=5, help="reported seeds per p (default 5; the paper: 20)")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
     parser.add_argument("--quick", action="store_true",
