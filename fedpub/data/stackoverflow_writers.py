@@ -371,23 +371,27 @@ def synthetic_examples(spec: SyntheticStackOverflowSpec) -> dict[str, list[Stack
 
 
 def synthetic_counts(spec: SyntheticStackOverflowSpec) -> tuple[dict[str, int], dict[str, int]]:
-    """(word counts, tag counts) of ``spec``'s files: every word ``w<r>`` with the number of times it occurs in the
-    generated tokens and titles (:func:`counted_words`), in descending count (ties by rank; words never drawn last,
-    with count 0), so that the file tells the truth about the data it describes (AdaDPS's token-frequency side
-    information is read from it, fedpub issue 21); tags in a seeded shuffled order, counts decreasing with rank."""
-    word_counts = counted_words(spec, synthetic_columns(spec))
+    """(word counts, tag counts) of ``spec``'s files, both counted in the generated data (:func:`counted`), so
+    that the files tell the truth about the data they describe (AdaDPS's token-frequency side information is read
+    from the word counts, the task's tag vocabulary from the tag counts; fedpub issue 21). Words in descending
+    count (ties by rank; words never drawn last, with count 0); tags in a seeded shuffled order, as TFF's file is
+    not sorted (the loader sorts)."""
+    word_counts, drawn_tags = counted(spec, synthetic_columns(spec))
     order = numpy_generator(spec.seed, "synthetic_stackoverflow", "tag_order").permutation(spec.num_tags)
-    tag_counts = {f"tag{t}": spec.num_clients // (t + 1) + 1 for t in order.tolist()}
-    return word_counts, tag_counts
+    return word_counts, {f"tag{t}": drawn_tags[f"tag{t}"] for t in order.tolist()}
 
 
-def counted_words(spec: SyntheticStackOverflowSpec, clients: Iterable[tuple[str, Columns]]) -> dict[str, int]:
+def counted(spec: SyntheticStackOverflowSpec, clients: Iterable[tuple[str, Columns]]
+            ) -> tuple[dict[str, int], Counter[str]]:
     """The occurrences of each of ``spec``'s words in the tokens and titles of ``clients``, most frequent first
-    (ties in rank order)."""
-    counts = Counter(word for _, columns in clients for text in (*columns["tokens"], *columns["title"])
-                     for word in text.split())
-    ranked = sorted(range(spec.num_words), key=lambda r: -counts[f"w{r}"])  # stable: ties keep rank order
-    return {f"w{r}": counts[f"w{r}"] for r in ranked}
+    (ties in rank order), and of each tag in their examples' tags."""
+    words: Counter[str] = Counter()
+    tags: Counter[str] = Counter()
+    for _, columns in clients:
+        words.update(word for text in (*columns["tokens"], *columns["title"]) for word in text.split())
+        tags.update(tag for text in columns["tags"] for tag in text.split("|"))
+    ranked = sorted(range(spec.num_words), key=lambda r: -words[f"w{r}"])  # stable: ties keep rank order
+    return {f"w{r}": words[f"w{r}"] for r in ranked}, tags
 
 
 @dataclass(frozen=True)
@@ -442,7 +446,8 @@ def ensure_synthetic_stackoverflow(
     root = Path(directory)
     marker, pending = root / "fedpub_synthetic_stackoverflow.json", root / "fedpub_synthetic_stackoverflow.partial"
     wanted = json.dumps({"train": asdict(train), "test": asdict(test), "heldout": asdict(heldout),
-                         "word_count": "counted in the generated training tokens"}, sort_keys=True)
+                         "word_count": "counted in the generated training tokens",
+                         "tag_count": "counted in the generated training tags"}, sort_keys=True)
     if marker.is_file():
         refuse_other_spec(root, "synthetic StackOverflow", marker.read_text(), wanted)
         return root
@@ -461,7 +466,7 @@ def ensure_synthetic_stackoverflow(
 
 __all__ = [
     "Clients",
-    "counted_words",
+    "counted",
     "EdgeCaseData",
     "StackOverflowFiles",
     "SyntheticStackOverflowSpec",

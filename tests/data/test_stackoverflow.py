@@ -193,14 +193,16 @@ def test_synthetic_files_are_deterministic(tmp_path: Path) -> None:
     assert first.word_count.read_bytes() == second.word_count.read_bytes() == third.word_count.read_bytes()
     words, tags = load_word_counts(first.word_count), load_tag_counts(first.tag_count)
     assert len(words) == SMALL.num_words and list(words)[:2] == ["w0", "w1"]
-    assert list(tags)[:2] == ["tag0", "tag1"] and list(json.loads(first.tag_count.read_text()))[:2] != ["tag0", "tag1"]
+    assert list(tags.values()) == sorted(tags.values(), reverse=True)  # the loader sorts by count...
+    assert list(json.loads(first.tag_count.read_text())) != list(tags)  # ...the file, as TFF's, is not sorted
     assert synthetic_examples(SMALL) != synthetic_examples(SyntheticStackOverflowSpec(num_clients=12, seed=4))
 
 
 
-def test_the_synthetic_word_count_file_counts_the_words_the_files_hold(tmp_path: Path) -> None:
-    """AdaDPS's token-frequency side information is read from this file (fedpub issue 21): its counts are the
-    generated tokens' and titles', most frequent first, even for topic words put at rare Zipf ranks."""
+def test_the_synthetic_count_files_count_the_words_and_tags_the_files_hold(tmp_path: Path) -> None:
+    """AdaDPS's token-frequency side information is read from the word counts (fedpub issue 21): they are the
+    generated tokens' and titles', most frequent first, even for topic words put at rare Zipf ranks; the tag
+    counts are the generated examples' tags."""
     spec = SyntheticStackOverflowSpec(num_clients=40, min_examples=2, max_examples=6, topic_rank_offset=300,
                                       num_words=500, seed=2)
     files = write_synthetic_stackoverflow(tmp_path, spec)
@@ -211,6 +213,11 @@ def test_the_synthetic_word_count_file_counts_the_words_the_files_hold(tmp_path:
     assert counts == {w: drawn.count(w) for w in counts} and len(counts) == spec.num_words
     assert list(counts.values()) == sorted(counts.values(), reverse=True)
     assert sum(counts.values()) == len(drawn)
+    with StackOverflowH5(files.data) as reader:
+        tags = [t for example in _all_examples(reader).values() for e in example for t in e["tags"].split("|")]
+    tag_counts = load_tag_counts(files.tag_count)
+    assert tag_counts == {t: tags.count(t) for t in tag_counts} and len(tag_counts) == spec.num_tags
+    assert sum(tag_counts.values()) == len(tags)
 
 
 def test_ensured_synthetic_files_are_reused_and_never_replaced_by_another_spec(tmp_path: Path) -> None:
