@@ -107,7 +107,7 @@ def run_in_process(
             if on_resume is not None:
                 on_resume(session.resumed_from)
         with _stop_at_round_end() as stop:
-            return _run_rounds(session, stop, on_round, log, extra_updates, on_model, fresh=fresh)
+            return _run_rounds(session, stop, on_round, log, extra_updates, on_model)
     except RunInterrupted:
         raise
     except BaseException:
@@ -124,16 +124,12 @@ def _run_rounds(
     log: Callable[[str], None] | None,
     extra_updates: Callable[[int], list[Updates]] | None,
     on_model: Callable[[int, Params, Params], None] | None,
-    *,
-    fresh: bool,
 ) -> RunResult:
     """The round loop of :func:`run_in_process`, stopping at a round's end when ``stop`` is set. The cohort
-    trainer's path choices are written to ``paths.json`` when they change, and read back when the run resumes."""
+    trainer's path choices are the session's (kept in ``paths.json``, reused when the run resumes)."""
     experiment = session.experiment  # a resumed run's noise and cohorts come from its checkpointed privacy seed
     cfg = experiment.config
-    stored = None if fresh else session.run_dir.load_paths()
-    trainer = experiment.cohort_trainer(session.model, stored=stored, log=log)
-    saved_paths = trainer.choices()
+    trainer = session.cohort_trainer(log=log)
     if log is not None:
         log(trainer.describe())
     prefetch = cfg.data.prefetch == "on" or (cfg.data.prefetch == "auto" and experiment.device.type == "cuda")
@@ -159,9 +155,6 @@ def _run_rounds(
             break  # the round would exceed the budget: its output is discarded, never released
         results = list(private.values())
         record = session.record(t, outcome, [r.metrics for r in results], sum(r.num_examples for r in results))
-        if trainer.choices() != saved_paths:
-            saved_paths = trainer.choices()
-            session.run_dir.save_paths(saved_paths)
         if on_model is not None:
             on_model(t, before, session.params)
         if on_round is not None:

@@ -37,12 +37,13 @@ from fedpub.strategies.flower import FedpubStrategy, NodeMap, discover_nodes, to
 
 
 def server_public_pool(experiment: Experiment, session: RunSession) -> ServerPublicPool | None:
-    """The public users the ServerApp trains itself, on the session's resident model (None when the recipe trains
-    none each round, or they are nodes)."""
+    """The public users the ServerApp trains itself, on the session's resident model and with its cohort trainer
+    (whose path choices the session keeps in ``paths.json``) (None when the recipe trains none each round, or they
+    are nodes)."""
     cfg = experiment.config
     if not experiment.strategy.public_cohort or cfg.flower.public_users != "server":
         return None
-    trainer = experiment.cohort_trainer(session.model)
+    trainer = session.cohort_trainer()
     return ServerPublicPool(trainer, experiment.public_data, experiment.public_ids, cfg.seed)
 
 

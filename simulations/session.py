@@ -16,13 +16,14 @@ before the first release, so a resumed run draws the same noise and cohorts; the
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import yaml
 
+from fedpub.clients.cohort_training import CohortTrainer
 from fedpub.config import PublicTrainingConfig, dump_config
 from fedpub.data import registry
 from fedpub.models.seeded import model_params
@@ -112,6 +113,8 @@ class RunSession:
         another, is refused with :class:`~fedpub.simulations.run_lock.RunDirectoryLocked` naming the holder."""
         self._lock = RunLock(run_dir.root).acquire()
         self._started = False
+        self._trainer: CohortTrainer | None = None
+        self._saved_paths: dict[str, Any] = {}
         self._trackers = Trackers(experiment.config.tracking)
         try:
             self._restore(experiment, run_dir, fresh=fresh, checkpoint_each_round=checkpoint_each_round)
@@ -290,6 +293,7 @@ class RunSession:
             "wall_time": time.perf_counter() - self._round_started,
         }
         records = {"metrics": record, "diagnostics": diagnostics}
+        self._save_path_choices()
         if self._checkpoint_each_round:
             self.checkpoint(records)
             self._write(records)
@@ -303,6 +307,20 @@ class RunSession:
                 round_index, "checkpointed; fix the cause and run the same config again to resume"
             )
         return {**record, "diagnostics": diagnostics}
+
+    def cohort_trainer(self, log: Callable[[str], None] | None = None) -> CohortTrainer:
+        """The experiment's cohort trainer on the session's model, given the path choices a resumed run made
+        (``paths.json``; none when fresh). Each :meth:`record` saves its choices when they changed, so a resumed
+        run, in-process or on a ServerApp training the public users, trains as the first one did."""
+        stored = None if self._fresh else self.run_dir.load_paths()
+        self._trainer = self.experiment.cohort_trainer(self.model, stored=stored, log=log)
+        self._saved_paths = self._trainer.choices()
+        return self._trainer
+
+    def _save_path_choices(self) -> None:
+        if self._trainer is not None and (choices := self._trainer.choices()) != self._saved_paths:
+            self.run_dir.save_paths(choices)
+            self._saved_paths = choices
 
     def _write(self, records: Mapping[str, dict[str, Any]]) -> None:
         """A round's released record (also to the trackers), and its diagnostics when the experiment writes them."""

@@ -16,6 +16,8 @@ from fedpub.models.seeded import model_params
 from fedpub.simulations.engine import run_in_process
 from fedpub.simulations.experiment import Experiment, build_experiment
 from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.server_app import server_public_pool
+from fedpub.simulations.session import RunSession
 from fedpub.tasks import CLASSIFICATION
 from tests.conftest import tiny_config
 
@@ -180,3 +182,33 @@ def test_a_run_records_its_choices_in_paths_json_resumes_with_them_and_trains_th
     for path in ("vectorised", "loop"):
         for name, value in result.params.items():
             torch.testing.assert_close(value, forced[path][name], rtol=1e-4, atol=1e-5)
+
+
+def test_a_serverapps_public_pool_trains_with_the_sessions_stored_choices_and_the_session_saves_new_ones(
+    tiny_emnist_dir, tmp_path
+):
+    """The Flower ServerApp trains the public users itself (``flower.public_users: server``) with the session's
+    cohort trainer: a resumed run reuses the choices in ``paths.json``, and each recorded round saves new ones."""
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, client={"path": "auto"},
+                      data={"public": {"fraction": 0.25, "seed": 0}},
+                      strategy={"name": "dope", "clip_norm": 0.5, "noise_multiplier": 0.8,
+                                "public_clients_per_round": 2, "sampling": {"kind": "poisson", "clients_per_round": 4}})
+    experiment = build_experiment(cfg)
+    run_dir = RunDirectory(cfg.output_dir / cfg.name)
+    key = GroupKey.of(model_signature(experiment.new_model()), 2)
+    seconds = {"vectorised": 0.2, "loop": 0.1}
+    stored = {str(key): {"model": key.model, "smallest_group": 2, "path": "loop", "seconds": seconds, "groups_timed": 2}}
+    run_dir.root.mkdir(parents=True)
+    run_dir.save_paths(stored)
+    session = RunSession(experiment, run_dir)
+    try:
+        pool = server_public_pool(experiment, session)
+        assert pool is not None and pool.trainer.choices() == stored
+        other = GroupKey.of(key.model, 9)
+        pool.trainer.chooser.record(other, {"vectorised": 0.1, "loop": 0.5})  # as a timed group of 9 would
+        plan = session.driver.plan(0, session.state)
+        outcome = session.driver.finish(plan, session.params, session.state, {}, pool.train(session.params, plan))
+        session.record(0, outcome, [], 0)
+    finally:
+        session.close()
+    assert set(run_dir.load_paths()) == {str(key), str(other)}
