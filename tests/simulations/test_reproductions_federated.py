@@ -126,7 +126,7 @@ def test_budget_schedule_boosts_one_round_of_60_at_the_papers_sigma_squared():
     for run in load_sweep(budget_schedule_table2.REPRODUCTION.sweep).runs:
         schedule = run.config.strategy.budget_schedule
         assert run.config.rounds == 60 and schedule.boosted_rounds == 1
-        assert schedule.boosted_noise_multiplier ** 2 == pytest.approx(0.6)
+        assert schedule.boosted_noise_ratio ** 2 == pytest.approx(0.6) and schedule.boosted_noise_multiplier is None
 
 
 def test_pda_dpmd_and_warm_dp_fedavg_start_from_the_same_warm_model():
