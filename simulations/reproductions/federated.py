@@ -28,6 +28,7 @@ The sweep as run (tuned values included) is written to ``out/sweep.yaml``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from typing import Any
 import yaml
 
 from fedpub.atomic import write_text_atomic
-from fedpub.config import parse_config
+from fedpub.config import ExperimentConfig, parse_config
 from fedpub.simulations.compare import deep_merge
 from fedpub.simulations.compare_report import (
     EPSILON_PLOT,
@@ -60,6 +61,7 @@ from fedpub.simulations.reproductions.results_record import (
 )
 from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune
 from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
 
 TUNING_SEED = 100
 """The tuning runs' seed, outside the test seeds."""
@@ -197,39 +199,85 @@ def _with_values(overrides: Mapping[str, Any], values: Mapping[str, float]) -> d
     return merged
 
 
-def run_one(base: Mapping[str, Any], overrides: Mapping[str, Any], epsilon: float | None, seed: int, name: str,
-            out: Path) -> ComparedRun:
-    """One run of ``base`` with ``overrides`` (at target ``epsilon``, or the base's noise multiplier when None)
-    in ``out/name`` (resumed if checkpointed, not rerun if finished), read back as the comparison reads it."""
-    merged = deep_merge(dict(base), dict(overrides))
-    if epsilon is not None:
-        merged["strategy"] = {**merged.get("strategy", {}), "target_epsilon": epsilon, "noise_multiplier": None}
-    config = parse_config({**merged, "seed": seed, "name": name, "output_dir": str(out)}, f"{name} seed {seed}")
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the base with a strategy's ``overrides``, at target ``epsilon`` (None: the base's noise
+    multiplier), in ``out/name``."""
+
+    overrides: Mapping[str, Any]
+    epsilon: float | None
+    seed: int
+    name: str
+    out: Path
+
+    def config(self, base: Mapping[str, Any]) -> ExperimentConfig:
+        merged = deep_merge(dict(base), dict(self.overrides))
+        if self.epsilon is not None:
+            merged["strategy"] = {**merged.get("strategy", {}), "target_epsilon": self.epsilon,
+                                  "noise_multiplier": None}
+        return parse_config({**merged, "seed": self.seed, "name": self.name, "output_dir": str(self.out)},
+                            f"{self.name} seed {self.seed}")
+
+
+def run_one(base: Mapping[str, Any], spec: RunSpec) -> ComparedRun:
+    """The run ``spec`` (resumed if checkpointed, not rerun if finished), read back as the comparison reads it."""
+    config = spec.config(base)
     run_dir = RunDirectory(config.output_dir / config.name)
     result = run_in_process(build_experiment(config), run_dir)
-    return read_run(run_dir, name.split("__")[0], result.final_metrics)
+    return read_run(run_dir, spec.name.split("__")[0], result.final_metrics)
+
+
+def run_ahead(base: Mapping[str, Any], specs: Sequence[RunSpec], jobs: int) -> None:
+    """With ``jobs`` > 1 (or ``auto``: one per core), run ``specs`` that many at once in worker processes
+    (``fedpub compare --jobs``'s :func:`~fedpub.simulations.sweep_jobs.run_jobs`), so that :func:`run_one` then
+    finds them finished; a failed run is an error naming it. With one job, nothing: :func:`run_one` runs each in
+    turn."""
+    jobs = resolve_jobs(jobs, len(specs))
+    if jobs <= 1:
+        return
+    failed: list[str] = []
+
+    def ended(outcome: JobOutcome) -> None:
+        spec = specs[outcome.index]
+        print(f"{spec.name} seed {spec.seed}: {outcome.status} in {outcome.seconds:.0f} s", flush=True)
+        if outcome.status != "finished":
+            failed.append(f"{spec.name} seed {spec.seed} ({outcome.status}: {outcome.error_kind} {outcome.error})")
+
+    stopped = run_jobs([spec.config(base) for spec in specs], jobs, started=lambda index: None, ended=ended)
+    if stopped or failed:
+        raise RuntimeError("runs did not finish: " + "; ".join(failed or ["stopped by a signal"])
+                           + "; run the same command again to resume them")
 
 
 TuningKey = tuple[str, float | None]
 """(strategy label, the ε tuned at; None: the base's fixed noise multiplier)."""
 
 
-def _tune(placed: PlacedSweep, out: Path) -> dict[TuningKey, Tuning]:
+def _tuning_spec(placed: PlacedSweep, out: Path, label: str, epsilon: float | None,
+                 point: Mapping[str, float]) -> RunSpec:
+    """The tuning run of ``label`` at ``point``: ``label[__eps<ε>]__<key><value>...`` (the ε only when every ε is
+    tuned), on :data:`TUNING_SEED`, in ``out/tuning``."""
+    name = label + (f"__eps{epsilon:g}" if placed.tune_each_epsilon else "") + "".join(
+        f"__{key.replace('.', '-')}{value:g}" for key, value in point.items())
+    return RunSpec(_with_values(placed.strategies[label], point), epsilon, TUNING_SEED, name, out / "tuning")
+
+
+def _tune(placed: PlacedSweep, out: Path, jobs: int = 1) -> dict[TuningKey, Tuning]:
     """Each strategy with axes tuned on the validation users at each of the tuning ε values (see the module
-    docstring). Run names: ``label[__eps<ε>]__<key><value>...`` (the ε only when every ε is tuned)."""
+    docstring). With ``jobs`` > 1 every initial grid point runs first, that many at once (:func:`run_ahead`); the
+    points an edge extension adds run in turn."""
+    keys = [(label, epsilon) for label in placed.axes for epsilon in placed.tuning_epsilons]
+    run_ahead(placed.base, [_tuning_spec(placed, out, label, epsilon, dict(zip((a.name for a in axes), values)))
+                            for label, epsilon in keys for axes in (placed.axes[label],)
+                            for values in itertools.product(*(a.values for a in axes))], jobs)
     tunings = {}
-    for label, axes in placed.axes.items():
-        for epsilon in placed.tuning_epsilons:
-            prefix = label + (f"__eps{epsilon:g}" if placed.tune_each_epsilon else "")
+    for label, epsilon in keys:
+        def score(point: Mapping[str, float], label: str = label, epsilon: float | None = epsilon) -> float:
+            run = run_one(placed.base, _tuning_spec(placed, out, label, epsilon, point))
+            return float(run.row[f"val_{run.headline}"])
 
-            def score(point: Mapping[str, float], label: str = label, epsilon: float | None = epsilon,
-                      prefix: str = prefix) -> float:
-                name = prefix + "".join(f"__{key.replace('.', '-')}{value:g}" for key, value in point.items())
-                run = run_one(placed.base, _with_values(placed.strategies[label], point), epsilon, TUNING_SEED,
-                              name, out / "tuning")
-                return float(run.row[f"val_{run.headline}"])
-
-            tunings[label, epsilon] = tune(axes, score, higher_is_better=True, max_extensions=placed.max_extensions)
+        tunings[label, epsilon] = tune(placed.axes[label], score, higher_is_better=True,
+                                       max_extensions=placed.max_extensions)
     return tunings
 
 
@@ -267,11 +315,13 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
                              f"{default_out(repro.name, True)})")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes, the largest ε, two-value tuning grids: a check that it runs")
+    parser.add_argument("--jobs", type=parse_jobs, default=1,
+                        help="runs at once, each in a worker process (auto: one per core); default 1")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     out: Path = args.out or default_out(repro.name, args.quick)
     placed = place(repro, out, args.quick)
-    tunings = _tune(placed, out)
+    tunings = _tune(placed, out, args.jobs)
     epsilons = placed.epsilons or (None,)
     tuned = {(label, eps): _tuned_overrides(placed, tunings, label, eps) for label in placed.strategies
              for eps in epsilons}
@@ -282,15 +332,16 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     write_text_atomic(out / "sweep.yaml", yaml.safe_dump(
         {"base": placed.base, **({"epsilons": list(placed.epsilons)} if placed.epsilons else {}),
          "seeds": list(placed.seeds), "strategies": strategies_as_run}, sort_keys=False))
+    specs = [RunSpec(tuned[label, epsilon], epsilon, seed,
+                     run_name(label, epsilon, seed) if epsilon is not None else f"{label}__seed{seed}", out / "runs")
+             for label in placed.strategies for epsilon in epsilons for seed in placed.seeds]
+    run_ahead(placed.base, specs, args.jobs)
     compared = []
-    for label in placed.strategies:
-        for epsilon in epsilons:
-            overrides = tuned[label, epsilon]
-            for seed in placed.seeds:
-                name = run_name(label, epsilon, seed) if epsilon is not None else f"{label}__seed{seed}"
-                compared.append(run_one(placed.base, overrides, epsilon, seed, name, out / "runs"))
-                print(f"{compared[-1].row['strategy']} ε={compared[-1].row['epsilon']:.3g} seed {seed}: "
-                      f"{compared[-1].headline} {compared[-1].row[f'eval_{compared[-1].headline}']:.4f}", flush=True)
+    for spec in specs:
+        run = run_one(placed.base, spec)
+        compared.append(run)
+        print(f"{run.row['strategy']} ε={run.row['epsilon']:.3g} seed {spec.seed}: {run.headline} "
+              f"{run.row[f'eval_{run.headline}']:.4f}", flush=True)
     write_comparison(out, compared, repro.title)
     rows, headline = [c.row for c in compared], compared[0].headline
     if placed.epsilons is None:  # one noise multiplier: one cell, at the largest ε a run achieved

@@ -98,10 +98,10 @@ def test_tuning_at_every_epsilon_gives_each_epsilons_test_runs_its_own_values(tm
     best_lr = {0.5: 0.03, 8.0: 0.3}
     asked = []
 
-    def fake_run_one(base, overrides, epsilon, seed, name, out):
-        asked.append((name, epsilon, seed))
-        lr = overrides["client"]["lr"]
-        return SimpleNamespace(headline="accuracy", row={"val_accuracy": -abs(math.log(lr / best_lr[epsilon]))})
+    def fake_run_one(base, spec):
+        asked.append((spec.name, spec.epsilon, spec.seed))
+        lr = spec.overrides["client"]["lr"]
+        return SimpleNamespace(headline="accuracy", row={"val_accuracy": -abs(math.log(lr / best_lr[spec.epsilon]))})
 
     monkeypatch.setattr(federated, "run_one", fake_run_one)
     placed = PlacedSweep(base={}, strategies={"a": {}}, epsilons=(0.5, 8.0), seeds=(0,),
@@ -145,10 +145,16 @@ def test_a_declaration_tuning_an_unknown_strategy_or_without_validation_users_is
                               axes=repro.axes)
 
 
-def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes_its_claims(tmp_path, monkeypatch):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes_its_claims(
+    tmp_path, monkeypatch, capsys, jobs
+):
+    """In turn, and with --jobs 2: the initial tuning grid, then the test runs, two at a time in worker processes."""
     monkeypatch.chdir(tmp_path)  # anything written outside --out would land here
     out = tmp_path / "out"
-    budget_schedule_table2.main(["--quick", "--out", str(out)])
+    budget_schedule_table2.main(["--quick", "--out", str(out), "--jobs", str(jobs)])
+    in_workers = capsys.readouterr().out.count(": finished in ")
+    assert in_workers == (0 if jobs == 1 else 4 + 6)
     record = read_claims_json(out / "claims.json")
     assert record.quick and record.seeds == 3 and record.seed_paper == "001"
     assert record.name == "budget_schedule_table2"
