@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ from fedpub.simulations.reproductions.results_record import (
 )
 from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune
 from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.session import RunInterrupted
 from fedpub.simulations.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
 
 TUNING_SEED = 100
@@ -227,6 +229,10 @@ def run_one(base: Mapping[str, Any], spec: RunSpec) -> ComparedRun:
     return read_run(run_dir, spec.name.split("__")[0], result.final_metrics)
 
 
+class RunsDidNotFinish(RuntimeError):
+    """Runs that :func:`run_ahead` handed to workers failed or were stopped."""
+
+
 def run_ahead(base: Mapping[str, Any], specs: Sequence[RunSpec], jobs: int) -> None:
     """With ``jobs`` > 1 (or ``auto``: one per core), run ``specs`` that many at once in worker processes
     (``fedpub compare --jobs``'s :func:`~fedpub.simulations.sweep_jobs.run_jobs`), so that :func:`run_one` then
@@ -245,8 +251,7 @@ def run_ahead(base: Mapping[str, Any], specs: Sequence[RunSpec], jobs: int) -> N
 
     stopped = run_jobs([spec.config(base) for spec in specs], jobs, started=lambda index: None, ended=ended)
     if stopped or failed:
-        raise RuntimeError("runs did not finish: " + "; ".join(failed or ["stopped by a signal"])
-                           + "; run the same command again to resume them")
+        raise RunsDidNotFinish("runs did not finish: " + "; ".join(failed or ["stopped by a signal"]))
 
 
 TuningKey = tuple[str, float | None]
@@ -318,6 +323,16 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     parser.add_argument("--jobs", type=parse_jobs, default=1,
                         help="runs at once, each in a worker process (auto: one per core); default 1")
     args = parser.parse_args(argv)
+    try:
+        return _run(repro, args)
+    except (RunInterrupted, KeyboardInterrupt, RunsDidNotFinish) as stop:
+        print(f"{repro.name}: stopped ({stop or 'interrupted'}); the finished runs are kept, run the same command "
+              "again to resume", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+
+
+def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
+    """:func:`run` once its arguments are parsed."""
     started = time.perf_counter()
     out: Path = args.out or default_out(repro.name, args.quick)
     placed = place(repro, out, args.quick)

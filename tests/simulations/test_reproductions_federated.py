@@ -34,6 +34,8 @@ from fedpub.simulations.reproductions.federated import (
     place,
 )
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
+from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.session import RunInterrupted
 from fedpub.simulations.reproductions.tuning import Axis
 
 MODULES = [adadps_stackoverflow, budget_schedule_table2, dope_table7, pda_dpmd_federated, public_epochs_figure4]
@@ -167,3 +169,15 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
     chosen = {label: s["client"]["lr"] for label, s in ran["strategies"].items()}
     assert set(chosen) == {"first_rounds", "last_rounds"} and set(chosen.values()) <= {0.03, 0.1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_stopped_reproduction_exits_130_saying_how_to_resume(tmp_path, monkeypatch, capsys):
+    def stopped(placed, out, jobs):
+        raise RunInterrupted(RunDirectory(out / "tuning" / "x"), 3, 60)
+
+    monkeypatch.setattr(federated, "_tune", stopped)
+    with pytest.raises(SystemExit) as exit_info:
+        budget_schedule_table2.main(["--out", str(tmp_path)])
+    assert exit_info.value.code == 130
+    err = capsys.readouterr().err
+    assert "interrupted after 3 of 60 rounds" in err and "run the same command again to resume" in err
