@@ -43,7 +43,7 @@ import numpy as np
 from fedpub.atomic import atomic_path, write_text_atomic
 from fedpub.data.download import CHUNK
 from fedpub.data.emnist_writers import SQLITE_DDL, SQLITE_INDEXES
-from fedpub.data.generated import refuse_other_spec
+from fedpub.data.generated import generation_lock, refuse_other_spec
 from fedpub.data.stackoverflow import (
     FIELDS,
     H5_FILES,
@@ -448,19 +448,20 @@ def ensure_synthetic_stackoverflow(
     wanted = json.dumps({"train": asdict(train), "test": asdict(test), "heldout": asdict(heldout),
                          "word_count": "counted in the generated training tokens",
                          "tag_count": "counted in the generated training tags"}, sort_keys=True)
-    if marker.is_file():
-        refuse_other_spec(root, "synthetic StackOverflow", marker.read_text(), wanted)
-        return root
-    if pending.is_file():
-        refuse_other_spec(root, "a partly generated synthetic StackOverflow", pending.read_text(), wanted)
-    elif any((root / name).exists() for name in (*H5_FILES.values(), WORD_COUNT_FILE, TAG_COUNT_FILE)):
-        refuse_other_spec(root, "StackOverflow", None, wanted)
-    write_text_atomic(pending, wanted)
-    write_synthetic_stackoverflow(root, train, split="train")
-    _write_h5(root / H5_FILES["test"], synthetic_columns(test))
-    _write_h5(root / H5_FILES["heldout"], synthetic_columns(heldout))
-    write_text_atomic(marker, wanted)
-    pending.unlink()
+    with generation_lock(root):
+        if marker.is_file():
+            refuse_other_spec(root, "synthetic StackOverflow", marker.read_text(), wanted)
+            return root
+        if pending.is_file():
+            refuse_other_spec(root, "a partly generated synthetic StackOverflow", pending.read_text(), wanted)
+        elif any((root / name).exists() for name in (*H5_FILES.values(), WORD_COUNT_FILE, TAG_COUNT_FILE)):
+            refuse_other_spec(root, "StackOverflow", None, wanted)
+        write_text_atomic(pending, wanted)
+        write_synthetic_stackoverflow(root, train, split="train")
+        _write_h5(root / H5_FILES["test"], synthetic_columns(test))
+        _write_h5(root / H5_FILES["heldout"], synthetic_columns(heldout))
+        write_text_atomic(marker, wanted)
+        pending.unlink()
     return root
 
 

@@ -8,7 +8,9 @@ import lzma
 import os
 import pickle
 import sqlite3
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import h5py
@@ -25,6 +27,7 @@ from fedpub.data.stackoverflow import (
     load_word_counts,
     open_stackoverflow,
 )
+from fedpub.data import stackoverflow_writers
 from fedpub.data.stackoverflow_writers import (
     SyntheticStackOverflowSpec,
     edge_case_dataset,
@@ -520,3 +523,21 @@ def test_writers_reject_bad_input(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown StackOverflow split"):
         write_stackoverflow_sqlite(tmp_path / "a.sqlite", {"held_out": {"00000001": [good]}})
     assert not os.listdir(tmp_path)  # failed writes leave nothing behind
+
+
+def test_runs_asking_for_the_same_synthetic_folder_at_once_generate_it_once(tmp_path: Path, monkeypatch) -> None:
+    """``--jobs`` starts runs together: one generates, the others wait for it and reuse the files (without the
+    lock two generated at once and one removed the other's progress marker: FileNotFoundError)."""
+    generated, original = [], stackoverflow_writers.write_synthetic_stackoverflow
+
+    def slow_write(*args, **kwargs):
+        generated.append(1)
+        time.sleep(0.5)  # long enough for the other caller to arrive while this one generates
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(stackoverflow_writers, "write_synthetic_stackoverflow", slow_write)
+    test = SyntheticStackOverflowSpec(num_clients=3, max_examples=4, seed=4)
+    with ThreadPoolExecutor(3) as pool:
+        roots = list(pool.map(lambda _: ensure_synthetic_stackoverflow(tmp_path / "so", SMALL, test, test), range(3)))
+    assert roots == [tmp_path / "so"] * 3 and generated == [1]
+    assert (tmp_path / "so" / "fedpub_synthetic_stackoverflow.json").is_file()
