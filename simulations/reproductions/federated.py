@@ -28,7 +28,6 @@ The sweep as run (tuned values included) is written to ``out/sweep.yaml``.
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,7 +59,7 @@ from fedpub.simulations.reproductions.results_record import (
     default_out,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, grid_points, tune
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.session import RunInterrupted
 from fedpub.simulations.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
@@ -272,9 +271,8 @@ def _tune(placed: PlacedSweep, out: Path, jobs: int = 1) -> dict[TuningKey, Tuni
     docstring). With ``jobs`` > 1 every initial grid point runs first, that many at once (:func:`run_ahead`); the
     points an edge extension adds run in turn."""
     keys = [(label, epsilon) for label in placed.axes for epsilon in placed.tuning_epsilons]
-    run_ahead(placed.base, [_tuning_spec(placed, out, label, epsilon, dict(zip((a.name for a in axes), values)))
-                            for label, epsilon in keys for axes in (placed.axes[label],)
-                            for values in itertools.product(*(a.values for a in axes))], jobs)
+    run_ahead(placed.base, [_tuning_spec(placed, out, label, epsilon, point)
+                            for label, epsilon in keys for point in grid_points(placed.axes[label])], jobs)
     tunings = {}
     for label, epsilon in keys:
         def score(point: Mapping[str, float], label: str = label, epsilon: float | None = epsilon) -> float:

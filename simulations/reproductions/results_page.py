@@ -22,13 +22,14 @@ from fedpub.atomic import write_text_atomic
 from fedpub.simulations.reproductions.judge import RULE
 from fedpub.simulations.reproductions.results_record import (
     CLAIMS_FILE,
+    REPRODUCTIONS,
     SEED_PAPERS,
     ReproductionRecord,
     read_claims_json,
     write_claims_json,
 )
 
-RUNS, OUT = Path("runs/reproductions"), Path("docs/results.md")
+RUNS, OUT = REPRODUCTIONS, Path("docs/results.md")
 COMMAND = "python -m fedpub.simulations.reproductions.results_page"
 
 

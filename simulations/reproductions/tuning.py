@@ -84,6 +84,12 @@ class Tuning:
                 "counted in ε.")
 
 
+def grid_points(axes: Sequence[Axis]) -> list[dict[str, float]]:
+    """Every point of the product of ``axes``, in grid order (the last axis fastest), as ``{axis name: value}``."""
+    names = [a.name for a in axes]
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(a.values for a in axes))]
+
+
 def tune(
     axes: Sequence[Axis],
     score: Callable[[Mapping[str, float]], float],
@@ -110,19 +116,19 @@ def tune(
     axes = list(axes)
     extensions = 0
     while True:
-        grid = list(itertools.product(*(a.values for a in axes)))
+        grid = grid_points(axes)
         for point in grid:
-            if point not in scores:
-                scores[point] = float(score(dict(zip(names, point, strict=True))))
-        best = max(grid, key=ranked)  # the first of equal scores, in grid order: deterministic
-        edged = [i for i, a in enumerate(axes) if a.on_edge(best[i])]
+            if tuple(point.values()) not in scores:
+                scores[tuple(point.values())] = float(score(point))
+        best = max(grid, key=lambda point: ranked(tuple(point.values())))  # the first of equal scores: deterministic
+        edged = [i for i, a in enumerate(axes) if a.on_edge(best[a.name])]
         if not edged or extensions == max_extensions:
             break
-        axes = [a.extended(best[i]) if i in edged else a for i, a in enumerate(axes)]
+        axes = [a.extended(best[a.name]) if i in edged else a for i, a in enumerate(axes)]
         extensions += 1
     return Tuning(
-        best=dict(zip(names, best, strict=True)),
-        best_score=scores[best],
+        best=best,
+        best_score=scores[tuple(best.values())],
         evaluations=len(scores),
         on_edge=tuple(axes[i].name for i in edged),
         grid={a.name: a.values for a in axes},
