@@ -251,6 +251,8 @@ class CohortTrainer:
         if path == "vectorised" and blocker is not None:
             raise ValueError(f"client.path is vectorised, but this model cannot be: {blocker}; use auto or loop")
         self.reason: str | None = "client.path is loop" if path == "loop" else blocker
+        self.groups_timed = 0
+        """Groups trained both ways so far, to time them (each such group costs both paths' work)."""
 
     @property
     def mode(self) -> str:
@@ -318,6 +320,7 @@ class CohortTrainer:
         if chosen is not None:
             return vectorised() if chosen == "vectorised" else loop()
         runs = {"vectorised": vectorised, "loop": loop}
+        self.groups_timed += 1
         first = self.chooser.first(key)
         results: dict[str, Results] = {}
         seconds: dict[str, float] = {}

@@ -83,6 +83,11 @@ class _DataFields(Section):
         "for held-out public users), least recently used dropped first; 0 = read every user from the file each "
         "time it is sampled"
     )
+    preload: bool = Field(
+        False, description="in-process: read every user a round may train (private and public) into the cache "
+        "before the first round, as pfl-research holds its dataset in memory, so that no round reads a file; "
+        "refused, naming cache_mb, when they do not fit in it"
+    )
     prefetch: Literal["auto", "on", "off"] = Field(
         "auto", description="in-process: read the next round's users into the cache in a background thread while "
         "the current round trains; auto = on a CUDA device only (on a CPU the reading competes with training for "

@@ -31,6 +31,7 @@ from typing import Any
 
 from fedpub.clients.round_training import train_users
 from fedpub.data.cache import CachedClients
+from fedpub.noise_prefetch import core_left_for_draws
 from fedpub.round_driver import CohortsKeepFailing
 from fedpub.types import Params, Updates
 from fedpub.simulations.experiment import Experiment
@@ -106,6 +107,8 @@ def run_in_process(
                 log(f"resuming from round {session.resumed_from} of {experiment.config.rounds} ({run_dir.root})")
             if on_resume is not None:
                 on_resume(session.resumed_from)
+        if experiment.config.data.preload:
+            preload(experiment, log)
         with _stop_at_round_end() as stop:
             return _run_rounds(session, stop, on_round, log, extra_updates, on_model)
     except RunInterrupted:
@@ -145,8 +148,9 @@ def _run_rounds(
         if prefetch and t + 1 < cfg.rounds:
             read_ahead(experiment, t + 1)
         before = session.params
-        private = train_users(trainer, cfg.seed, plan, private_data, session.params, public=False, log=log)
-        public = train_users(trainer, cfg.seed, plan, public_data, session.params, public=True, log=log)
+        with core_left_for_draws():  # the next round's noise may be drawing in the background
+            private = train_users(trainer, cfg.seed, plan, private_data, session.params, public=False, log=log)
+            public = train_users(trainer, cfg.seed, plan, public_data, session.params, public=True, log=log)
         outcome = driver.finish(
             plan, session.params, session.state, {cid: r.update for cid, r in private.items()},
             {cid: r.update for cid, r in public.items()}, extra=extra_updates(t) if extra_updates else (),
@@ -162,6 +166,17 @@ def _run_rounds(
         # the round's user updates (K × the model) must not stay alive while the next cohort trains
         del private, public, results, outcome, private_data, public_data
     return session.finish()  # a stop asked for during the last round: the run is whole, it finishes
+
+
+def preload(experiment: Experiment, log: Callable[[str], None] | None = None) -> None:
+    """``data.preload``: every private and public user read into its cache before the first round."""
+    pools: dict[int, tuple[CachedClients, list[str]]] = {}
+    for data, ids in ((experiment.train, experiment.private_ids), (experiment.public_data, experiment.public_ids)):
+        if not isinstance(data, CachedClients):
+            raise ValueError(f"data.preload: the users of {type(data).__name__} are not read through a cache")
+        pools.setdefault(id(data), (data, []))[1].extend(ids)
+    for data, ids in pools.values():
+        data.preload(ids, log)
 
 
 def read_ahead(experiment: Experiment, round_index: int) -> None:

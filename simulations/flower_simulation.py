@@ -49,6 +49,11 @@ def run_flower_simulation(
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
     """Run ``config`` in Flower simulation with ``num_supernodes`` virtual nodes (one per user)."""
+    if config.data.preload:
+        raise ValueError(
+            "data.preload fills the in-process engine's cache; in Flower simulation each user trains in a Ray "
+            "worker that reads its own data: set data.preload: false, or run in process"
+        )
     offline_flower_environment()
     quiet_flower_logging(in_process_simulation=True)
     from flwr.simulation import run_simulation

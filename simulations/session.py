@@ -114,6 +114,7 @@ class RunSession:
         self._lock = RunLock(run_dir.root).acquire()
         self._started = False
         self._trainer: CohortTrainer | None = None
+        self._timed_before = 0
         self._saved_paths: dict[str, Any] = {}
         self._trackers = Trackers(experiment.config.tracking)
         try:
@@ -291,6 +292,7 @@ class RunSession:
             **{k: _mean([m[k] for m in client_metrics if k in m]) for k in ("train_loss", f"train_{headline}")},
             "examples": examples,
             "wall_time": time.perf_counter() - self._round_started,
+            **self._groups_timed(),
         }
         records = {"metrics": record, "diagnostics": diagnostics}
         self._save_path_choices()
@@ -316,6 +318,14 @@ class RunSession:
         self._trainer = self.experiment.cohort_trainer(self.model, stored=stored, log=log)
         self._saved_paths = self._trainer.choices()
         return self._trainer
+
+    def _groups_timed(self) -> dict[str, int]:
+        """``groups_timed``: the groups of this round trained both ways to time the paths (its ``wall_time``
+        holds both paths' work for them); nothing when the session trains no cohort."""
+        if self._trainer is None:
+            return {}
+        timed, self._timed_before = self._trainer.groups_timed - self._timed_before, self._trainer.groups_timed
+        return {"groups_timed": timed}
 
     def _save_path_choices(self) -> None:
         if self._trainer is not None and (choices := self._trainer.choices()) != self._saved_paths:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedpub import column_update
 from fedpub.column_update import ColumnUpdate, RowSum, dense, vector_norms
 from fedpub.privacy.events import PoissonSampling
 from fedpub.step import chain
@@ -64,3 +65,36 @@ def test_a_repeated_or_out_of_range_column_is_refused_like_a_nan_update():
         assert outcome.diagnostics["cohort_failed"] == 1.0
         torch.testing.assert_close(outcome.params["w"], outcomes[-1].params["w"])
     assert outcomes[0].params["w"][:, 3].abs().sum() == 0 and outcomes[0].params["w"][:, 2].abs().sum() > 0
+
+
+@pytest.mark.parametrize("dense_too", [False, True])
+def test_few_or_many_touched_columns_sum_to_the_same_values_as_the_whole_tensors(dense_too, monkeypatch):
+    """Few touched columns are summed through a buffer of those columns only, many through a buffer of them all:
+    either way every entry adds the same terms in the same order, so the sums are equal bit for bit."""
+    generator = torch.Generator().manual_seed(0)
+    shape = torch.Size((4, 50))
+
+    def update(columns: list[int]) -> ColumnUpdate:
+        return ColumnUpdate(torch.tensor(columns), torch.randn(len(columns), 4, generator=generator), shape)
+
+    few = [update([1, 7, 9]), update([7, 30]), update([2, 9, 49])]  # 7 of 50 columns
+    many = [update(list(range(0, 40, 2))), update(list(range(1, 50, 3)))]  # over 0.4 of them
+    plain = torch.randn(shape, generator=generator)
+    for cohort in (few, many):
+        total = RowSum(plain)
+        expected = plain * 0.5 if dense_too else torch.zeros(shape)
+        if dense_too:
+            total.add(plain, 0.5)
+        for k, value in enumerate(cohort):
+            total.add(value, 0.1 * (k + 1))
+            expected = expected + 0.1 * (k + 1) * value.to_dense()
+        torch.testing.assert_close(total.result(times=3.0), 3.0 * expected)
+    # the compact buffer's sum is the whole buffer's, bit for bit
+    sums = []
+    for compact in (0.0, 1.0):
+        monkeypatch.setattr(column_update, "COMPACT_FRACTION", compact)
+        total = RowSum(plain)
+        for k, value in enumerate(few):
+            total.add(value, 0.1 * (k + 1))
+        sums.append(total.result(times=3.0))
+    assert torch.equal(sums[0], sums[1])

@@ -49,3 +49,20 @@ def test_a_prefetch_is_handed_over_only_to_the_same_state_and_specs():
     prefetch_normals(SPECS, state)
     again = torch.Generator().manual_seed(3)
     assert torch.equal(standard_normals(SPECS[:1], again)[0], expected[0])
+
+
+def test_training_beside_a_drawing_prefetch_leaves_it_a_core_and_gets_its_threads_back():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with noise_prefetch.core_left_for_draws():
+            assert torch.get_num_threads() == 2  # nothing is drawing
+        big = [(torch.Size([4000, 4000]), torch.float32)]  # long enough to be drawing still
+        prefetch_normals(big, torch.Generator().manual_seed(0).get_state())
+        with noise_prefetch.core_left_for_draws():
+            assert noise_prefetch.drawing() and torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        standard_normals(big, torch.Generator().manual_seed(0))  # takes the prefetch: nothing left drawing
+        assert not noise_prefetch.drawing()
+    finally:
+        torch.set_num_threads(threads)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -67,6 +67,27 @@ class CachedClients:
                     _, evicted = self._clients.popitem(last=False)
                     self._bytes -= _nbytes(evicted)
         return data
+
+    def preload(self, client_ids: Sequence[str], log: Callable[[str], None] | None = None) -> None:
+        """Read every one of ``client_ids`` into the cache (``log`` told every tenth of the way); a ValueError,
+        naming ``data.cache_mb``, as soon as they cannot all fit in ``max_bytes``."""
+        step = max(1, len(client_ids) // 10)
+        for done, client_id in enumerate(client_ids, 1):
+            if client_id in self._clients:
+                continue
+            data = self.dataset.client_data(client_id)
+            size = _nbytes(data)
+            with self._lock:
+                if self._bytes + size > self.max_bytes:
+                    raise ValueError(
+                        f"data.preload: the users do not fit in data.cache_mb = {self.max_bytes / 2**20:g} MB "
+                        f"({(self._bytes + size) / 2**20:.1f} MB after {done} of {len(client_ids)} users); raise "
+                        "data.cache_mb or set data.preload: false"
+                    )
+                self._clients[client_id] = data
+                self._bytes += size
+            if log is not None and (done % step == 0 or done == len(client_ids)):
+                log(f"data.preload: {done} of {len(client_ids)} users read ({self._bytes / 2**20:.1f} MB)")
 
     def read_ahead(self, client_ids: Sequence[str]) -> None:
         """Read ``client_ids`` into the cache in a background thread (after the last :meth:`read_ahead` ends), and

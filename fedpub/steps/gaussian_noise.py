@@ -94,7 +94,11 @@ def gaussian_noise(
         elif all(value.device.type == "cpu" for value in updates.values()):
             specs = [(value.shape, value.dtype) for value in updates.values()]
             normals = standard_normals(specs, gen)
-            noisy = {name: n.mul_(std_on_mean).add_(value) for (name, value), n in zip(updates.items(), normals, strict=True)}
+            # value + std·n written over the draws in one pass (the draws are this step's own tensors)
+            noisy = {
+                name: torch.add(value, n, alpha=std_on_mean, out=n)
+                for (name, value), n in zip(updates.items(), normals, strict=True)
+            }
             if prefetch:
                 prefetch_normals(specs, gen.get_state())  # the next round's, while its cohort trains
         else:

@@ -26,7 +26,11 @@ whether the cell meets issue 23's target (within 1.25× of the floor, ahead of p
 The benchmark turns on the allocator tuning of :mod:`fedpub.simulations.memory` (glibc keeps freed memory; process-wide,
 so the floor and fedpub get the same allocator; fedpub's engine applies it only when asked) before the first
 measurement, and its report says whether it took effect. Steady figures leave out the first round (start-up,
-Ray actors) and the last (it evaluates). Writes ``throughput.md`` and ``throughput.csv`` under ``--out``.
+Ray actors), the last (it evaluates) and those in which fedpub's default timed groups both ways to choose its paths
+(a start-up cost, as cuDNN's benchmark mode's first calls; the diagnostics' ``groups_timed``): the same rounds
+for every path, so each compares the same cohorts; ``steady_rounds`` says how many are left. fedpub's in-process
+runs read every user into memory before the first round (``data.preload``), as the floor and pfl-research hold
+them. Writes ``throughput.md`` and ``throughput.csv`` under ``--out``.
 
     python -m fedpub.simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
         [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--examples default --examples 5,30]
@@ -126,6 +130,10 @@ def _config(
 Rounds = list[tuple[float, int]]
 """(seconds, user updates) of each round."""
 
+ENGINE = {"data": {"preload": True}}
+"""What fedpub's in-process runs add to the cell's config: every user read into memory before the first round
+(``data.preload``), as the floor and pfl-research hold them."""
+
 
 def _floor(experiment: Experiment, rounds: int, *, cut: bool = False, flops: list[int] | None = None) -> Rounds:
     """Each round of a bare loop doing exactly the engine's local SGD steps (data preloaded on the experiment's
@@ -173,13 +181,15 @@ def _floor(experiment: Experiment, rounds: int, *, cut: bool = False, flops: lis
     return times
 
 
-def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> tuple[Rounds, dict[str, Any]]:
-    """The run's rounds and its cohort trainer's path choices (``paths.json``; none for a forced path)."""
+def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> tuple[Rounds, list[int], dict[str, Any]]:
+    """The run's rounds, the rounds in which its cohort trainer timed groups both ways (their seconds hold both
+    paths' work), and its path choices (``paths.json``; none for a forced path)."""
     cfg = parse_config(cfg_dict)
     run(cfg)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
     records = run_dir.read_diagnostics()
-    return [(r["wall_time"], int(r["cohort_sampled"])) for r in records], run_dir.load_paths() or {}
+    timing = [t for t, r in enumerate(records) if r.get("groups_timed")]
+    return [(r["wall_time"], int(r["cohort_sampled"])) for r in records], timing, run_dir.load_paths() or {}
 
 
 def _paths_note(choices: dict[str, Any]) -> str:
@@ -221,10 +231,10 @@ def measure(
     pfl_python: str | None,
     examples: tuple[int, int] | None = None,
     device: str = "cpu",
-) -> tuple[dict[str, Rounds], list[int], dict[str, Any]]:
+) -> tuple[dict[str, Rounds], list[int], dict[str, Any], dict[str, list[int]]]:
     """Every path's rounds on one task and cohort size (pfl-research: fixed cohorts of ``cohort``), the FLOPs
     of each round's local steps, counted on the bare loop with the fewest (floor-cut where there is one), and
-    fedpub's path choices (its default run's ``paths.json``). Flower
+    fedpub's path choices (its default run's ``paths.json``) and the rounds in which each fedpub run timed its paths. Flower
     is skipped when a round's replies would exceed ``flower_max_gb``: its server holds them all in memory (with
     so_logreg's 5M parameters at 200 users the process passed this machine's 24 GB and was killed)."""
     base = _config(task, cohort, rounds, root, examples=examples, device=device)
@@ -242,10 +252,11 @@ def measure(
     flops: list[int] = []
     _floor(experiment, rounds, cut=cut, flops=flops)
     choices: dict[str, Any] = {}
+    timing: dict[str, list[int]] = {}
     for label, path in (("fedpub", "auto"), ("fedpub-loop", "loop")):
-        cfg_dict = {**_config(task, cohort, rounds, root, path=path, examples=examples, device=device),
-                    "name": f"{task}_{cohort}_{label}"}
-        times[label], made = _engine(cfg_dict, lambda cfg: run_in_process(
+        cfg_dict = _config(task, cohort, rounds, root, path=path, examples=examples, device=device)
+        cfg_dict |= {"name": f"{task}_{cohort}_{label}", "data": {**cfg_dict["data"], **ENGINE["data"]}}
+        times[label], timing[label], made = _engine(cfg_dict, lambda cfg: run_in_process(
             build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True,
             log=lambda line: print(f"{task} cohort {cohort} {label}: {line}", flush=True),
         ))
@@ -257,17 +268,28 @@ def measure(
         task_file = root / f"{task}_{cohort}_pfl.pt"
         _export_for_pfl(experiment, cohort, rounds, task_file)
         times["pfl-research"] = [(seconds, cohort) for seconds in run_pfl(pfl_python, task_file)["round_s"]]
-    return times, flops, choices
+    return times, flops, choices, timing
+
+
+def _steady(rounds: int, timing: list[int]) -> list[int]:
+    """The steady rounds of ``rounds``: not the first (start-up) nor the last (it evaluates), nor those in which
+    fedpub's cohort trainer timed groups both ways (``timing``: a start-up cost of the run, as cuDNN's benchmark
+    mode's first calls), unless that leaves none."""
+    middle = list(range(1, rounds - 1)) or list(range(rounds))
+    return [t for t in middle if t not in timing] or middle
 
 
 def _rows(
-    task: str, cohort: int, examples: str, times: dict[str, Rounds], flops: list[int], flops_per_second: float
+    task: str, cohort: int, examples: str, times: dict[str, Rounds], flops: list[int], flops_per_second: float,
+    timing: list[int],
 ) -> list[dict[str, Any]]:
-    """Steady rounds (not the first, start-up, nor the last, which evaluates): mean seconds per round, updates
-    per second, and ratios. The floor and the fedpub and Flower paths train the same Poisson cohorts, whose
-    steady rounds' mean ``flops`` at ``flops_per_second`` is the FLOP-bound floor."""
-    steady = {label: rounds[1:-1] or rounds for label, rounds in times.items()}
-    steady_flops = flops[1:-1] or flops
+    """Mean seconds per round, updates per second, and ratios, over the same steady rounds (:func:`_steady`) of
+    every path (``timing``: the rounds fedpub's default spent timing its paths). The floor and the fedpub and
+    Flower paths train the same Poisson cohorts, whose steady rounds' mean ``flops`` at ``flops_per_second``
+    is the FLOP-bound floor; pfl-research trains fixed cohorts of m."""
+    steady_rounds = _steady(len(flops), timing)
+    steady = {label: [rounds[t] for t in steady_rounds if t < len(rounds)] for label, rounds in times.items()}
+    steady_flops = [flops[t] for t in steady_rounds]
     flop_floor_s = sum(steady_flops) / len(steady_flops) / flops_per_second
     seconds = {label: sum(s for s, _ in r) / len(r) for label, r in steady.items()}
     rate = {label: sum(n for _, n in r) / sum(s for s, _ in r) for label, r in steady.items()}
@@ -278,6 +300,7 @@ def _rows(
             "cohort": cohort,
             "examples": examples,
             "path": label,
+            "steady_rounds": len(steady[label]),
             "steady_s_per_round": round(seconds[label], 4),
             "updates_per_s": round(rate[label], 1),
             "x_floor": round(seconds[label] / floor, 2),
@@ -309,6 +332,7 @@ def _summary(rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str])
             "fedpub_s": fedpub["steady_s_per_round"], "fedpub_x_floor": fedpub["x_floor"],
             "fedpub_loop_x_floor": by_path["fedpub-loop"]["x_floor"],
             "fedpub_paths": paths.get((task, cohort, examples), "-"),
+            "steady_rounds": fedpub["steady_rounds"],
             "pfl_s": "-" if pfl is None else pfl["steady_s_per_round"],
             "fedpub_vs_pfl": "-" if pfl is None else pfl["fedpub_speedup"],
             "within_1.25x": "yes" if fedpub["x_floor"] <= TARGET_X_FLOOR else "no",
@@ -404,11 +428,11 @@ def main() -> None:
             for task in tasks:
                 for cohort in (int(c) for c in args.cohorts.split(",")):
                     started = time.perf_counter()
-                    times, flops, choices = measure(
+                    times, flops, choices, timing = measure(
                         task, cohort, args.rounds, Path(tmp), flower_max_gb=args.flower_max_gb,
                         pfl_python=args.pfl_python, examples=examples, device=args.device,
                     )
-                    rows += _rows(task, cohort, label, times, flops, flops_per_second)
+                    rows += _rows(task, cohort, label, times, flops, flops_per_second, timing["fedpub"])
                     paths[(task, cohort, label)] = _paths_note(choices)
                     _write(rows, paths, args.out, header)  # after every cell: a later failure loses nothing measured
                     rounded = {k: [round(s, 3) for s, _ in v] for k, v in times.items()}

@@ -166,6 +166,8 @@ def test_a_run_records_its_choices_in_paths_json_resumes_with_them_and_trains_th
         run_in_process(build_experiment(cfg), run_dir, on_round=stop, log=lines.append)
     first = run_dir.load_paths()
     assert first, "the run made no choice: nothing to resume with"
+    timed = [record["groups_timed"] for record in run_dir.read_diagnostics()]
+    assert timed[0] > 0 and sum(timed) >= sum(entry["groups_timed"] for entry in first.values())
     given, original = [], Experiment.cohort_trainer
 
     def recording(self, model, *, stored=None, log=None):

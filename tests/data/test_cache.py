@@ -13,6 +13,7 @@ from fedpub.data.cache import CachedClients
 from fedpub.data.emnist import load_emnist_split
 from fedpub.simulations.engine import run_in_process
 from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.flower_simulation import run_flower_simulation
 from fedpub.simulations.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
@@ -169,3 +170,39 @@ class _ThreadNames:
     def client_data(self, client_id: str) -> ClientData:
         self.threads.append(threading.current_thread().name)
         return self.dataset.client_data(client_id)
+
+
+def test_preload_reads_every_user_once_and_refuses_when_they_do_not_fit():
+    users = _EqualUsers()
+    lines = []
+    cached = CachedClients(users, 3 * 48)
+    cached.preload(["a", "b", "c"], lines.append)
+    assert users.reads == ["a", "b", "c"] and cached.cached_bytes == 3 * 48 and lines[-1].startswith("data.preload: 3 of 3")
+    for cid in ("c", "a", "b"):
+        cached.client_data(cid)
+    assert users.reads == ["a", "b", "c"]  # every round's read is a cache hit
+    with pytest.raises(ValueError, match=r"do not fit in data.cache_mb = .* after 3 of 3 users\); raise data.cache_mb"):
+        CachedClients(_EqualUsers(), 2 * 48 + 47).preload(["a", "b", "c"])
+
+
+def test_a_preloaded_run_reads_no_file_in_its_rounds_and_trains_the_same_model(tiny_emnist_dir, tmp_path):
+    models, reads = [], []
+    for preload in (False, True):
+        cfg = tiny_config(tiny_emnist_dir, tmp_path / str(preload), rounds=4, data={"preload": preload})
+        experiment = build_experiment(cfg)
+        counting = _CountingReads(experiment.train.dataset)
+        experiment.train.dataset = counting
+        lines = []
+        models.append(run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name), log=lines.append).params)
+        reads.append(counting.reads)
+        if preload:
+            trained = set(experiment.private_ids) | set(experiment.public_ids)
+            assert sorted(counting.reads) == sorted(trained) and any("data.preload:" in line for line in lines)
+    assert len(reads[0]) < len(reads[1])  # 4 rounds sample fewer users than the whole population
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
+
+
+def test_flower_simulation_refuses_preload(tiny_emnist_dir, tmp_path):
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=1, data={"preload": True})
+    with pytest.raises(ValueError, match="data.preload fills the in-process engine's cache"):
+        run_flower_simulation(cfg, 4)

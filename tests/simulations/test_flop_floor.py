@@ -33,7 +33,7 @@ def test_flop_floor_columns_divide_round_seconds_by_the_flops_at_the_matmul_rate
     seconds = {"floor": [(9.0, 5), (1.0, 5), (3.0, 5), (9.0, 5)], "fedpub": [(9.0, 5), (0.5, 5), (1.5, 5), (9.0, 5)],
                "fedpub-loop": [(9.0, 5), (2.0, 5), (2.0, 5), (9.0, 5)]}
     flops = [10**12, 4 * 10**9, 2 * 10**9, 10**12]  # the first and last rounds are not steady
-    rows = {r["path"]: r for r in _rows("emnist_mlp", 5, "default", seconds, flops, flops_per_second=1e9)}
+    rows = {r["path"]: r for r in _rows("emnist_mlp", 5, "default", seconds, flops, flops_per_second=1e9, timing=[])}
     assert rows["fedpub"]["round_gflop"] == 3.0
     assert rows["fedpub"]["x_flop_floor"] == pytest.approx(1.0 / 3.0, abs=0.05)
     assert rows["floor"]["x_flop_floor"] == pytest.approx(2.0 / 3.0, abs=0.05)
@@ -54,9 +54,23 @@ def test_the_summary_says_per_cell_whether_fedpub_is_within_the_target_of_the_fl
                        "pfl-research": steady(1.25)},
         "so_logreg": {"floor": steady(2.0), "floor-cut": steady(1.0), "fedpub": steady(1.1), "fedpub-loop": steady(1.1)},
     }
-    rows = [r for task, seconds in cells.items() for r in _rows(task, 10, "5-30", seconds, [1, 1, 1], 1e9)]
+    rows = [r for task, seconds in cells.items() for r in _rows(task, 10, "5-30", seconds, [1, 1, 1], 1e9, [])]
     summary = {r["task"]: r for r in _summary(rows, {("emnist_cnn", 10, "5-30"): "8-15: loop"})}
     assert [summary[t]["within_1.25x"] for t in cells] == ["yes", "no", "yes"]
     assert [summary[t]["ahead_of_pfl"] for t in cells] == ["yes", "no", "-"]
     assert summary["so_logreg"]["floor_s"] == 1.0 and summary["emnist_cnn"]["fedpub_paths"] == "8-15: loop"
     assert summary["emnist_cnn"]["fedpub_vs_pfl"] == pytest.approx(2.0 / 1.2, abs=0.01)
+
+
+def test_rounds_in_which_fedpub_timed_its_paths_leave_every_paths_steady_figures():
+    """Round 1 timed groups both ways (its seconds hold both paths' work): every path's figures come from rounds 2
+    and 3 alone, the same cohorts for each; a run that timed in every steady round keeps them all."""
+    seconds = {"floor": [(9.0, 5), (1.0, 5), (2.0, 5), (2.0, 5), (9.0, 5)],
+               "fedpub": [(9.0, 5), (8.0, 5), (2.5, 5), (2.5, 5), (9.0, 5)],
+               "fedpub-loop": [(9.0, 5), (1.0, 5), (3.0, 5), (3.0, 5), (9.0, 5)]}
+    flops = [1] * 5
+    rows = {r["path"]: r for r in _rows("emnist_mlp", 5, "default", seconds, flops, 1e9, timing=[1])}
+    assert rows["fedpub"]["steady_rounds"] == rows["floor"]["steady_rounds"] == 2
+    assert rows["fedpub"]["x_floor"] == 1.25 and rows["fedpub-loop"]["x_floor"] == 1.5
+    everywhere = {r["path"]: r for r in _rows("emnist_mlp", 5, "default", seconds, flops, 1e9, timing=[1, 2, 3])}
+    assert everywhere["fedpub"]["steady_rounds"] == 3 and everywhere["fedpub"]["steady_s_per_round"] == round(13.0 / 3, 4)

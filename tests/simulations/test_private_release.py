@@ -30,7 +30,7 @@ from tests.conftest import tiny_config
 
 RELEASED = ("config.yaml", "metrics.jsonl", "ledger.json", "summary.md", "final_metrics.json")
 DIAGNOSTICS = ("cohort_sampled", "cohort_failed", "cohort_size", "clipped_fraction", "norm_mean", "norm_median",
-               "norm_max", "train_loss", "train_accuracy", "examples", "wall_time")
+               "norm_max", "train_loss", "train_accuracy", "examples", "wall_time", "groups_timed")
 
 
 def _run(cfg, experiment=None, **kwargs):
