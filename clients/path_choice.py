@@ -9,7 +9,8 @@ vmap's fixed cost per step against the loop's per-user cost. A fixed rule guesse
 users of a small CNN took 0.100 s a round vectorised and 0.087 s one by one), so :class:`PathChooser` keeps,
 per key (the model and the group size, in power-of-two buckets), the seconds each candidate took on the same
 groups; after :attr:`PathChooser.trials` such groups (or sooner, when one took :data:`DECISIVE` times the other's
-seconds) it keeps the one with the smaller total, and that choice is final. A size is not timed when the choices
+seconds) it keeps the one with the smaller total (vectorised only by a margin, :data:`VECTORISED_MARGIN`), and that
+choice is final. A size is not timed when the choices
 for other sizes imply its path (:meth:`PathChooser.implied`: the loop kept for a size holds for smaller ones,
 vectorised for larger ones), since each timed group costs both candidates' work. The choices (and the seconds
 behind them) round-trip through JSON (the run's ``paths.json``: one entry per key, named by the key's text and
@@ -34,6 +35,13 @@ STORED_FIELDS = frozenset({"model", "smallest_group", "path", "seconds", "groups
 
 TRIALS = 2
 """Groups of a key timed with both candidates before the choice is made."""
+
+VECTORISED_MARGIN = 0.9
+"""Vectorised is kept only when its total is at most this fraction of the loop's. Two timed groups do not show
+everything a vectorised group costs on a CPU (its stacked activations grow with the group: 64 users of the small
+CNN hold 88 MB per convolution layer per step; its first call traces the model): in issue 23's grid a SmallCNN
+bucket kept vectorised on 0.757 s against the loop's 0.782 s trained its later rounds 25 % slower than the loop
+did. Where vectorising pays, it pays by far more (the MLP: 0.024 s against 0.041 s)."""
 
 DECISIVE = 2.0
 """A key whose candidates' totals differ by this factor is decided at once, before its :data:`TRIALS` groups:
@@ -77,8 +85,9 @@ class Timings:
 
 
 class PathChooser:
-    """Per key, the candidate that took the fewer seconds over its first ``trials`` groups, each group trained
-    with both (fewer groups when one candidate is :data:`DECISIVE` times slower); :meth:`choice` is None while a
+    """Per key, the candidate that took the fewer seconds over its first ``trials`` groups (vectorised by
+    :data:`VECTORISED_MARGIN`), each group trained with both (fewer groups when one candidate is :data:`DECISIVE`
+    times slower); :meth:`choice` is None while a
     key is still being timed. ``log`` receives one line per choice."""
 
     def __init__(
@@ -139,7 +148,8 @@ class PathChooser:
         timings.groups += 1
         slow, fast = max(timings.seconds.values()), min(timings.seconds.values())
         if timings.groups >= self.trials or slow >= DECISIVE * fast:
-            timings.chosen = min(CANDIDATES, key=lambda c: timings.seconds[c])
+            vectorised_wins = timings.seconds["vectorised"] <= VECTORISED_MARGIN * timings.seconds["loop"]
+            timings.chosen = "vectorised" if vectorised_wins else "loop"
             if self.log is not None:
                 times = ", ".join(f"{c} {timings.seconds[c]:.4f} s" for c in CANDIDATES)
                 self.log(f"cohort training: {key}: {timings.chosen} kept ({times} over {timings.groups} groups)")

@@ -48,6 +48,12 @@ def test_the_chooser_keeps_the_smaller_total_after_its_trials_logs_it_and_round_
     assert PathChooser(stored).choice(GroupKey.of("M", 40)) is None  # another size is timed afresh
     assert chooser.implied("M", 3) == "loop" and chooser.implied("M", 100) == "vectorised"  # smaller / larger
     assert chooser.implied("M", 40) is None and chooser.implied("other model", 3) is None
+    close = GroupKey.of("M", 40)  # vectorised 5 % faster: within the margin, the loop is kept
+    chooser.record(close, {"vectorised": 0.95, "loop": 1.0})
+    assert chooser.record(close, {"vectorised": 0.95, "loop": 1.0}) == "loop"
+    clear = GroupKey.of("M", 1)  # 15 % faster: kept
+    chooser.record(clear, {"vectorised": 0.85, "loop": 1.0})
+    assert chooser.record(clear, {"vectorised": 0.85, "loop": 1.0}) == "vectorised"
     chooser.record(GroupKey.of("M", 200), {"vectorised": 0.3, "loop": 0.1})  # noise: the loop won a larger size
     assert chooser.implied("M", 100) is None  # the choices disagree: time it
     with pytest.raises(ValueError, match="path must be one of"):
