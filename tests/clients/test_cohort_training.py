@@ -6,6 +6,7 @@ import torch
 from fedpub.clients import cohort_training
 from fedpub.clients.cohort_training import CohortTrainer, train_cohort_vectorised, vectorisation_blocker
 from fedpub.clients.local_training import LocalTrainingConfig, train_client
+from fedpub.column_update import ColumnUpdate, dense
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params
@@ -69,13 +70,56 @@ def test_multi_label_tag_prediction_matches_the_loop():
     _assert_same_as_loop(model, datas, LocalTrainingConfig(epochs=1, batch_size=4, lr=0.5), TAG_PREDICTION)
 
 
+def _bag_of_words_cohort(sizes, words, seed=0):
+    """Users whose posts use a few of the 10,000 words each (different words per user), and 20 tags."""
+    g = torch.Generator().manual_seed(seed)
+    datas = []
+    for n, used in zip(sizes, words):
+        x = torch.zeros(n, 10_000)
+        columns = torch.randperm(10_000, generator=g)[:used]
+        x[:, columns] = (torch.rand(n, used, generator=g) < 0.3).float()
+        datas.append(ClientData(x, (torch.rand(n, 20, generator=g) < 0.1).float()))
+    return datas
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_bag_of_words_users_trained_cut_and_stacked_match_the_loop(sparse, monkeypatch):
+    """Each user's input weight cut to its own columns, padded to the group's widest and stacked: the loop's
+    updates (the cut layer's as the same ColumnUpdate, or dense), with momentum, the prox term and a preconditioner,
+    and a group stacks only the cut weights."""
+    model = build_model("so_tag_logreg", 20)
+    params = model_params(model)
+    datas = _bag_of_words_cohort([8, 8, 7, 20, 5], [40, 90, 15, 60, 30])  # two step groups of different widths
+    config = LocalTrainingConfig(epochs=2, batch_size=4, lr=0.5, momentum=0.5, prox_weight=0.1)
+    g = torch.Generator().manual_seed(2)
+    preconditioner = {k: 0.5 + torch.rand(v.shape, generator=g) for k, v in params.items()}
+    monkeypatch.setattr(cohort_training, "STACKED_ELEMENTS_BUDGET", 3 * (90 * 20 + 20))  # fits cut users only
+    loop = [train_client(model, params, d, config, gen, TAG_PREDICTION, preconditioner=preconditioner,
+                         sparse_update=sparse) for d, gen in zip(datas, _generators(5))]
+    groups = cohort_training._groups(
+        [cohort_training.plan_local_training(d, config, gen) for d, gen in zip(datas, _generators(5))],
+        [cohort_training.input_columns(model, d.x) for d in datas], cohort_training._elements(model))
+    assert sorted(len(group) for group in groups) == [1, 1, 3]  # 3 users fit the budget only because they are cut
+    vectorised = train_cohort_vectorised(model, params, datas, config, _generators(5), TAG_PREDICTION,
+                                         preconditioner=preconditioner, sparse_updates=sparse)
+    for a, b in zip(loop, vectorised):
+        assert a.update.keys() == b.update.keys()
+        for name in a.update:
+            assert type(a.update[name]) is type(b.update[name])
+            if isinstance(a.update[name], ColumnUpdate):
+                assert torch.equal(a.update[name].columns, b.update[name].columns)
+            torch.testing.assert_close(dense(b.update[name]), dense(a.update[name]), rtol=1e-4, atol=1e-6)
+        assert b.metrics == pytest.approx(a.metrics, rel=1e-5, abs=1e-6)
+    assert float(dense(vectorised[0].update["0.weight"]).abs().max()) > 1e-4, "nothing was trained"
+
+
 def test_groups_respect_the_stacked_parameter_budget(monkeypatch):
     model = build_model("emnist_mlp", 10)
     size = sum(p.numel() for p in model.parameters())
     monkeypatch.setattr(cohort_training, "STACKED_ELEMENTS_BUDGET", 2 * size)  # two users per group
     datas = _emnist_cohort([16] * 5 + [32] * 2)
     plans = [cohort_training.plan_local_training(d, LocalTrainingConfig(), g) for d, g in zip(datas, _generators(7))]
-    assert cohort_training._groups(plans, size) == [[0, 1], [2, 3], [4], [5, 6]]
+    assert cohort_training._groups(plans, [None] * 7, lambda cut: size) == [[0, 1], [2, 3], [4], [5, 6]]
     _assert_same_as_loop(model, datas, LocalTrainingConfig(batch_size=16, lr=0.1), CLASSIFICATION)
 
 
@@ -121,9 +165,9 @@ def test_step_count_groups_below_min_users_are_trained_one_by_one(monkeypatch):
     sizes = []
     vectorised_group = cohort_training._train_group
 
-    def recording(model, start, plans, *args):
+    def recording(model, start, plans, *args, **kwargs):
         sizes.append(len(plans))
-        return vectorised_group(model, start, plans, *args)
+        return vectorised_group(model, start, plans, *args, **kwargs)
 
     monkeypatch.setattr(cohort_training, "_train_group", recording)
     model = build_model("emnist_mlp", 10)
