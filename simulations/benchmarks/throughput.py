@@ -258,14 +258,15 @@ def measure(
     timing: dict[str, list[int]] = {}
     for label, path in (("fedpub", "auto"), ("fedpub-loop", "loop")):
         cfg_dict = _config(task, cohort, rounds, root, path=path, examples=examples, device=device)
-        cfg_dict |= {"name": f"{task}_{cohort}_{label}", "data": {**cfg_dict["data"], **ENGINE["data"]}}
+        # the cell's name (its cohorts and noise derive from it: the floor's rounds), in a folder of the path's own
+        cfg_dict |= {"output_dir": str(root / "runs" / label), "data": {**cfg_dict["data"], **ENGINE["data"]}}
         times[label], timing[label], made = _engine(cfg_dict, lambda cfg: run_in_process(
             build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True,
             log=lambda line: print(f"{task} cohort {cohort} {label}: {line}", flush=True),
         ))
         choices.update(made)
     if flower:
-        cfg_dict = {**base, "name": f"{task}_{cohort}_flower"}
+        cfg_dict = {**base, "output_dir": str(root / "runs" / "flower")}
         times["flower"] = _engine(cfg_dict, lambda cfg: run_flower_simulation(cfg, population, fresh=True))[0]
     for label, cut_floor in floors.items():  # again, on a model built anew: each round's faster time is kept
         again = _floor(build_experiment(parse_config(base)), rounds, cut=cut_floor)

@@ -7,7 +7,7 @@ import torch
 
 from fedpub.config import parse_config
 from fedpub.simulations.benchmarks.flop_floor import matmul_flops_per_second
-from fedpub.simulations.benchmarks.throughput import _config, _floor, _rows, _summary
+from fedpub.simulations.benchmarks.throughput import _config, _floor, _rows, _summary, measure
 from fedpub.simulations.experiment import build_experiment
 
 MLP_FLOPS_PER_EXAMPLE = (
@@ -74,3 +74,13 @@ def test_rounds_in_which_fedpub_timed_its_paths_leave_every_paths_steady_figures
     assert rows["fedpub"]["x_floor"] == 1.25 and rows["fedpub-loop"]["x_floor"] == 1.5
     everywhere = {r["path"]: r for r in _rows("emnist_mlp", 5, "default", seconds, flops, 1e9, timing=[1, 2, 3])}
     assert everywhere["fedpub"]["steady_rounds"] == 3 and everywhere["fedpub"]["steady_s_per_round"] == round(13.0 / 3, 4)
+
+
+def test_every_path_of_a_cell_trains_the_same_cohorts(tmp_path):
+    """The floor, fedpub's default and its loop train the same users each round (a run's cohorts derive from its
+    name, so every path's run has the cell's name), so their seconds compare the same work."""
+    times, _, _, timing = measure("emnist_mlp", 10, 4, tmp_path, flower_max_gb=0, pfl_python=None, examples=(5, 10))
+    sizes = {label: [users for _, users in rounds] for label, rounds in times.items()}
+    assert sizes.keys() == {"floor", "fedpub", "fedpub-loop"}
+    assert sizes["fedpub"] == sizes["floor"] == sizes["fedpub-loop"] and len(set(sizes["floor"])) > 1
+    assert set(timing["fedpub"]) <= set(range(4)) and timing["fedpub-loop"] == []  # a forced path times nothing
