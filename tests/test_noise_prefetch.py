@@ -64,5 +64,10 @@ def test_training_beside_a_drawing_prefetch_leaves_it_a_core_and_gets_its_thread
         assert torch.get_num_threads() == 2
         standard_normals(big, torch.Generator().manual_seed(0))  # takes the prefetch: nothing left drawing
         assert not noise_prefetch.drawing()
+        small = [(torch.Size([100, 100]), torch.float32)]  # ends long before a core would pay: none is left
+        prefetch_normals(small, torch.Generator().manual_seed(1).get_state())
+        with noise_prefetch.core_left_for_draws():
+            assert torch.get_num_threads() == 2
+        standard_normals(small, torch.Generator().manual_seed(1))
     finally:
         torch.set_num_threads(threads)
