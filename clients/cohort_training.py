@@ -9,8 +9,9 @@ subsample and shuffles drawn from its own generator), so the updates equal the p
 rounding. Users are grouped by their number of local steps; a short last batch is padded and masked out of
 the loss. Users of a bag-of-words model (an input ``Linear`` on sparse features) are stacked cut to the input
 columns their examples use, as the per-client loop trains them (:mod:`fedpub.clients.input_columns`): 100 users
-of the 5M-parameter tag logistic regression took 0.054 s a round stacked, 0.09 s one by one. Models with stochastic or stateful layers (dropout, batch norm, recurrent layers) and tasks whose
-loss does not split by example fall back to the per-client loop, and :class:`CohortTrainer` says so. Otherwise
+of the 5M-parameter tag logistic regression took 0.054 s a round stacked, 0.09 s one by one. Models with
+stochastic or stateful layers (dropout, batch norm, recurrent layers) and tasks whose loss does not split by
+example fall back to the per-client loop, and :class:`CohortTrainer` says so. Otherwise
 :class:`CohortTrainer` trains each group the way the run's first groups of its size trained faster
 (:mod:`fedpub.clients.path_choice`).
 
