@@ -194,10 +194,9 @@ def _train_group(
     device = next(iter(start.values())).device
     users, steps, batch_size = len(plans), len(plans[0].batches), config.batch_size
     offsets = torch.tensor([0] + [len(p.y) for p in plans]).cumsum(0)[:-1].tolist()
-    cut_weight = None if cuts is None else cuts[0].weight
-    stacked = {name: value.expand(users, *value.shape).clone() for name, value in start.items() if name != cut_weight}
     anchor_dims: dict[str, int | None] = dict.fromkeys(start)
     inputs = [p.x for p in plans]
+    stacked_cut: dict[str, torch.Tensor] = {}
     if cuts is not None:
         weight, width = cuts[0].weight, max(len(cut.columns) for cut in cuts)
         columns = torch.zeros(users, width, dtype=torch.long)
@@ -206,12 +205,13 @@ def _train_group(
             columns[k, : len(cut.columns)], used[k, : len(cut.columns)] = cut.columns, True
         inputs = [p.x.index_select(1, columns[k]) * used[k] for k, p in enumerate(plans)]
         columns, used = columns.to(device), used.to(device)
-        stacked[weight] = start[weight].movedim(-1, 0)[columns]  # (K, width, outputs), each user's columns
-        stacked = {name: stacked[name] for name in start}  # the parameters' order
+        stacked_cut[weight] = start[weight].movedim(-1, 0)[columns]  # (K, width, outputs), each user's columns
         anchor_dims[weight] = 0
         if weight in divisors:  # a padded column's divisor is 1: its gradient is zero, 0 / 1 moves nothing
             gathered = divisors[weight].movedim(-1, 0)[columns]
             divisors = {**divisors, weight: torch.where(used.unsqueeze(-1), gathered, torch.ones_like(gathered))}
+    stacked = {name: stacked_cut[name] if name in stacked_cut else value.expand(users, *value.shape).clone()
+               for name, value in start.items()}
     anchor = {name: stacked[name].clone() if dim == 0 else start[name] for name, dim in anchor_dims.items()}
     x = torch.cat(inputs).to(device, non_blocking=True)
     y = torch.cat([p.y for p in plans]).to(device, non_blocking=True)
@@ -223,7 +223,7 @@ def _train_group(
             mask[k, s, : len(batch)] = 1.0
     index, mask = index.to(device, non_blocking=True), mask.to(device, non_blocking=True)
     sgd = LocalSGD(stacked, config, divisors)
-    objective = _user_objective(model, config, task, cut_weight)
+    objective = _user_objective(model, config, task, None if cuts is None else cuts[0].weight)
     per_user_gradient = vmap(grad(objective, has_aux=True), in_dims=(0, 0, 0, 0, anchor_dims))
     loss_sum = torch.zeros(users, device=device)
     hits = torch.zeros(users, device=device)
@@ -317,9 +317,6 @@ class CohortTrainer:
         self.reason: str | None = "client.path is loop" if path == "loop" else blocker
         self.groups_timed = 0
         """Groups trained both ways so far, to time them (each such group costs both paths' work)."""
-        self._vectorised_before = False
-        """Whether a group was trained vectorised before: the first one pays torch.func's set-up (the bag-of-words
-        logistic regression's first group of 100 users: 0.79 s, then 0.05 s), so its timing is not counted."""
 
     @property
     def mode(self) -> str:
@@ -382,12 +379,16 @@ class CohortTrainer:
     def _route(self, group: list[int], vectorised: Callable[[], Results], loop: Callable[[], Results]) -> Results:
         """The group trained the way chosen for its key (or implied by the other sizes' choices); while the key
         is timed, both ways (the loop's results kept), the seconds recorded unless a user failed (a failure's
-        retries would time something else) or the group was the trainer's first vectorised one."""
+        retries would time something else) or the group was the trainer's first timed one."""
         key = GroupKey.of(self.signature, len(group))
         chosen = self.chooser.choice(key) or self.chooser.implied(self.signature, len(group))
         if chosen is not None:
             return vectorised() if chosen == "vectorised" else loop()
         runs = {"vectorised": vectorised, "loop": loop}
+        # the trainer's first timed group (its first vectorised one, unless stored choices ran one before) pays
+        # torch.func's set-up (the bag-of-words logistic regression's first group of 100 users: 0.79 s, then
+        # 0.05 s): not counted
+        counted = self.groups_timed > 0
         self.groups_timed += 1
         first = self.chooser.first(key)
         results: dict[str, Results] = {}
@@ -399,9 +400,8 @@ class CohortTrainer:
             self._synchronize()
             seconds[candidate] = self.clock() - started
         failed = any(isinstance(r, ClientFailure) for trained in results.values() for r in trained)
-        if not failed and self._vectorised_before:
+        if not failed and counted:
             self.chooser.record(key, seconds)
-        self._vectorised_before = True
         return results["loop"]
 
     def _synchronize(self) -> None:

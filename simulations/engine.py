@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -170,13 +170,12 @@ def _run_rounds(
 
 def preload(experiment: Experiment, log: Callable[[str], None] | None = None) -> None:
     """``data.preload``: every private and public user read into its cache before the first round."""
-    pools: dict[int, tuple[CachedClients, list[str]]] = {}
-    for data, ids in ((experiment.train, experiment.private_ids), (experiment.public_data, experiment.public_ids)):
+    pools = ((experiment.train, experiment.private_ids), (experiment.public_data, experiment.public_ids))
+    for data, _ in pools:
         if not isinstance(data, CachedClients):
             raise ValueError(f"data.preload: the users of {type(data).__name__} are not read through a cache")
-        pools.setdefault(id(data), (data, []))[1].extend(ids)
-    for data, ids in pools.values():
-        data.preload(ids, log)
+    for cache, ids in _per_cache(pools):
+        cache.preload(ids, log)
 
 
 def read_ahead(experiment: Experiment, round_index: int) -> None:
@@ -184,12 +183,18 @@ def read_ahead(experiment: Experiment, round_index: int) -> None:
     cohorts depend only on the seed and the round); a cache reading both gets both lists in one batch, after it
     has finished the last one."""
     strategy = experiment.strategy
-    batches: dict[int, tuple[CachedClients, list[str]]] = {}
-    for data, ids in (
+    for cache, ids in _per_cache((
         (experiment.train, strategy.sample_cohort(experiment.private_ids, round_index)),
         (experiment.public_data, strategy.sample_public_cohort(experiment.public_ids, round_index)),
-    ):
+    )):
+        cache.read_ahead(ids)
+
+
+def _per_cache(pools: Iterable[tuple[object, Sequence[str]]]) -> list[tuple[CachedClients, list[str]]]:
+    """The user ids of ``pools`` (a dataset and ids each) gathered per distinct cache: one list for a cache that
+    holds both the private and the public users; datasets read without a cache are left out."""
+    gathered: dict[int, tuple[CachedClients, list[str]]] = {}
+    for data, ids in pools:
         if isinstance(data, CachedClients):
-            batches.setdefault(id(data), (data, []))[1].extend(ids)
-    for data, ids in batches.values():
-        data.read_ahead(ids)
+            gathered.setdefault(id(data), (data, []))[1].extend(ids)
+    return list(gathered.values())

@@ -131,10 +131,6 @@ def _config(
 Rounds = list[tuple[float, int]]
 """(seconds, user updates) of each round."""
 
-ENGINE = {"data": {"preload": True}}
-"""What fedpub's in-process runs add to the cell's config: every user read into memory before the first round
-(``data.preload``), as the floor and pfl-research hold them."""
-
 
 def _floor(experiment: Experiment, rounds: int, *, cut: bool = False, flops: list[int] | None = None) -> Rounds:
     """Each round of a bare loop doing exactly the engine's local SGD steps (data preloaded on the experiment's
@@ -238,17 +234,17 @@ def measure(
     loop on a 5M-parameter model built anew ran 0.23 s a round in one process and 0.33 s in the next, its
     strided column reads at the mercy of where the weight's memory landed), the FLOPs
     of each round's local steps, counted on the bare loop with the fewest (floor-cut where there is one), and
-    fedpub's path choices (its default run's ``paths.json``) and the rounds in which each fedpub run timed its paths. Flower
-    is skipped when a round's replies would exceed ``flower_max_gb``: its server holds them all in memory (with
+    fedpub's path choices (its default run's ``paths.json``) and the rounds in which each fedpub run timed its
+    paths. Flower is skipped when a round's replies would exceed ``flower_max_gb``: its server holds them all in memory (with
     so_logreg's 5M parameters at 200 users the process passed this machine's 24 GB and was killed)."""
     base = _config(task, cohort, rounds, root, examples=examples, device=device)
     experiment = build_experiment(parse_config(base))  # also generates the data, outside every timing
-    replies_gb = cohort * sum(p.numel() * p.element_size() for p in experiment.new_model().parameters()) / 2**30
+    model = experiment.new_model()
+    replies_gb = cohort * sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
     flower = replies_gb <= flower_max_gb
     if not flower:
         print(f"{task} cohort {cohort}: Flower skipped, a round's replies would hold {replies_gb:.1f} GB", flush=True)
     population = len(experiment.private_ids)
-    model = experiment.new_model()
     cut = input_layer(model) is not None and len(model) == 1  # the bare cut loop runs F.linear alone
     floors = {"floor": False, "floor-cut": True} if cut else {"floor": False}
     times = {label: _floor(experiment, rounds, cut=cut_floor) for label, cut_floor in floors.items()}
@@ -259,7 +255,8 @@ def measure(
     for label, path in (("fedpub", "auto"), ("fedpub-loop", "loop")):
         cfg_dict = _config(task, cohort, rounds, root, path=path, examples=examples, device=device)
         # the cell's name (its cohorts and noise derive from it: the floor's rounds), in a folder of the path's own
-        cfg_dict |= {"output_dir": str(root / "runs" / label), "data": {**cfg_dict["data"], **ENGINE["data"]}}
+        cfg_dict["output_dir"] = str(root / "runs" / label)
+        cfg_dict["data"]["preload"] = True  # every user in memory before round 0, as the floor and pfl hold them
         times[label], timing[label], made = _engine(cfg_dict, lambda cfg: run_in_process(
             build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), fresh=True,
             log=lambda line: print(f"{task} cohort {cohort} {label}: {line}", flush=True),
@@ -268,8 +265,9 @@ def measure(
     if flower:
         cfg_dict = {**base, "output_dir": str(root / "runs" / "flower")}
         times["flower"] = _engine(cfg_dict, lambda cfg: run_flower_simulation(cfg, population, fresh=True))[0]
+    anew = build_experiment(parse_config(base))
     for label, cut_floor in floors.items():  # again, on a model built anew: each round's faster time is kept
-        again = _floor(build_experiment(parse_config(base)), rounds, cut=cut_floor)
+        again = _floor(anew, rounds, cut=cut_floor)
         times[label] = [min(a, b) for a, b in zip(times[label], again, strict=True)]
     if pfl_python:
         task_file = root / f"{task}_{cohort}_pfl.pt"

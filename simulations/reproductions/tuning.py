@@ -109,8 +109,8 @@ def tune(
     scores: dict[tuple[float, ...], float] = {}
     sign = 1.0 if higher_is_better else -1.0
 
-    def ranked(point: tuple[float, ...]) -> float:
-        value = scores[point]
+    def ranked(point: Mapping[str, float]) -> float:
+        value = scores[tuple(point.values())]
         return sign * value if math.isfinite(value) else -math.inf
 
     axes = list(axes)
@@ -118,9 +118,10 @@ def tune(
     while True:
         grid = grid_points(axes)
         for point in grid:
-            if tuple(point.values()) not in scores:
-                scores[tuple(point.values())] = float(score(point))
-        best = max(grid, key=lambda point: ranked(tuple(point.values())))  # the first of equal scores: deterministic
+            key = tuple(point.values())
+            if key not in scores:
+                scores[key] = float(score(point))
+        best = max(grid, key=ranked)  # the first of equal scores, in grid order: deterministic
         edged = [i for i, a in enumerate(axes) if a.on_edge(best[a.name])]
         if not edged or extensions == max_extensions:
             break
