@@ -345,7 +345,9 @@ def discover_nodes(
     return found
 
 
-def _missing_fix(private_ids: Sequence[str] | None, public_population: int, found: NodeMap, no_handler: set[int]) -> str:
+def _missing_fix(
+    private_ids: Sequence[str] | None, public_population: int, found: NodeMap, no_handler: set[int]
+) -> str:
     """What to do when discovery timed out short of users."""
     if private_ids is not None:
         return ("Start a node for each of them (node config `client-id` or `partition-id`), or check the nodes' "
@@ -672,7 +674,8 @@ class FedpubStrategy(Strategy):
                 continue
             _, is_public = self._user_of.get(reply.metadata.src_node_id, (None, False))
             (public if is_public else private).append(numeric_metrics(reply))
-        averaged = {**weighted_mean(public), **{f"diagnostic/private/{k}": v for k, v in weighted_mean(private).items()}}
+        diagnostic = {f"diagnostic/private/{k}": v for k, v in weighted_mean(private).items()}
+        averaged = {**weighted_mean(public), **diagnostic}
         return MetricRecord(averaged) if averaged else None
 
     # -- what the log shows ----------------------------------------------------------------------

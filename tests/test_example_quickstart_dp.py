@@ -7,6 +7,7 @@ and the strategies' lines say what ran (ε, the public users, federated evaluati
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -60,3 +61,23 @@ def test_a_quickstart_app_runs_fedpubs_strategies_under_flwr_run_without_a_trace
         assert "'eval_acc'" in output
     else:
         assert "no federated evaluation" in output and "'eval_acc'" not in output
+
+
+def readme_server_app() -> str:
+    """The README's own-app ServerApp, verbatim (the code block after its ``own-app-server`` marker)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("<!-- own-app-server -->", 1)[1]
+    return block.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_own_app_snippet_runs_verbatim_with_the_quickstart_client_app(superlink, tmp_path):
+    app = tmp_path / "app"
+    shutil.copytree(EXAMPLE, app, ignore=shutil.ignore_patterns("__pycache__"))
+    (app / "quickstart_dp" / "server_app.py").write_text(readme_server_app())
+    result = flwr_run(superlink.registry, None, env=superlink.cli_env, app_dir=app, timeout=RUN_TIMEOUT,
+                      log_path=superlink.logs / "readme.log", echo=False, num_supernodes=6, run_config="")
+    output = result.output
+    assert result.status == "finished:completed", output[-4000:]
+    assert "Traceback" not in output and "ERROR" not in output, output[-4000:]
+    assert "fedpub: 4 private and 2 public nodes, 0 refused" in output
+    assert "'public_cohort_used': 2.0" in output and "'eval_acc'" in output
