@@ -40,6 +40,7 @@ from fedpub.config import ConfigError, ExperimentConfig, dump_config, parse_conf
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.data.device_user import load_device_user
 from fedpub.data.users import load_data
+from fedpub.flags import FlagError
 from fedpub.models import build_model
 from fedpub.node_identity import load_private_key, sign_identity
 from fedpub.seeding import torch_generator
@@ -123,12 +124,10 @@ def node_client_id(context: Context, rt: ClientRuntime) -> str:
 
 def declared_public(context: Context) -> bool | None:
     """The node config's ``public`` declaration (true/false), or None when it declares nothing."""
-    value = context.node_config.get("public")
-    if value is None or isinstance(value, bool):
-        return value
-    if str(value).lower() in ("true", "false"):
-        return str(value).lower() == "true"
-    raise ConfigError(f"node config public={value!r}: expected true or false")
+    try:
+        return flower_protocol.node_config_public(context)
+    except FlagError as error:
+        raise ConfigError(str(error)) from None
 
 
 def query_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:

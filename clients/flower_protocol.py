@@ -2,9 +2,11 @@
 
 A standard Flower ClientApp (new weights under ``arrays``, ``num-examples`` in the metrics, no query handler)
 already works with :class:`fedpub.strategies.flower.FedpubStrategy`: its node is one private user and the server
-computes its update. These helpers add what the standard form cannot say: whether the node's user is public
-(:func:`query_reply`), the round's payloads such as AdaDPS's local preconditioner (:func:`read_train`), and a
-reply that states it trained with them (:func:`update_reply`)::
+computes its update. To let some of its nodes be public users, add one line, :func:`answer_discovery`: the app
+then answers the server's discovery QUERY from the node config (``public=true``) or from a function of the
+node's context, and trains as before. The other helpers add what the standard form cannot say: whether the
+node's user is public (:func:`query_reply`), the round's payloads such as AdaDPS's local preconditioner
+(:func:`read_train`), and a reply that states it trained with them (:func:`update_reply`)::
 
     @app.query()
     def query(msg, context):
@@ -19,14 +21,16 @@ reply that states it trained with them (:func:`update_reply`)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 
 from fedpub import protocol as key
+from fedpub.flags import privacy_flag
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ def read_train(msg: Message) -> TrainInstruction:
         params=dict(msg.content[key.ARRAYS].to_torch_state_dict()),
         round=int(config[key.ROUND]),
         client_id=str(config[key.CLIENT_ID]),
-        public=bool(config.get(key.PUBLIC, False)),
+        public=privacy_flag(config.get(key.PUBLIC, False), key=key.PUBLIC, source="the TRAIN message's config"),
         preconditioner=None if preconditioner is None else dict(preconditioner.to_torch_state_dict()),
         config=config,
     )
@@ -96,3 +100,26 @@ def update_reply(
         }),
         reply_to=msg,
     )
+
+
+def node_config_public(context: Context) -> bool | None:
+    """The node config's ``public`` declaration (true or false, strictly: :func:`~fedpub.flags.privacy_flag`), or
+    None when the node config declares nothing."""
+    value = context.node_config.get("public")
+    return None if value is None else privacy_flag(value, key="public", source=f"node {context.node_id}'s node config")
+
+
+def answer_discovery(
+    app: ClientApp, *, public: Callable[[Context], bool | None] = node_config_public
+) -> ClientApp:
+    """Register on ``app`` (a standard ClientApp) the query handler fedpub's discovery asks: the node answers for
+    the user named by its node id, declaring it public or private as ``public(context)`` says (default: the node
+    config's ``public``, e.g. ``flower-supernode --node-config "public=true"``; None declares nothing: private).
+    In a simulation, where every node has the same node config, give a function of ``partition-id``. The
+    server counts a declaration only when the operator trusts them (``FedpubStrategy(public_nodes=True)``)."""
+
+    @app.query()
+    def _answer(msg: Message, context: Context) -> Message:
+        return query_reply(msg, client_id=str(context.node_id), public=public(context))
+
+    return app

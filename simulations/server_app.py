@@ -50,13 +50,15 @@ def server_public_pool(experiment: Experiment, session: RunSession) -> ServerPub
 def discover_private_nodes(grid: Grid, config: ExperimentConfig, registry: UserRegistry | None) -> NodeMap:
     """The nodes that register as private (``flower.expected_private_nodes``, or at least
     ``flower.min_private_nodes`` after ``flower.node_wait_timeout``) and, when public users are nodes, the public
-    ones the recipe trains each round."""
+    ones the recipe trains each round. Without a user registry, a node's public declaration counts only when
+    public users are nodes (``flower.public_users: nodes`` is the operator's trust in the declarations)."""
     flower = config.flower
     assert flower.expected_private_nodes is not None  # the config requires it with private_users `nodes`
     public_nodes = config.strategy.public_clients_per_round if flower.public_users == "nodes" else 0
     return discover_nodes(
         grid, population=flower.expected_private_nodes, private_ids=None, public_population=public_nodes,
         node_wait_timeout=flower.node_wait_timeout, min_population=flower.min_private_nodes, registry=registry,
+        trust_declarations=flower.public_users == "nodes",
     )
 
 
@@ -143,6 +145,8 @@ def _run_session(grid: Grid, session: RunSession, nodes: NodeMap | None, registr
         on_round=record_round,
         nodes=nodes,
         registry=registry,
+        fraction_evaluate=0.0,  # the session evaluates centrally
+        diagnostics=experiment.diagnostics,
     )
     session.start_round()
     with without_final_results():  # the session's summary says it once

@@ -19,6 +19,7 @@ config and the population, as short as Flower's ``FedAvg``.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,13 +32,16 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 from flwr.serverapp import Grid
+from flwr.superlink.grid import InMemoryGrid
 from flwr.serverapp.strategy import Strategy
 
 from fedpub import protocol as key
 from fedpub.config import RECIPE_DEFAULTS, PrivacyConfig, StrategyConfig
+from fedpub.flags import FlagError, privacy_flag
 from fedpub.node_identity import IdentityError, UserRegistry
 from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
+from fedpub.privacy.events import PoissonSampling
 from fedpub.strategy import RoundOutcome, StrategyCore
 from fedpub.types import Params, StepState, Updates
 from fedpub.strategies.build import build_private_strategy
@@ -54,6 +58,31 @@ def to_tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
     return dict(record.to_torch_state_dict())
 
 
+def numeric_metrics(reply: Message) -> dict[str, float]:
+    """A reply's numeric ``metrics`` (none when it has no metrics record)."""
+    content = reply.content
+    record = content[key.METRICS] if key.METRICS in content else {}
+    return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def weighted_mean(metrics: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each metric's mean over ``metrics``, weighted by their ``num-examples`` (equal weights when none has it);
+    ``num-examples`` itself is summed."""
+    if not metrics:
+        return {}
+    weights = [float(m.get(key.NUM_EXAMPLES, 0.0)) for m in metrics]
+    if sum(weights) <= 0:
+        weights = [1.0] * len(metrics)
+    names = sorted({k for m in metrics for k in m if k != key.NUM_EXAMPLES})
+    means = {}
+    for name in names:
+        pairs = [(w, m[name]) for w, m in zip(weights, metrics, strict=True) if name in m]
+        total = sum(w for w, _ in pairs)
+        if total > 0:
+            means[name] = sum(w * v for w, v in pairs) / total
+    return {**means, key.NUM_EXAMPLES: sum(float(m.get(key.NUM_EXAMPLES, 0.0)) for m in metrics)}
+
+
 class NodeDiscoveryError(RuntimeError):
     """Not enough nodes connected, or they do not hold the users the server expects."""
 
@@ -63,13 +92,48 @@ class MalformedReply(ValueError):
 
 
 class PublicPool(Protocol):
-    """Public users the server holds and trains itself (e.g. :class:`fedpub.clients.round_training.ServerPublicPool`)."""
+    """Public users the server holds and trains itself: their ids, and ``train`` giving the round's public cohort
+    their updates Δ = w_local − ``params`` (the model's names and shapes). :class:`TrainFnPool` builds one from a
+    Flower user's own training function; fedpub's own ServerApp uses
+    :class:`fedpub.clients.round_training.ServerPublicPool`."""
 
     client_ids: Sequence[str]
 
     def train(self, params: Params, plan: RoundPlan) -> Mapping[str, Updates]:
         """The updates of ``plan.public_cohort`` trained from ``params`` (with ``plan.public_preconditioner``)."""
         ...
+
+
+TrainFn = Callable[[dict[str, torch.Tensor], Any], Mapping[str, torch.Tensor]]
+"""A user's training function: (the global model's weights, one public user's data) → the trained weights."""
+
+
+class TrainFnPool:
+    """A server-held public pool from the user's own training function and the public users' data on the server:
+    ``train_fn(weights, data[user])`` returns the weights after local training from ``weights`` (a fresh copy of
+    the global model's state dict; bind the learning rate and epochs with ``functools.partial``), as a standard
+    ClientApp would reply them; the pool turns them into the update. ``data``: public user id → that user's data,
+    whatever ``train_fn`` takes (a DataLoader, tensors). A pool cannot apply AdaDPS's client-side preconditioner
+    (a strategy that sends public users one refuses it)."""
+
+    def __init__(self, train_fn: TrainFn, data: Mapping[str, Any]) -> None:
+        if not data:
+            raise ValueError("a public pool needs at least one public user's data")
+        self.train_fn = train_fn
+        self.data = {str(c): d for c, d in data.items()}
+        self.client_ids: list[str] = list(self.data)
+
+    def train(self, params: Params, plan: RoundPlan) -> dict[str, Updates]:
+        updates = {}
+        for cid in plan.public_cohort:
+            new = self.train_fn({k: v.detach().clone() for k, v in params.items()}, self.data[cid])
+            if new.keys() != params.keys() or any(new[k].shape != params[k].shape for k in params):
+                raise ValueError(
+                    f"the train function returned weights for public user {cid} that do not have the model's names "
+                    f"and shapes (got {sorted(new.keys())[:5]}): it must return the trained model's state dict"
+                )
+            updates[cid] = {k: new[k].detach().to(params[k].dtype) - params[k] for k in params}
+        return updates
 
 
 @dataclass
@@ -122,12 +186,15 @@ def node_is_public(
     nonce: bytes,
     registry: UserRegistry | None,
     known_public: Sequence[str] | None,
+    trust_declarations: bool = False,
 ) -> tuple[str, bool]:
     """(the user ``node`` answers for, whether it is public). The registry, when there is one, must hold the user
     and the node's signature must match its key. The flag comes from the server's own split (``known_public``: its
-    public users, None when the server has no split), the registry and the node's declaration; those that say
-    something must agree (none: private). A disagreement, or a user another node already holds, raises
-    :class:`RefusedNode`."""
+    public users, None when the server has no split), the registry and the node's declaration (a boolean or
+    "true"/"false", :func:`~fedpub.flags.privacy_flag`); those that say something must agree (none: private). A
+    node that declares itself public is public only when the split or the registry agrees, or when the operator
+    trusts the nodes' declarations (``trust_declarations``). A disagreement, an unconfirmed public declaration, a
+    flag that is not a boolean, or a user another node already holds, raises :class:`RefusedNode`."""
     cid = str(info[key.CLIENT_ID])
     holder = found.holder(cid)
     if holder is not None:
@@ -141,13 +208,34 @@ def node_is_public(
         except IdentityError as error:
             raise RefusedNode(f"node {node} claims user {cid}: {error}") from None
     if key.IS_PUBLIC in info:
-        said[f"node {node}'s declaration"] = bool(info[key.IS_PUBLIC])
+        try:
+            declared = privacy_flag(info[key.IS_PUBLIC], key=key.IS_PUBLIC, source=f"node {node} (user {cid})")
+        except FlagError as error:
+            raise RefusedNode(str(error)) from None
+        if declared and not said and not trust_declarations:
+            raise RefusedNode(
+                f"node {node} declares user {cid} public, but nothing on the server confirms it (no data split, no "
+                "user registry, and the operator does not trust the nodes' declarations): declare it private "
+                "(public=false), stop the node, list the user in a registry, or have public users as nodes "
+                "(FedpubStrategy public_nodes=True; flower.public_users: nodes), which trusts declarations"
+            )
+        said[f"node {node}'s declaration"] = declared
     if len(set(said.values())) > 1:
         raise RefusedNode(
             f"user {cid} (node {node}): "
             + ", ".join(f"{source} says {'public' if flag else 'private'}" for source, flag in said.items())
         )
     return cid, any(said.values())
+
+
+WAIT_REPORT_EVERY = 5.0
+"""Seconds between two "waiting for nodes" lines while discovery waits."""
+
+STANDARD_CLIENT_APP = (
+    "a standard ClientApp (no query handler) is a private user: to have public nodes, add "
+    "`answer_discovery(app)` (fedpub.clients.flower_protocol) to the ClientApp and declare them (node config "
+    "public=true, or a function of partition-id in a simulation)"
+)
 
 
 def discover_nodes(
@@ -161,6 +249,8 @@ def discover_nodes(
     min_population: int | None = None,
     registry: UserRegistry | None = None,
     known_public: Sequence[str] | None = None,
+    trust_declarations: bool = False,
+    query: bool = True,
 ) -> NodeMap:
     """Ask every node which user it holds until the population is there, or ``node_wait_timeout`` passes.
 
@@ -172,26 +262,42 @@ def discover_nodes(
     private user named by its node id; a node that fails otherwise (gone, or its query handler raised) is asked
     again. ``known_public``: the public users of the server's own split (with ``private_ids``).
 
-    A node's claim is checked by :func:`node_is_public`: with a ``registry`` a refused node is logged and left out
-    (the run goes on without it); without one, a refused claim (two nodes for one user, a contrary declaration)
-    stops discovery with :class:`NodeDiscoveryError`."""
+    Without ``query`` (no split, no registry, no public nodes: every node is a private user named by its node id)
+    no QUERY is sent, so a standard ClientApp is never asked what it cannot answer. While it waits, discovery logs
+    a line every few seconds (nodes connected, private, public).
+
+    A node's claim is checked by :func:`node_is_public` (``trust_declarations``: a node's own public declaration
+    counts without a split or registry): with a ``registry`` a refused node is logged and left out (the run goes
+    on without it); without one, a refused claim (two nodes for one user, a contrary or unconfirmed declaration)
+    stops discovery with :class:`NodeDiscoveryError`. Every error names its fix."""
+    if not query and (private_ids is not None or registry is not None or public_population):
+        raise ValueError("discovery without a QUERY knows no user ids, no signatures and no public nodes")
     deadline = time.monotonic() + node_wait_timeout
     nonce = secrets.token_bytes(32)
     found = NodeMap()
     answered: set[int] = set()
+    no_handler: set[int] = set()
     least = population if min_population is None else min_population
+    next_report = time.monotonic() + WAIT_REPORT_EVERY
     while True:
         new = [n for n in grid.get_node_ids() if n not in answered]
-        for node, reply in _ask_nodes(grid, new, max(1.0, deadline - time.monotonic()), nonce) if new else []:
-            if reply.has_error():
-                if private_ids is None and registry is None and has_no_query_handler(reply):
+        replies: list[tuple[int, Message | None]] = (
+            [(n, None) for n in new] if not query
+            else list(_ask_nodes(grid, new, max(1.0, deadline - time.monotonic()), nonce)) if new else []
+        )
+        for node, reply in replies:
+            if reply is None or reply.has_error():
+                if reply is None or (private_ids is None and registry is None and has_no_query_handler(reply)):
                     found.private[str(node)] = node
                     answered.add(node)
+                    if reply is not None:
+                        no_handler.add(node)
                 continue
             answered.add(node)
             try:
                 cid, public = node_is_public(
-                    node, reply.content[key.INFO], found, nonce=nonce, registry=registry, known_public=known_public
+                    node, reply.content[key.INFO], found, nonce=nonce, registry=registry, known_public=known_public,
+                    trust_declarations=trust_declarations,
                 )
             except RefusedNode as refused:
                 if registry is None:
@@ -204,7 +310,10 @@ def discover_nodes(
             if len(found.private) > population:
                 raise NodeDiscoveryError(
                     f"{len(found.private)} private nodes connected, but the strategy was built for a population of "
-                    f"{population}: the sampling rate and the accounting assume exactly that many"
+                    f"{population}: the sampling rate and the accounting assume exactly that many. Build it for "
+                    f"{len(found.private)}, start {population}, or declare the others public"
+                    + (f" ({len(no_handler)} of them have no query handler: {STANDARD_CLIENT_APP})" if no_handler
+                       else "")
                 )
             short = (least if time.monotonic() > deadline else population) - len(found.private)
             missing = [f"{short} private users"] if short > 0 else []
@@ -214,19 +323,40 @@ def discover_nodes(
             missing = [c for c in [*private_ids, *public_ids] if found.holder(c) is None]
         if not missing:
             break
+        connected = len(list(grid.get_node_ids()))
         if time.monotonic() > deadline:
             raise NodeDiscoveryError(
                 f"{len(missing)} expected users have no node after {node_wait_timeout:g} s (first: {missing[:3]}); "
-                f"{len(list(grid.get_node_ids()))} nodes connected, answering for {len(found.private)} private and "
-                f"{len(found.public)} public users, {len(found.refused)} refused"
+                f"{connected} nodes connected, answering for {len(found.private)} private and "
+                f"{len(found.public)} public users, {len(found.refused)} refused. "
+                + _missing_fix(private_ids, public_population, found, no_handler)
             )
+        if time.monotonic() >= next_report:
+            expected = len(private_ids) + len(public_ids) if private_ids is not None else population + public_population
+            log(INFO, "fedpub: waiting for nodes: %d of %d, %d private, %d public (%d s left)", connected, expected,
+                len(found.private), len(found.public), max(0, int(deadline - time.monotonic())))
+            next_report = time.monotonic() + WAIT_REPORT_EVERY
         time.sleep(0.5)
     if private_ids is not None:  # only the users the run expects
         found.private = {c: found.private[c] for c in private_ids}
         found.public = {c: found.public[c] for c in public_ids}
-    log(INFO, "fedpub: %d private and %d public nodes, %d refused", len(found.private), len(found.public),
-        len(found.refused))
+    log(INFO, "fedpub: %d private and %d public nodes, %d refused%s", len(found.private), len(found.public),
+        len(found.refused), f" ({len(no_handler)} without a query handler: private)" if no_handler else "")
     return found
+
+
+def _missing_fix(
+    private_ids: Sequence[str] | None, public_population: int, found: NodeMap, no_handler: set[int]
+) -> str:
+    """What to do when discovery timed out short of users."""
+    if private_ids is not None:
+        return ("Start a node for each of them (node config `client-id` or `partition-id`), or check the nodes' "
+                "logs for why they do not answer")
+    fix = ("Start the missing nodes (a local simulation: flwr run --federation-config \"num-supernodes=N\"), or "
+           "build the strategy for the nodes you have (population, public_population)")
+    if len(found.public) < public_population and no_handler:
+        fix += f"; {len(no_handler)} nodes have no query handler: {STANDARD_CLIENT_APP}"
+    return fix
 
 
 def read_reply(reply: Message, sent: Params, client_id: str, *, preconditioned: bool) -> tuple[Updates, dict]:
@@ -264,7 +394,13 @@ class FedpubStrategy(Strategy):
     """Runs ``driver``'s rounds over Flower nodes; ``on_round`` receives each released round.
 
     ``public_pool`` (public users the server trains itself) or ``public_nodes`` (public users are nodes that
-    declare themselves public) supply the public cohort of a recipe that has one; ``state`` is the strategy
+    declare themselves public; the operator trusts their declarations unless a ``registry`` decides) supply the
+    public cohort of a recipe that has one. Federated evaluation (Flower's ``configure_evaluate``) runs the
+    ClientApps' evaluate handlers on the public nodes (``evaluate="public"``) or on every node (``"all"``: the
+    private nodes' metrics come back as ``diagnostic/private/...``, outside the DP guarantee), a
+    ``fraction_evaluate`` of them a round. ``diagnostics`` (None: on in a simulation, off in a deployment) adds
+    to each round's metrics, under ``diagnostic/``, the un-noised statistics DP does not cover: the realised
+    cohort, the private clients' mean training metrics, the steps' diagnostics. ``state`` is the strategy
     state to start from (None: the core's initial state for the first model); ``first_round`` the round index of
     Flower's round 1 (a resumed run); ``public_population`` the public nodes to wait for when the users are
     learnt from the nodes (default: the recipe's public cohort); ``nodes`` the users' nodes when they were
@@ -284,8 +420,22 @@ class FedpubStrategy(Strategy):
         public_population: int | None = None,
         nodes: NodeMap | None = None,
         registry: UserRegistry | None = None,
+        evaluate: str = "public",
+        fraction_evaluate: float = 1.0,
+        diagnostics: bool | None = None,
     ) -> None:
         core = driver.core
+        if evaluate not in ("public", "all"):
+            raise ValueError(f"evaluate={evaluate!r}: give 'public' (the public nodes) or 'all' (every node; the "
+                             "private nodes' metrics are diagnostics outside the DP guarantee)")
+        if not 0.0 <= fraction_evaluate <= 1.0:
+            raise ValueError(f"fraction_evaluate={fraction_evaluate}: give a fraction in [0, 1]")
+        if evaluate == "all" and diagnostics is False:
+            raise ValueError("evaluate='all' sends back the private nodes' metrics, which DP does not cover: turn "
+                             "diagnostics on (diagnostics=True, or None in a simulation) or evaluate='public'")
+        if isinstance(public_pool, TrainFnPool) and core.client_preconditioner and core.public_clients_precondition:
+            raise ValueError(f"strategy `{core.name}` sends public users AdaDPS's client-side preconditioner, which "
+                             "a TrainFnPool cannot apply: use AdaDPS's server placement, or public nodes")
         if public_pool is not None and public_nodes:
             raise ValueError("give either a server-held public_pool or public_nodes=True, not both")
         if core.public_cohort and public_pool is None and not public_nodes:
@@ -304,6 +454,7 @@ class FedpubStrategy(Strategy):
         self.public_population = default_public if public_nodes else 0
         """Public nodes to wait for when the users are not known in advance."""
         self.registry = registry
+        self.evaluate, self.fraction_evaluate, self.diagnostics = evaluate, fraction_evaluate, diagnostics
         self.nodes: NodeMap | None = None
         self._user_of: dict[int, tuple[str, bool]] = {}
         if nodes is not None:
@@ -327,6 +478,7 @@ class FedpubStrategy(Strategy):
         stop_after_failed_rounds: int | None = 3,
         node_wait_timeout: float = 120.0,
         on_round: RoundCallback | None = None,
+        **options: Any,
     ) -> FedpubStrategy:
         """fedpub's strategy for a Flower user's own ServerApp: ``strategy`` is a ``strategy:`` section of a fedpub
         config (a dict or :class:`~fedpub.config.StrategyConfig`), ``population`` the number of private users
@@ -337,7 +489,8 @@ class FedpubStrategy(Strategy):
         ``public_nodes``, from nodes that declare themselves public: the strategy waits for ``public_population``
         of them (default: the recipe's public cohort), and uses those connected when discovery ends. ``seed`` None: the noise and the cohorts draw from a seed taken from
         the OS's entropy and held only in this process (give one to reproduce a run, at the cost that whoever
-        knows it can rebuild the noise). Then ``strategy.start(grid, initial_arrays, num_rounds=rounds)``."""
+        knows it can rebuild the noise). ``options``: the constructor's ``evaluate``, ``fraction_evaluate`` and
+        ``diagnostics``. Then ``strategy.start(grid, initial_arrays, num_rounds=rounds)``."""
         strategy_cfg = StrategyConfig.model_validate(strategy) if isinstance(strategy, Mapping) else strategy
         privacy_cfg = PrivacyConfig.model_validate(privacy or {}) if not isinstance(privacy, PrivacyConfig) else privacy
         server_side = [n for n in ("warm_start", "model_reuse", "model_average") if getattr(strategy_cfg, n) is not None]
@@ -360,7 +513,7 @@ class FedpubStrategy(Strategy):
             budget_epsilon=built.budget_epsilon, stop_after_failed_rounds=stop_after_failed_rounds,
         )
         return cls(driver, public_pool=public_pool, public_nodes=public_nodes, node_wait_timeout=node_wait_timeout,
-                   on_round=on_round, public_population=public_population)
+                   on_round=on_round, public_population=public_population, **options)
 
     @property
     def core(self) -> StrategyCore:
@@ -388,6 +541,8 @@ class FedpubStrategy(Strategy):
             grid, population=driver.core.population, private_ids=driver.private_ids, public_ids=expected_public,
             public_population=self.public_population, node_wait_timeout=self.node_wait_timeout,
             registry=self.registry, known_public=None if driver.private_ids is None else driver.public_ids,
+            trust_declarations=self.public_nodes and self.registry is None,
+            query=driver.private_ids is not None or self.registry is not None or self.public_nodes,
         )
         if driver.private_ids is None:
             pool = list(self.public_pool.client_ids) if self.public_pool is not None else []
@@ -407,7 +562,7 @@ class FedpubStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         if self.nodes is None:
-            self.discover_nodes(grid)
+            self._start(grid)
         assert self.nodes is not None
         if self.driver.stopped_by_budget:
             return []
@@ -415,6 +570,7 @@ class FedpubStrategy(Strategy):
         if self.state is None:
             self.state = self.core.init(self._params)
         plan = self._plan = self.driver.plan(self.round_index(server_round), self.state)
+        self._log_cohort(plan)
         sends = [(cid, False) for cid in plan.private_cohort]
         if self.public_nodes:
             sends += [(cid, True) for cid in plan.public_cohort]
@@ -481,17 +637,85 @@ class FedpubStrategy(Strategy):
             self.on_round(plan.round, outcome, answered, examples)
         if self.driver.keeps_failing:
             raise self.driver.cohorts_keep_failing(plan.round, "the strategy stopped; fix the clients and start again")
-        metrics = {**outcome.metrics, "epsilon": self.epsilon(), "delta": self.driver.delta}
+        metrics = {**outcome.metrics, "epsilon": self.epsilon(), "delta": self.driver.delta,
+                   **self.round_diagnostics(outcome, answered)}
         return to_array_record(outcome.params), MetricRecord({k: float(v) for k, v in metrics.items()})
 
-    # -- federated evaluation is not used: the server evaluates centrally ---------------------
+    # -- federated evaluation: the public nodes' (and, as a diagnostic, the private nodes') evaluate handlers ------
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        return []
+        if self.nodes is None or self.driver.stopped_by_budget:
+            return []
+        targets = [(cid, node, True) for cid, node in self.nodes.public.items()]
+        if self.evaluate == "all":
+            targets += [(cid, node, False) for cid, node in self.nodes.private.items()]
+        count = min(len(targets), math.ceil(len(targets) * self.fraction_evaluate))
+        return [
+            Message(
+                RecordDict({
+                    key.ARRAYS: arrays,
+                    key.CONFIG: ConfigRecord({**config, key.ROUND: self.round_index(server_round), key.CLIENT_ID: cid,
+                                              key.PUBLIC: public}),
+                }),
+                dst_node_id=node, message_type=MessageType.EVALUATE,
+            )
+            for cid, node, public in secrets.SystemRandom().sample(targets, count)
+        ]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return None
+        """The evaluate replies' metrics averaged by ``num-examples``: the public nodes' as they are, the private
+        nodes' (``evaluate="all"``) under ``diagnostic/private/`` (not covered by DP)."""
+        public: list[Mapping[str, float]] = []
+        private: list[Mapping[str, float]] = []
+        for reply in replies:
+            if reply.has_error():
+                log(WARNING, "fedpub: a node failed to evaluate in round %d: %s", server_round, reply.error.reason)
+                continue
+            _, is_public = self._user_of.get(reply.metadata.src_node_id, (None, False))
+            (public if is_public else private).append(numeric_metrics(reply))
+        diagnostic = {f"diagnostic/private/{k}": v for k, v in weighted_mean(private).items()}
+        averaged = {**weighted_mean(public), **diagnostic}
+        return MetricRecord(averaged) if averaged else None
+
+    # -- what the log shows ----------------------------------------------------------------------
+    def _start(self, grid: Grid) -> None:
+        """Before round 1: decide diagnostics (None: on in a simulation), say what evaluation runs, discover."""
+        if self.diagnostics is None:
+            self.diagnostics = isinstance(grid, InMemoryGrid)
+        if self.evaluate == "all" and not self.diagnostics:
+            raise ValueError("evaluate='all' in a deployment sends back the private nodes' metrics, which DP does "
+                             "not cover: give diagnostics=True to accept that, or evaluate='public'")
+        self.discover_nodes(grid)
+        assert self.nodes is not None
+        if self.diagnostics:
+            log(WARNING, "fedpub: diagnostics on: each round's diagnostic/... metrics are statistics of the private "
+                "users that DP does not cover (diagnostics=False turns them off)")
+        if not self.nodes.public and self.evaluate == "public":
+            log(INFO, "fedpub: no federated evaluation (no public nodes; private nodes evaluate only with "
+                "evaluate='all', as a diagnostic): evaluate centrally with start(evaluate_fn=...)")
+
+    def _log_cohort(self, plan: RoundPlan) -> None:
+        """The round's cohort size where it is not private (a fixed-size cohort; a Poisson cohort's realised size
+        only as a diagnostic)."""
+        core = self.core
+        public = f", {len(plan.public_cohort)} public users" if core.public_cohort else ""
+        if not isinstance(core.sampling, PoissonSampling):
+            size = f"{len(plan.private_cohort)} of {core.population} private users"
+        else:
+            realised = f"; diagnostic: {len(plan.private_cohort)} sampled" if self.diagnostics else ""
+            size = f"a Poisson cohort of expected size {core.expected_cohort:g} of {core.population} private users" \
+                   f" (its size is private{realised})"
+        log(INFO, "fedpub round %d: %s%s", plan.round, size, public)
+
+    def round_diagnostics(self, outcome: RoundOutcome, client_metrics: Sequence[Mapping[str, float]]) -> dict:
+        """``diagnostic/``-prefixed round statistics for the round's metrics when diagnostics are on (else none):
+        the outcome's diagnostics (the realised cohort, failures, the steps') and the private clients' training
+        metrics averaged by ``num-examples``."""
+        if not self.diagnostics:
+            return {}
+        stats = {**outcome.diagnostics, **{f"train/{k}": v for k, v in weighted_mean(client_metrics).items()}}
+        return {f"diagnostic/{k}": float(v) for k, v in stats.items()}
 
     def summary(self) -> None:
         core = self.core

@@ -104,3 +104,30 @@ def test_bad_registry_and_key_files_are_named(tmp_path: Path) -> None:
         UserRegistry.load(tmp_path / "r.yaml")
     with pytest.raises(IdentityError, match="the node's private key .*missing cannot be read"):
         load_private_key(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("declared", [False, "false", "FALSE", " False "])
+def test_a_node_declaring_false_in_any_spelling_is_private(declared) -> None:
+    """Issue 32.1: ``bool("false")`` made such a node public (out of N, unclipped, un-noised)."""
+    info = claim("u1", None, **{key.IS_PUBLIC: declared})
+    assert node_is_public(4, info, NodeMap(), nonce=NONCE, registry=None, known_public=None,
+                          trust_declarations=True) == ("u1", False)
+
+
+@pytest.mark.parametrize("declared", ["maybe", "0", "1", "no", "yes", 1, 0, None, ""])
+def test_a_public_flag_that_is_not_true_or_false_is_refused_naming_the_node_and_key(declared) -> None:
+    info = claim("u1", None, **{key.IS_PUBLIC: declared})
+    with pytest.raises(RefusedNode, match=rf"node 4 \(user u1\): {key.IS_PUBLIC}=.* is not a flag: give true or false"):
+        node_is_public(4, info, NodeMap(), nonce=NONCE, registry=None, known_public=None, trust_declarations=True)
+
+
+def test_a_public_declaration_counts_only_when_the_split_the_registry_or_the_operator_confirms_it(setup) -> None:
+    registry, keys = setup
+    declared = claim("u1", None, **{key.IS_PUBLIC: "true"})
+    with pytest.raises(RefusedNode, match="node 4 declares user u1 public, but nothing on the server confirms it"):
+        node_is_public(4, declared, NodeMap(), nonce=NONCE, registry=None, known_public=None)
+    assert node_is_public(4, declared, NodeMap(), nonce=NONCE, registry=None, known_public=None,
+                          trust_declarations=True) == ("u1", True)
+    assert node_is_public(4, declared, NodeMap(), nonce=NONCE, registry=None, known_public=["u1"]) == ("u1", True)
+    bob = claim("bob", keys["bob"], **{key.IS_PUBLIC: True})  # the registry says bob is public
+    assert node_is_public(4, bob, NodeMap(), nonce=NONCE, registry=registry, known_public=None) == ("bob", True)

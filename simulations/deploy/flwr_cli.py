@@ -211,7 +211,7 @@ class FlwrRunResult:
 
 def flwr_run(
     registry: ProcessRegistry,
-    config_path: Path,
+    config_path: Path | None,
     *,
     env: Mapping[str, str],
     log_path: Path,
@@ -221,15 +221,19 @@ def flwr_run(
     echo: bool = True,
     cwd: Path | None = None,
     num_supernodes: int | None = None,
+    run_config: str | None = None,
 ) -> FlwrRunResult:
     """``flwr run APP CONNECTION --run-config "config='CONFIG'" --stream`` (with ``--federation-config
     "num-supernodes=N"`` for a simulation SuperLink); waits for the stream to end (the run finished) or
-    ``timeout``, then asks the SuperLink for the run's status."""
-    config_arg = str(Path(config_path).resolve())
-    if "'" in config_arg:
-        raise DeploymentError(f"the config path must not contain a single quote: {config_arg}")
-    command = [str(VENV_BIN / "flwr"), "run", str(app_dir), connection,
-               "--run-config", f"config='{config_arg}'", "--stream"]
+    ``timeout``, then asks the SuperLink for the run's status. Another app (``app_dir``, e.g. an example) takes its
+    own ``run_config`` string instead of fedpub's ``config_path``."""
+    if run_config is None:
+        assert config_path is not None, "give fedpub's experiment config_path, or another app's run_config"
+        config_arg = str(Path(config_path).resolve())
+        if "'" in config_arg:
+            raise DeploymentError(f"the config path must not contain a single quote: {config_arg}")
+        run_config = f"config='{config_arg}'"
+    command = [str(VENV_BIN / "flwr"), "run", str(app_dir), connection, "--run-config", run_config, "--stream"]
     if num_supernodes is not None:
         command += ["--federation-config", f"num-supernodes={num_supernodes}"]
     started = time.monotonic()

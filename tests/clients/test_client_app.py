@@ -62,5 +62,5 @@ def test_a_device_node_holds_its_folders_user_and_declares_only_what_its_config_
     rt, cid = node_runtime(_node({"data-path": str(folder), "client-id": "f0000_01"}), config)
     assert cid == "f0000_01" and rt.train.client_ids == [cid] and len(rt.client_data(cid)) > 0
     assert [declared_public(_node(c)) for c in ({}, {"public": True}, {"public": "false"})] == [None, True, False]
-    with pytest.raises(ConfigError, match="node config public='maybe': expected true or false"):
+    with pytest.raises(ConfigError, match="node config: public=.maybe. is not a flag: give true or false"):
         declared_public(_node({"public": "maybe"}))

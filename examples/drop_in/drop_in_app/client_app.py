@@ -6,11 +6,13 @@ out of privacy), whose updates DOPE-SGD uses to recenter the clip. A node replie
 
 from __future__ import annotations
 
-from flwr.app import Context, Message
+import torch
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from torch import nn
 
 from fedpub.clients.flower_protocol import query_reply, read_train, update_reply
-from drop_in_app.task import load_data, setting, train
+from drop_in_app.task import Net, load_data, setting, train
 
 app = ClientApp()
 
@@ -44,3 +46,16 @@ def train_fn(msg: Message, context: Context) -> Message:
     return update_reply(
         msg, update, num_examples, {"train-loss": loss}, preconditioned=task.preconditioner is not None
     )
+
+
+@app.evaluate()
+def evaluate_fn(msg: Message, context: Context) -> Message:
+    """The received model's loss and accuracy on this node's data (the strategy asks the public nodes)."""
+    model = Net()
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    x, y = load_data(int(context.node_config["partition-id"]))
+    with torch.no_grad():
+        logits = model(x)
+    metrics = {"eval-loss": float(nn.functional.cross_entropy(logits, y)),
+               "eval-accuracy": float((logits.argmax(1) == y).float().mean()), "num-examples": len(y)}
+    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

@@ -1,0 +1,1 @@
+"""A Flower quickstart-style PyTorch app (standard ClientApp) whose ServerApp uses fedpub's strategies."""
