@@ -42,6 +42,7 @@ from fedpub.node_identity import IdentityError, UserRegistry
 from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import PoissonSampling
+from fedpub.seeding import numpy_generator
 from fedpub.strategy import RoundOutcome, StrategyCore
 from fedpub.types import Params, StepState, Updates
 from fedpub.strategies.build import build_private_strategy
@@ -660,8 +661,14 @@ class FedpubStrategy(Strategy):
                 }),
                 dst_node_id=node, message_type=MessageType.EVALUATE,
             )
-            for cid, node, public in secrets.SystemRandom().sample(targets, count)
+            for cid, node, public in self._evaluation_sample(targets, count, self.round_index(server_round))
         ]
+
+    def _evaluation_sample(self, targets: list, count: int, round_index: int) -> list:
+        """``count`` of the evaluation targets, drawn from the strategy's seed (secret in a deployment,
+        reproducible in a simulation), like the cohorts."""
+        rng = numpy_generator(self.core.seed, round_index, "evaluate")
+        return [targets[i] for i in sorted(rng.choice(len(targets), size=count, replace=False))]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """The evaluate replies' metrics averaged by ``num-examples``: the public nodes' as they are, the private
