@@ -65,7 +65,8 @@ def noise_beyond_signal(noise_multiplier: float, expected_cohort: float, rounds:
     return (
         f"noise multiplier z = {noise_multiplier:.4g} on a model of d = {dimension} parameters with an expected "
         f"cohort m = {expected_cohort:g}: each round's noise on the mean has norm about z·√d/m·C = "
-        f"{per_round:.3g}·C, and over the {rounds} planned rounds the noise (≈ {per_round * math.sqrt(rounds):.3g}·C) "
+        f"{per_round:.3g}·C, and over the {rounds} planned rounds the noise "
+        f"(≈ {per_round * math.sqrt(rounds):.3g}·C) "
         f"exceeds the most the clipped updates can move the model ({rounds}·C), so the model will learn little; "
         "raise the target ε, the cohort or the rounds"
     )
@@ -164,7 +165,7 @@ class RoundDriver:
             budget = "" if self.budget_epsilon is None else f" of the budget ε = {self.budget_epsilon:g}"
             return self._refuse(
                 f"round {round_index} is past the {planned} planned rounds (0 to {planned - 1}: the noise was "
-                f"calibrated and the recipe laid out over them), ε = {self._spent():.4g} spent{budget}"
+                f"calibrated and the recipe laid out over them), ε = {self._spent():.6g} spent{budget}"
             )
         return self._within_budget(f"round {round_index}", self.core.planned_round_event(round_index))
 
@@ -175,7 +176,7 @@ class RoundDriver:
         if after <= self.budget_epsilon:
             return True
         return self._refuse(
-            f"{which} would take ε from {self._spent():.4g} to {after:.4g}, past the budget "
+            f"{which} would take ε from {self._spent():.6g} to {after:.6g}, past the budget "
             f"ε = {self.budget_epsilon:g} (δ = {self.delta:g})"
         )
 

@@ -257,8 +257,11 @@ def model_mismatch(got: Mapping[str, torch.Tensor], model: Params, *, dtypes: bo
     each difference, and the rule when one explains them all (a prefix on every name); None when they match."""
     missing, extra = [k for k in model if k not in got], [k for k in got if k not in model]
     if missing or extra:
-        parts = [f"{len(missing)} of the model's {len(model)} names are missing (first: {missing[:3]})"] if missing else []
-        parts += [f"{len(extra)} names are not the model's (first: {extra[:3]})"] if extra else []
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} of the model's {len(model)} names are missing (first: {missing[:3]})")
+        if extra:
+            parts.append(f"{len(extra)} names are not the model's (first: {extra[:3]})")
         rule = _prefix_rule(extra, missing)
         return "; ".join(parts) + ("" if rule is None else f": {rule}")
     shapes = [f"{k} {tuple(got[k].shape)} instead of {tuple(model[k].shape)}" for k in model

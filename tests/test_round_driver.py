@@ -127,7 +127,8 @@ def test_a_round_past_the_planned_ones_is_refused_before_it_is_trained_naming_wh
         params, state = outcome.params, outcome.state
     spent = driver.accountant.epsilon(DELTA)
     assert not driver.admit(2) and driver.stopped_by_budget
-    assert driver.refusal.startswith(f"round 2 is past the 2 planned rounds (0 to 1") and f"ε = {spent:.4g}" in driver.refusal
+    assert driver.refusal.startswith("round 2 is past the 2 planned rounds (0 to 1")
+    assert f"ε = {spent:.6g} spent" in driver.refusal
     assert driver.finish(driver.plan(2, state), params, state, {}) is None  # a transport that does not ask: refused
     assert driver.accountant.rounds == 2
 
@@ -144,7 +145,7 @@ def test_a_round_whose_planned_event_crosses_the_budget_is_refused_before_it_run
         outcome = driver.finish(driver.plan(t, state), params, state, {})
         params, state = outcome.params, outcome.state
     assert not driver.admit(2)
-    assert f"round 2 would take ε from {two:.4g} to {three:.4g}, past the budget ε = {(two + three) / 2:g}" in (
+    assert f"round 2 would take ε from {two:.6g} to {three:.6g}, past the budget ε = {(two + three) / 2:g}" in (
         driver.refusal
     )
 
@@ -171,8 +172,8 @@ def test_non_finite_and_oversized_public_updates_are_refused_with_a_warning_nami
 
     plan = driver.plan(1, outcome.state)
     with pytest.warns(PublicUpdateRefused) as caught:
-        outcome = driver.finish(plan, outcome.params, outcome.state, {},
-                                {c: {k: torch.full(s, float("inf")) for k, s in SHAPES.items()} for c in plan.public_cohort})
+        infinite = {c: {k: torch.full(s, float("inf")) for k, s in SHAPES.items()} for c in plan.public_cohort}
+        outcome = driver.finish(plan, outcome.params, outcome.state, {}, infinite)
     assert str(caught[-1].message).startswith("round 1: none of the 3 sampled public users gave a usable update (3 "
                                               "replied, 3 refused): the round runs without its public part")
     assert outcome.metrics["public_cohort_used"] == 0 and outcome.metrics["public_cohort_refused"] == 3
