@@ -68,7 +68,7 @@ def noise_beyond_signal(noise_multiplier: float, expected_cohort: float, rounds:
         f"{per_round:.3g}·C, and over the {rounds} planned rounds the noise "
         f"(≈ {per_round * math.sqrt(rounds):.3g}·C) "
         f"exceeds the most the clipped updates can move the model ({rounds}·C), so the model will learn little; "
-        "raise the target ε, the cohort or the rounds"
+        "lower the noise (a larger target ε), or raise the cohort or the rounds"
     )
 
 
