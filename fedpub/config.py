@@ -196,7 +196,10 @@ class AdaptiveClipConfig(Section):
 class RecenterConfig(Section):
     """DOPE-SGD (Nasr et al. 2023): clip the private updates around the public users' mean update."""
 
-    center_clip: float = Field(math.inf, gt=0, description="λ: the center is clipped to this norm (eq. 2)")
+    center_clip: float | None = Field(
+        None, gt=0, description="λ: the center is clipped to this norm (eq. 2); null = clip_norm C (a center never "
+        "moves the model further than a private user may); .inf = unclipped (public users drawn like the private)"
+    )
     extended: bool = Field(False, description="public updates also enter the average, outside the noisy sum")
 
 
@@ -334,6 +337,10 @@ class StrategyConfig(Section):
     adaptive_clip: AdaptiveClipConfig | None = None
     public_clients_per_round: int = Field(
         0, ge=0, description="public users trained each round (no privacy cost); 10 when a section needs them"
+    )
+    public_update_limit: float = Field(
+        100.0, gt=0, description="a public update whose L2 norm exceeds this multiple of clip_norm (a diverged "
+        "public user) is refused with a warning naming the user and the round; .inf = no limit"
     )
     recenter: RecenterConfig | None = None
     precondition: PreconditionConfig | None = None

@@ -9,6 +9,7 @@ into the run's planned event, which calibration and the budget check price.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -63,7 +64,8 @@ def usable_rows(updates: Sequence[Mapping[str, UpdateValue]], params: Params) ->
 class StrategyCore:
     """``aggregator`` maps the stacked private updates to the increment of the global model; ``sampling`` is
     the cohort rule over the ``population`` private users; ``public_cohort`` public users per round (sampled apart, costing no privacy) provide its
-    ``public_updates`` and ``public_mean`` inputs. ``client_preconditioner`` (AdaDPS on the
+    ``public_updates`` and ``public_mean`` inputs; the round driver refuses a public update whose norm exceeds
+    ``public_update_bound``. ``client_preconditioner`` (AdaDPS on the
     clients) gives, from the state, the A every private client divides its local gradients by,
     and the public clients too when ``public_clients_precondition``."""
 
@@ -75,6 +77,7 @@ class StrategyCore:
     public_cohort: int = 0
     client_preconditioner: Callable[[StepState], Updates | None] | None = None
     public_clients_precondition: bool = False
+    public_update_bound: float = math.inf
 
     def init(self, params: Params) -> StepState:
         return self.aggregator.init(params)

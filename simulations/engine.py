@@ -141,6 +141,8 @@ def _run_rounds(
         if stop.signal is not None:
             session.checkpoint_if_started()
             raise RunInterrupted(session.run_dir, session.rounds_done, cfg.rounds)
+        if not driver.admit(t):
+            break  # past the planned rounds or the budget: nothing of the round is trained or released
         session.start_round()
         plan = driver.plan(t, session.state)
         private_data = [experiment.train.client_data(cid) for cid in plan.private_cohort]

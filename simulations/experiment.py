@@ -88,8 +88,8 @@ class Experiment:
         ``accountant`` (a new one, or a checkpoint's) under the config's budget and failure limit."""
         return RoundDriver(
             self.strategy, accountant, private_ids=self.private_ids, public_ids=self.public_ids,
-            delta=self.config.privacy.delta, budget_epsilon=self.budget_epsilon,
-            stop_after_failed_rounds=self.config.stop_after_failed_rounds,
+            delta=self.config.privacy.delta, budget_epsilon=self.budget_epsilon, planned_rounds=self.config.rounds,
+            noise_multiplier=self.noise_multiplier, stop_after_failed_rounds=self.config.stop_after_failed_rounds,
         )
 
     def new_model(self) -> torch.nn.Module:

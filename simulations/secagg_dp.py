@@ -307,6 +307,9 @@ class SecAggDpStrategy(Strategy):
         t = server_round - 1
         if self.stopped_by_budget:
             return []
+        if not self.driver.admit(t):
+            log(WARNING, "fedpub: %s", self.driver.refusal)
+            return []
         self._cohort = list(self.driver.plan(t, None).private_cohort)
         proxies = {proxy.node_id: proxy for proxy in client_manager.all().values()}
         missing = [cid for cid in self._cohort if self.node_of[cid] not in proxies]
@@ -351,8 +354,8 @@ class SecAggDpStrategy(Strategy):
         )
         event = round_event(self.core.sampling, noised.events)
         if not self.driver.release(event, {"cohort_sampled": len(self._cohort),
-                                           "cohort_failed": len(self._cohort) - survivors}):
-            log(WARNING, "fedpub: round %d would exceed ε = %g; no more rounds", t, self.driver.budget_epsilon)
+                                           "cohort_failed": len(self._cohort) - survivors}, round_index=t):
+            log(WARNING, "fedpub: %s", self.driver.refusal)
             return None
         stepped = self.server_opt.update(noised.updates, self.opt_state, ctx=ctx)
         self.noise_state, self.opt_state = noised.state, stepped.state

@@ -11,7 +11,6 @@ tree aggregation are priced from the step that releases them.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 import dp_accounting
@@ -121,18 +120,7 @@ def build_private_strategy(
             )
         except BudgetExceededError as error:
             raise BudgetExceededError(f"{field}: {error}") from None
-    if z > core.expected_cohort:
-        warnings.warn(
-            f"noise multiplier z = {z:.4g} exceeds the expected cohort m = {core.expected_cohort:g}: the noise on "
-            f"the mean (z·C/m = {z / core.expected_cohort:.3g}·C) is larger than any user's whole clipped update, "
-            "so the model will learn little; raise the target ε, the cohort or the rounds' budget",
-            NoisyBeyondSignal, stacklevel=2,
-        )
     return built
-
-
-class NoisyBeyondSignal(UserWarning):
-    """The noise on the mean exceeds the clip norm: a run that will learn little (a target ε too small)."""
 
 
 def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updates | None:

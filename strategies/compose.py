@@ -51,7 +51,9 @@ def strategy_steps(
     allowed where the config's public schedule reads its own noise."""
     if config.public_schedule is not None and schedule_noise_scale is None:
         schedule_noise_scale = ppsgd.noise_test_scale(config.public_schedule, None, 1.0, rounds, noise_multiplier)
-    before, after = dope.recentering_steps(config.recenter) if config.recenter is not None else ([], [])
+    before, after = (
+        dope.recentering_steps(config.recenter, config.clip_norm) if config.recenter is not None else ([], [])
+    )
     steps = []
     if config.precondition is not None:
         steps += adadps.preconditioning_steps(config.precondition, side_information)
@@ -104,4 +106,5 @@ def build_strategy(
         config.public_clients_per_round,
         client_preconditioner=adadps.client_preconditioner if local else None,
         public_clients_precondition=local and precondition.source != "public",
+        public_update_bound=config.public_update_limit * config.clip_norm,
     )

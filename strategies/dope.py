@@ -13,6 +13,11 @@ from fedpub.step import Step
 from fedpub.steps.recenter import add_center, recenter
 
 
-def recentering_steps(config: RecenterConfig) -> tuple[list[tuple[str, Step]], list[tuple[str, Step]]]:
-    """(before the clip: subtract the center; after the noise: add it back)."""
-    return [("recenter", recenter(config.center_clip))], [("add_center", add_center(config.extended))]
+def recentering_steps(
+    config: RecenterConfig, clip_norm: float
+) -> tuple[list[tuple[str, Step]], list[tuple[str, Step]]]:
+    """(before the clip: subtract the center; after the noise: add it back). The center is clipped to
+    ``config.center_clip``, by default the clip norm C: c_t is added to the model outside the noisy sum, so an
+    unclipped one lets a diverged public user move the model without bound."""
+    center_clip = clip_norm if config.center_clip is None else config.center_clip
+    return [("recenter", recenter(center_clip))], [("add_center", add_center(config.extended))]

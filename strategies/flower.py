@@ -92,6 +92,12 @@ class MalformedReply(ValueError):
     """A reply the strategy cannot turn into the update the round asked for; it contributes nothing."""
 
 
+class ProtocolMismatch(MalformedReply):
+    """A reply without the model's records, names or shapes: how the ClientApp replies, not what a user trained.
+    Raised by :meth:`FedpubStrategy.aggregate_train` too, before anything is released, when every reply of the
+    rounds so far had it (nothing ever matched)."""
+
+
 class PublicPool(Protocol):
     """Public users the server holds and trains itself: their ids, and ``train`` giving the round's public cohort
     their updates Δ = w_local − ``params`` (the model's names and shapes). :class:`TrainFnPool` builds one from a
@@ -360,10 +366,51 @@ def _missing_fix(
     return fix
 
 
+def _prefix_rule(extra: Sequence[str], missing: Sequence[str]) -> str | None:
+    """The rule that maps every missing name to an extra one (or back) by a prefix, e.g. ``module.``."""
+    for added, base in ((extra, missing), (missing, extra)):
+        if not base or len(added) != len(base):
+            continue
+        for name in added:
+            prefix = name[: -len(base[0])] if name.endswith(base[0]) and name != base[0] else None
+            if prefix is not None and {prefix + k for k in base} == set(added):
+                if added is extra:
+                    return (f"every name has the prefix `{prefix}` the model's names do not (the state dict of a "
+                            "wrapper: DataParallel/DistributedDataParallel `module.`, torch.compile `_orig_mod.`): "
+                            f"reply the wrapped model's own state_dict() (e.g. model.module.state_dict()) or strip "
+                            f"`{prefix}`")
+                return f"every name lacks the model's prefix `{prefix}`: reply the same model's state_dict()"
+    return None
+
+
+def model_mismatch(got: Mapping[str, torch.Tensor], model: Params, *, dtypes: bool = False) -> str | None:
+    """What differs between ``got``'s names and shapes (and ``dtypes``) and the model's: the first few names of
+    each difference, and the rule when one explains them all (a prefix on every name); None when they match."""
+    missing, extra = [k for k in model if k not in got], [k for k in got if k not in model]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} of the model's {len(model)} names are missing (first: {missing[:3]})")
+        if extra:
+            parts.append(f"{len(extra)} names are not the model's (first: {extra[:3]})")
+        rule = _prefix_rule(extra, missing)
+        return "; ".join(parts) + ("" if rule is None else f": {rule}")
+    shapes = [f"{k} {tuple(got[k].shape)} instead of {tuple(model[k].shape)}" for k in model
+              if got[k].shape != model[k].shape]
+    if shapes:
+        return f"{len(shapes)} tensors have another shape than the model's (first: {'; '.join(shapes[:3])})"
+    types = [f"{k} {got[k].dtype} instead of {model[k].dtype}" for k in model if got[k].dtype != model[k].dtype]
+    if dtypes and types:
+        return f"{len(types)} tensors have another dtype than the model's (first: {'; '.join(types[:3])})"
+    return None
+
+
 def read_reply(reply: Message, sent: Params, client_id: str, *, preconditioned: bool) -> tuple[Updates, dict]:
     """The update and metrics of one reply, in fedpub's form (``update``) or Flower's standard form (new weights
-    under ``arrays``: Δ = new − ``sent``). Raises :class:`MalformedReply` for anything else, for a reply naming
-    another user, and for one that did not train with the preconditioner it was sent (``preconditioned``)."""
+    under ``arrays``: Δ = new − ``sent``). Raises :class:`ProtocolMismatch` for a reply without either record or
+    whose names or shapes are not the model's (the message names the differing keys), :class:`MalformedReply` for
+    a reply naming another user, and for one that did not train with the preconditioner it was sent
+    (``preconditioned``)."""
     content = reply.content
     metrics = {
         k: float(v) for k, v in (content[key.METRICS] if key.METRICS in content else {}).items()
@@ -371,24 +418,48 @@ def read_reply(reply: Message, sent: Params, client_id: str, *, preconditioned: 
     }
     if key.UPDATE in content:
         update = to_tensors(content[key.UPDATE])
+        mismatch = model_mismatch(update, sent, dtypes=True)
+        if mismatch is not None:
+            raise ProtocolMismatch(f"the update under `{key.UPDATE}` does not fit the model: {mismatch}")
         info = content[key.CLIENT] if key.CLIENT in content else ConfigRecord({})
         if key.CLIENT_ID in info and str(info[key.CLIENT_ID]) != client_id:
             raise MalformedReply(f"the reply answers for user {info[key.CLIENT_ID]}, but its node holds {client_id}")
-        trained_preconditioned = bool(info.get(key.PRECONDITIONED, False))
+        try:
+            trained_preconditioned = privacy_flag(info.get(key.PRECONDITIONED, False), key=key.PRECONDITIONED,
+                                                  source=f"user {client_id}'s reply")
+        except FlagError as error:
+            raise MalformedReply(str(error)) from None
     elif key.ARRAYS in content:
         weights = to_tensors(content[key.ARRAYS])
-        if weights.keys() != sent.keys() or any(weights[k].shape != sent[k].shape for k in sent):
-            raise MalformedReply("the weights under `arrays` do not have the model's names and shapes")
+        mismatch = model_mismatch(weights, sent)
+        if mismatch is not None:
+            raise ProtocolMismatch(f"the weights under `{key.ARRAYS}` do not fit the model: {mismatch}")
         update = {k: weights[k].to(sent[k].dtype) - sent[k] for k in sent}
         trained_preconditioned = False
     else:
-        raise MalformedReply(f"no `{key.UPDATE}` or `{key.ARRAYS}` record (got {sorted(content.keys())})")
+        raise ProtocolMismatch(
+            f"no `{key.UPDATE}` or `{key.ARRAYS}` record (got {sorted(content.keys())}): a standard ClientApp "
+            f"replies its new weights under `{key.ARRAYS}`, a fedpub one its update under `{key.UPDATE}` "
+            "(clients/flower_protocol.py: update_reply)"
+        )
     if preconditioned and not trained_preconditioned:
         raise MalformedReply(
             f"the node was sent a `{key.PRECONDITIONER}` (AdaDPS client placement) and did not say it trained with "
             f"it (`{key.CLIENT}.{key.PRECONDITIONED}`): a ClientApp must divide its local gradients by it"
         )
     return update, metrics
+
+
+@dataclass
+class Replies:
+    """A round's replies read: by user, the private updates and their metrics and the public updates; the
+    private users whose reply did not fit the model (:class:`ProtocolMismatch`, why), and the other failures."""
+
+    private: dict[str, Updates] = field(default_factory=dict)
+    metrics: dict[str, dict] = field(default_factory=dict)
+    public: dict[str, Updates] = field(default_factory=dict)
+    mismatched: dict[str, str] = field(default_factory=dict)
+    other_failures: int = 0
 
 
 class FedpubStrategy(Strategy):
@@ -462,6 +533,8 @@ class FedpubStrategy(Strategy):
             self._use_nodes(nodes)
         self._params: Params = {}
         self._plan: RoundPlan | None = None
+        self._protocol_matched = False
+        """Whether a private reply has fit the model (until then, a round of only mismatches stops the run)."""
 
     @classmethod
     def from_config(
@@ -483,8 +556,9 @@ class FedpubStrategy(Strategy):
     ) -> FedpubStrategy:
         """fedpub's strategy for a Flower user's own ServerApp: ``strategy`` is a ``strategy:`` section of a fedpub
         config (a dict or :class:`~fedpub.config.StrategyConfig`), ``population`` the number of private users
-        (nodes) to wait for, ``rounds`` the rounds ``start`` will run (a target ε is calibrated over them),
-        ``privacy`` a ``privacy:`` section (δ, accountant, budget; default δ = 1e-5, PLD). The private users are the
+        (nodes) to wait for, ``rounds`` the rounds ``start`` will run (a target ε is calibrated over them; a later
+        round is refused, nothing of it sent or released), ``privacy`` a ``privacy:`` section (δ, accountant,
+        budget; default δ = 1e-5, PLD; without a budget the target ε is the budget). The private users are the
         ``population`` nodes that declare themselves private (or have no query handler) when the run starts; more
         at once is an error, later ones are not users of the run. Public users come from ``public_pool`` or, with
         ``public_nodes``, from nodes that declare themselves public: the strategy waits for ``public_population``
@@ -509,9 +583,11 @@ class FedpubStrategy(Strategy):
             seed=secrets.randbits(63) if seed is None else seed, reproducible=seed is not None,
             side_information=side_information,
         )
+        budget = strategy_cfg.target_epsilon if built.budget_epsilon is None else built.budget_epsilon
         driver = RoundDriver(
-            built.core, built.new_accountant(), private_ids=None, delta=privacy_cfg.delta,
-            budget_epsilon=built.budget_epsilon, stop_after_failed_rounds=stop_after_failed_rounds,
+            built.core, built.new_accountant(), private_ids=None, delta=privacy_cfg.delta, budget_epsilon=budget,
+            planned_rounds=rounds, noise_multiplier=built.noise_multiplier,
+            stop_after_failed_rounds=stop_after_failed_rounds,
         )
         return cls(driver, public_pool=public_pool, public_nodes=public_nodes, node_wait_timeout=node_wait_timeout,
                    on_round=on_round, public_population=public_population, **options)
@@ -567,6 +643,9 @@ class FedpubStrategy(Strategy):
         assert self.nodes is not None
         if self.driver.stopped_by_budget:
             return []
+        if not self.driver.admit(self.round_index(server_round)):
+            log(WARNING, "fedpub: %s", self.driver.refusal)
+            return []
         self._params = to_tensors(arrays)
         if self.state is None:
             self.state = self.core.init(self._params)
@@ -588,19 +667,17 @@ class FedpubStrategy(Strategy):
             messages.append(Message(content, dst_node_id=node, message_type=MessageType.TRAIN))
         return messages
 
-    def _read_replies(
-        self, plan: RoundPlan, replies: Iterable[Message]
-    ) -> tuple[dict[str, Updates], dict[str, dict], dict[str, Updates]]:
+    def _read_replies(self, plan: RoundPlan, replies: Iterable[Message]) -> Replies:
         """The private updates and metrics and the public updates of the planned users, by user; failed and
-        malformed replies are logged and left out."""
-        private: dict[str, Updates] = {}
-        metrics: dict[str, dict] = {}
-        public: dict[str, Updates] = {}
+        malformed replies are logged and left out (the private ones counted: a failed node whose user is unknown
+        counts as private)."""
+        read = Replies()
         for reply in replies:
+            cid, is_public = self._user_of.get(reply.metadata.src_node_id, (None, False))
             if reply.has_error():
                 log(WARNING, "fedpub: a node failed in round %d: %s", plan.round, reply.error.reason)
+                read.other_failures += not is_public
                 continue
-            cid, is_public = self._user_of.get(reply.metadata.src_node_id, (None, False))
             if cid not in (plan.public_cohort if is_public else plan.private_cohort):
                 continue  # not asked this round
             try:
@@ -608,14 +685,33 @@ class FedpubStrategy(Strategy):
                     reply, self._params, cid, preconditioned=plan.preconditioner(is_public) is not None
                 )
             except Exception as exc:  # noqa: BLE001 (a reply that cannot be read is a failed reply)
-                log(WARNING, "fedpub: a malformed reply of user %s in round %d: %s: %s", cid, plan.round,
-                    type(exc).__name__, exc)
+                log(WARNING, "fedpub: a malformed reply of %s user %s in round %d: %s: %s",
+                    "public" if is_public else "private", cid, plan.round, type(exc).__name__, exc)
+                if not is_public and isinstance(exc, ProtocolMismatch):
+                    read.mismatched[cid] = str(exc)
+                elif not is_public:
+                    read.other_failures += 1
                 continue
             if is_public:
-                public[cid] = update
+                read.public[cid] = update
             else:
-                private[cid], metrics[cid] = update, reply_metrics
-        return private, metrics, public
+                read.private[cid], read.metrics[cid] = update, reply_metrics
+        return read
+
+    def _check_protocol(self, plan: RoundPlan, read: Replies) -> None:
+        """Until one private reply has fit the model, a round whose every reply is a :class:`ProtocolMismatch`
+        stops the run before the round is released: the records, names and shapes a ClientApp replies are its
+        code's, the same whatever a user's data, so this decision does not depend on any user's data."""
+        if read.private:
+            self._protocol_matched = True
+        if self._protocol_matched or not read.mismatched or read.other_failures:
+            return
+        cid, why = next(iter(read.mismatched.items()))
+        raise ProtocolMismatch(
+            f"round {plan.round}: every reply ({len(read.mismatched)} of {len(plan.private_cohort)} sampled private "
+            f"users) is malformed and no reply has fit the model yet, so the ClientApp does not speak the protocol; "
+            f"the round is not released (ε = {self.epsilon():.4g} spent). User {cid}: {why}"
+        )
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -623,16 +719,18 @@ class FedpubStrategy(Strategy):
         plan = self._plan
         if self.driver.stopped_by_budget or plan is None:
             return None, None
-        private, client_metrics, public = self._read_replies(plan, replies)
+        read = self._read_replies(plan, replies)
+        self._check_protocol(plan, read)
+        public = read.public
         if self.public_pool is not None:
             public = dict(self.public_pool.train(self._params, plan))
-        outcome = self.driver.finish(plan, self._params, self.state, private, public)
+        outcome = self.driver.finish(plan, self._params, self.state, read.private, public)
         self._plan = None
         if outcome is None:
-            log(WARNING, "fedpub: round %d would exceed ε = %g; no more rounds", plan.round, self.driver.budget_epsilon)
+            log(WARNING, "fedpub: %s", self.driver.refusal)
             return None, None
         self.state = outcome.state
-        answered = [client_metrics[c] for c in plan.private_cohort if c in client_metrics]
+        answered = [read.metrics[c] for c in plan.private_cohort if c in read.metrics]
         if self.on_round is not None:
             examples = int(sum(m.get(key.NUM_EXAMPLES, 0) for m in answered))
             self.on_round(plan.round, outcome, answered, examples)

@@ -4,11 +4,13 @@ that buries the signal in noise, a run directory holding another config, a repla
 from __future__ import annotations
 
 import pytest
+import torch
 
 from fedpub.config import ConfigError, PrivacyConfig, StrategyConfig, parse_config
 from fedpub.privacy.errors import BudgetExceededError
 from fedpub.simulations.session import changed_keys
-from fedpub.strategies.build import NoisyBeyondSignal, build_private_strategy
+from fedpub.round_driver import NoisyBeyondSignal, RoundDriver, noise_beyond_signal
+from fedpub.strategies.build import build_private_strategy
 
 
 def test_a_recipe_that_trains_public_users_without_any_is_refused_when_the_config_is_read():
@@ -26,10 +28,20 @@ def test_a_budget_smaller_than_one_round_names_the_field():
                                reproducible=True)
 
 
-def test_a_target_epsilon_that_drowns_the_mean_in_noise_warns():
-    strategy = StrategyConfig(target_epsilon=0.001, sampling={"kind": "poisson", "clients_per_round": 10})
-    with pytest.warns(NoisyBeyondSignal, match="exceeds the expected cohort m = 10"):
-        build_private_strategy(strategy, PrivacyConfig(), population=100, rounds=20, seed=0, reproducible=True)
+def test_noise_that_buries_the_signal_warns_at_the_first_round_whatever_the_entry_point():
+    """The round driver every backend shares warns once, when the model's size is known: noise z·√d/m·C a round,
+    √T times that over the run, against at most T·C of signal."""
+    strategy = StrategyConfig(target_epsilon=4.0, sampling={"kind": "poisson", "clients_per_round": 10})
+    built = build_private_strategy(strategy, PrivacyConfig(), population=100, rounds=2, seed=0, reproducible=True)
+    params = {"w": torch.zeros(100, 100)}  # d = 10,000: z·√d/m ≫ √2
+    driver = RoundDriver(built.core, built.new_accountant(), private_ids=[f"u{i}" for i in range(100)],
+                         delta=1e-5, planned_rounds=2, noise_multiplier=built.noise_multiplier)
+    state = built.core.init(params)
+    with pytest.warns(NoisyBeyondSignal, match=r"d = 10000 parameters .* over the 2 planned rounds") as caught:
+        outcome = driver.finish(driver.plan(0, state), params, state, {})
+        driver.finish(driver.plan(1, outcome.state), outcome.params, outcome.state, {})
+    assert len([w for w in caught if w.category is NoisyBeyondSignal]) == 1  # once a run
+    assert noise_beyond_signal(1.0, 100, 1000, 1_000_000) is None  # z·√d/m = 10 < √T ≈ 31.6: a normal run
 
 
 def test_a_changed_config_names_the_changed_keys():

@@ -10,7 +10,7 @@ import torch
 from fedpub.config import StrategyConfig
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import PoissonSampling
-from fedpub.round_driver import RoundDriver
+from fedpub.round_driver import PublicUpdateRefused, RoundDriver
 from fedpub.strategies.compose import build_strategy
 
 SHAPES = {"w": (6, 4), "b": (4,)}
@@ -115,3 +115,65 @@ def test_populations_that_do_not_fit_the_core_are_refused():
                           private_ids=None, delta=DELTA)
     with pytest.raises(RuntimeError, match="no users yet"):
         unbound.plan(0, core.init(_params()))
+
+
+def test_a_round_past_the_planned_ones_is_refused_before_it_is_trained_naming_what_was_spent():
+    core = _core()
+    driver = _driver(core, planned_rounds=2)
+    params, state = _params(), core.init(_params())
+    for t in range(2):
+        assert driver.admit(t)
+        outcome = driver.finish(driver.plan(t, state), params, state, {})
+        params, state = outcome.params, outcome.state
+    spent = driver.accountant.epsilon(DELTA)
+    assert not driver.admit(2) and driver.stopped_by_budget
+    assert driver.refusal.startswith("round 2 is past the 2 planned rounds (0 to 1")
+    assert f"ε = {spent:.6g} spent" in driver.refusal
+    assert driver.finish(driver.plan(2, state), params, state, {}) is None  # a transport that does not ask: refused
+    assert driver.accountant.rounds == 2
+
+
+def test_a_round_whose_planned_event_crosses_the_budget_is_refused_before_it_runs_naming_both_epsilons():
+    core = _core()
+    plain = dp_accounting.PoissonSampledDpEvent(COHORT / POPULATION, dp_accounting.GaussianDpEvent(Z))
+    fresh = UserLevelAccountant("pld", dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    fresh.compose(plain, 2)
+    two, three = fresh.epsilon(DELTA), fresh.epsilon_if(plain, DELTA)
+    driver = _driver(core, budget_epsilon=(two + three) / 2)
+    params, state = _params(), core.init(_params())
+    for t in range(2):
+        outcome = driver.finish(driver.plan(t, state), params, state, {})
+        params, state = outcome.params, outcome.state
+    assert not driver.admit(2)
+    assert f"round 2 would take ε from {two:.6g} to {three:.6g}, past the budget ε = {(two + three) / 2:g}" in (
+        driver.refusal
+    )
+
+
+def test_non_finite_and_oversized_public_updates_are_refused_with_a_warning_naming_the_user_and_the_round():
+    """public_update_limit 100 × C = 1.0: a diverged public user (norm 1e7) and a NaN one are refused; the round
+    keeps the usable one. A round where none is usable warns that it runs without its public part."""
+    core = _core(name="dope", public_clients_per_round=3)
+    assert core.public_update_bound == 100.0
+    driver = _driver(core, public_ids=PUBLIC)
+    params, state = _params(), core.init(_params())
+    plan = driver.plan(0, state)
+    diverged, nan, fine = plan.public_cohort
+    public = {diverged: {k: torch.full(s, 1e7) for k, s in SHAPES.items()},
+              nan: {k: torch.full(s, float("nan")) for k, s in SHAPES.items()}, fine: _update(5)}
+    with pytest.warns(PublicUpdateRefused) as caught:
+        outcome = driver.finish(plan, params, state, {c: _update(i) for i, c in enumerate(plan.private_cohort)}, public)
+    messages = [str(w.message) for w in caught if w.category is PublicUpdateRefused]
+    assert any(m.startswith(f"round 0: public user {diverged}'s update is refused: its norm") and "bound 100" in m
+               for m in messages)
+    assert f"round 0: public user {nan}'s update is refused: it is not finite (NaN or Inf)" in messages
+    assert outcome.metrics["public_cohort_used"] == 1 and outcome.metrics["public_cohort_refused"] == 2
+    assert outcome.metrics["recenter/center_norm"] == pytest.approx(1.0)  # λ defaults to C: clipped to 1.0
+
+    plan = driver.plan(1, outcome.state)
+    with pytest.warns(PublicUpdateRefused) as caught:
+        infinite = {c: {k: torch.full(s, float("inf")) for k, s in SHAPES.items()} for c in plan.public_cohort}
+        outcome = driver.finish(plan, outcome.params, outcome.state, {}, infinite)
+    assert str(caught[-1].message).startswith("round 1: none of the 3 sampled public users gave a usable update (3 "
+                                              "replied, 3 refused): the round runs without its public part")
+    assert outcome.metrics["public_cohort_used"] == 0 and outcome.metrics["public_cohort_refused"] == 3

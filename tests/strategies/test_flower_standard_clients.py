@@ -7,6 +7,7 @@ users all keep failing stops with :class:`CohortsKeepFailing`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +18,9 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedpub.round_driver import CohortsKeepFailing, RoundPlan
+from fedpub.round_driver import CohortsKeepFailing, PublicUpdateRefused, RoundPlan
 from fedpub.simulations.flower_env import offline_flower_environment
-from fedpub.strategies.flower import FedpubStrategy
+from fedpub.strategies.flower import FedpubStrategy, ProtocolMismatch
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
 
@@ -53,6 +54,26 @@ def shift(msg: Message, context: Context) -> Message:
     )
 
 
+wrapped_app = ClientApp()
+
+
+@wrapped_app.train()
+def reply_wrapped(msg: Message, context: Context) -> Message:
+    """A ClientApp that replies the state dict of a DataParallel-wrapped model: every name prefixed `module.`."""
+    weights = msg.content["arrays"].to_torch_state_dict()
+    return Message(RecordDict({"arrays": ArrayRecord({f"module.{k}": v + 1 for k, v in weights.items()})}),
+                   reply_to=msg)
+
+
+misnamed_record_app = ClientApp()
+
+
+@misnamed_record_app.train()
+def reply_under_model(msg: Message, context: Context) -> Message:
+    """A ClientApp that replies its new weights under `model` instead of `arrays`."""
+    return Message(RecordDict({"model": msg.content["arrays"]}), reply_to=msg)
+
+
 failing_app = ClientApp()
 
 
@@ -75,7 +96,8 @@ class Run:
 def run_in_simulation(
     make_strategy: Callable[[Callable], FedpubStrategy], client_app: ClientApp, *, num_supernodes: int, rounds: int
 ) -> Run:
-    """Run the strategy ``make_strategy(on_round)`` builds from :func:`initial_model` for ``rounds`` rounds."""
+    """Run the strategy ``make_strategy(on_round)`` builds from :func:`initial_model` for ``rounds`` rounds
+    (``strategy.start(num_rounds=rounds)``)."""
     run = Run()
     server_app = ServerApp()
 
@@ -194,3 +216,81 @@ def test_pda_dpmd_pretrains_by_default_so_the_drop_in_strategy_says_how_to_turn_
     assert "`pda_dpmd` turns strategy.warm_start on by default: set it to null" in str(refused.value)
     cold = FedpubStrategy.from_config({**pda, "warm_start": None}, population=4, rounds=2, seed=0, public_nodes=True)
     assert cold.core.name == "pda_dpmd"
+
+
+def test_start_past_the_planned_rounds_of_a_target_is_refused_at_the_first_extra_round_within_the_target():
+    """from_config(rounds=2, target_epsilon=4) without a budget takes the target as the budget: start(num_rounds=4)
+    releases rounds 1 and 2 and refuses round 3 before sending it (nothing of it trained, priced or released)."""
+    target, epsilons = 4.0, []
+    strategy = {"name": "dp_fedavg", "clip_norm": 1.0, "target_epsilon": target,
+                "sampling": {"kind": "poisson", "sampling_rate": 1.0}}
+
+    def make(on_round):
+        def record(t, outcome, metrics, examples):
+            epsilons.append(built.epsilon())
+            on_round(t, outcome, metrics, examples)
+        built = FedpubStrategy.from_config(strategy, population=3, rounds=2, seed=0, on_round=record)
+        return built
+
+    run = run_in_simulation(make, shifting_app, num_supernodes=3, rounds=4)
+    assert run.error is None, run.error
+    assert [t for t, _, _ in run.rounds] == [0, 1]
+    assert run.strategy.driver.budget_epsilon == target and run.strategy.stopped_by_budget
+    assert epsilons[0] < epsilons[1] <= target
+    assert run.strategy.epsilon() == epsilons[1]
+    assert run.strategy.driver.refusal.startswith(
+        f"round 2 is past the 2 planned rounds (0 to 1: the noise was calibrated and the recipe laid out over them), "
+        f"ε = {epsilons[1]:.6g} spent of the budget ε = 4"
+    )
+    assert sorted(run.result.train_metrics_clientapp) == [1, 2]
+    print(f"ε after each released round: {epsilons}; {run.strategy.driver.refusal}")
+
+
+@pytest.mark.parametrize("client_app, says", [
+    (wrapped_app, r"every name has the prefix `module\.` the model's names do not"),
+    (misnamed_record_app, r"no `update` or `arrays` record \(got \['model'\]\)"),
+])
+def test_replies_that_do_not_fit_the_model_stop_the_first_round_before_it_is_released(client_app, says):
+    run = run_in_simulation(
+        lambda on_round: FedpubStrategy.from_config(
+            {"name": "dp_fedavg", "clip_norm": 1.0, "noise_multiplier": 1.0,
+             "sampling": {"kind": "poisson", "sampling_rate": 1.0}},
+            population=2, rounds=3, seed=0, on_round=on_round,
+        ),
+        client_app, num_supernodes=2, rounds=3,
+    )
+    assert isinstance(run.error, ProtocolMismatch), run.error
+    assert str(run.error).startswith("round 0: every reply (2 of 2 sampled private users) is malformed")
+    assert "the round is not released (ε = 0 spent)" in str(run.error)
+    assert re.search(says, str(run.error)), str(run.error)
+    assert run.rounds == [] and run.strategy.epsilon() == 0.0 and run.strategy.accountant.rounds == 0
+    print(run.error)
+
+
+@dataclass
+class DivergingPublicPool:
+    """Public users the server trains itself; from round 1 on, public-1 diverges (an update of norm about 1e9)."""
+
+    client_ids: Sequence[str] = ("public-0", "public-1")
+
+    def train(self, params: Mapping[str, torch.Tensor], plan: RoundPlan) -> dict[str, dict[str, torch.Tensor]]:
+        size = {"public-0": 0.1, "public-1": 1e9 if plan.round >= 1 else 0.1}
+        return {cid: {k: torch.full_like(v, size[cid]) for k, v in params.items()} for cid in plan.public_cohort}
+
+
+def test_a_diverging_public_user_is_refused_with_a_warning_naming_it_and_the_round():
+    with pytest.warns(PublicUpdateRefused) as caught:
+        run = run_in_simulation(
+            lambda on_round: FedpubStrategy.from_config(
+                {**DOPE, "sampling": {"kind": "poisson", "sampling_rate": 1.0}}, population=2, rounds=2, seed=0,
+                public_pool=DivergingPublicPool(), on_round=on_round,
+            ),
+            shifting_app, num_supernodes=2, rounds=2,
+        )
+    assert run.error is None, run.error
+    messages = [str(w.message) for w in caught if w.category is PublicUpdateRefused]
+    assert len(messages) == 1 and messages[0].startswith("round 1: public user public-1's update is refused: its norm")
+    assert "exceeds the public update bound 100" in messages[0]
+    used = [(t, m["public_cohort_used"], m["public_cohort_refused"]) for t, m, _ in run.rounds]
+    assert used == [(0, 2, 0), (1, 1, 1)]
+    print(messages[0])
