@@ -54,6 +54,18 @@ class ValidationUsersConfig(Section):
     seed: int = 0
 
 
+class EvaluationUsersConfig(Section):
+    """Evaluation users: a seeded fraction of the private training users (after the validation users) held out of N,
+    never sampled nor trained on, whose test examples evaluate the model. Held out only when the run evaluates on
+    them (``data.eval_users`` ``evaluation``, or ``auto`` when no public user has test examples): N shrinks by the
+    fraction and the accounting counts the rest. Their metrics are released outside DP, like the public users'."""
+
+    fraction: float = Field(
+        0.1, gt=0, lt=1, description="seeded fraction of the private users held out for evaluation (when evaluated on)"
+    )
+    seed: int = 0
+
+
 class _DataFields(Section):
     """The ``data`` fields every dataset shares; :data:`DataConfig` adds each dataset's own after ``path``."""
 
@@ -69,14 +81,17 @@ class _DataFields(Section):
     )
     public: PublicUsersConfig = PublicUsersConfig()
     validation: ValidationUsersConfig = ValidationUsersConfig()
+    evaluation: EvaluationUsersConfig = EvaluationUsersConfig()
     eval_clients: int | None = Field(
         200, ge=1, description="test clients evaluated (the first ones by id); null = all"
     )
-    eval_users: Literal["auto", "public", "all"] = Field(
+    eval_users: Literal["auto", "public", "evaluation", "all"] = Field(
         "auto",
-        description="whose test examples evaluate the model: `public`, the public users'; `all`, every test "
-        "client's, private users' included (labelled so in every file and plot: their examples are not covered "
-        "by DP); `auto`, the public users' when they have test examples, else all",
+        description="whose test examples evaluate the model: `public`, the public users'; `evaluation`, those of "
+        "users outside N (data.evaluation's, held out when every test user is a training user); `all`, every test "
+        "client's, private users' included (labelled so in every file and plot: their examples are not covered by "
+        "DP); `auto`, the public users' when they have "
+        "test examples, else those of users outside N (held out, or test users who are no training user)",
     )
     cache_mb: int = Field(
         1024, ge=0, description="MB of decoded training users kept in memory between rounds (and as much again "
@@ -197,7 +212,7 @@ class RecenterConfig(Section):
     """DOPE-SGD (Nasr et al. 2023): clip the private updates around the public users' mean update."""
 
     center_clip: float | None = Field(
-        None, gt=0, description="λ: the center is clipped to this norm (eq. 2); null = clip_norm C (a center never "
+        None, gt=0, allow_inf_nan=True, description="λ: the center is clipped to this norm (eq. 2); null = clip_norm C (a center never "
         "moves the model further than a private user may); .inf = unclipped (public users drawn like the private)"
     )
     extended: bool = Field(False, description="public updates also enter the average, outside the noisy sum")
@@ -329,7 +344,9 @@ class StrategyConfig(Section):
     ``name`` switches its own section on, and any section may be added to any recipe."""
 
     name: Literal["dp_fedavg", "dope", "adadps", "pda_dpmd", "ppsgd", "dp_ftrl"] = "dp_fedavg"
-    clip_norm: float = Field(1.0, gt=0, description="L2 clip of each user's update; .inf = off")
+    clip_norm: float = Field(
+        1.0, gt=0, allow_inf_nan=True, description="L2 clip of each user's update; .inf = off (with z = 0: FedAvg)"
+    )
     noise_multiplier: float | None = Field(None, ge=0)
     target_epsilon: float | None = Field(None, gt=0)
     sampling: SamplingConfig = SamplingConfig(clients_per_round=50)
@@ -577,6 +594,11 @@ def _check_task_and_data(config: ExperimentConfig) -> None:
         raise ConfigError(
             f"data.validation.fraction {data.validation.fraction}: validation users are held out of the private "
             "users' data, which flower.private_users `nodes` keeps on the nodes; set data.validation.fraction: 0"
+        )
+    if config.flower.private_users == "nodes" and data.eval_users == "evaluation":
+        raise ConfigError(
+            "data.eval_users `evaluation`: evaluation users are held out of the private users' data, which "
+            "flower.private_users `nodes` keeps on the nodes; set data.eval_users: public (the server's users)"
         )
     if config.flower.private_users == "nodes" and (source.generated or data.uniform_users is not None):
         raise ConfigError(

@@ -2,10 +2,9 @@
 
 One row per run (``compare.csv``): strategy label, target ε, seed, ε achieved and δ (from the
 run's ledger), the noise multiplier z of its first round's noisy sum, rounds done, every final test
-metric, whose test examples evaluated it (``evaluated_on``: an evaluation on private users' examples is said so
-in the tables and plots) and the training wall time (the sum of the rounds' ``wall_time`` in the run's
-``diagnostics.jsonl``, so the table of a resumed run counts each round once and ``fedpub report`` reproduces it;
-empty when the run wrote no diagnostics). The
+metric and whose test examples evaluated it (``evaluated_on``: an evaluation on private users' examples is said so
+in the tables and plots). Only released figures: no diagnostic (the rounds' wall time, the realised cohorts, the
+norms) stands beside them; each run's ``diagnostics.jsonl`` keeps those, outside DP. The
 markdown table (``compare.md``) has one row per (strategy, ε): mean ± std over seeds, the task's
 headline metric first. Two plots: the headline metric against ε (error bars: std over seeds) and
 against the round (mean over seeds, one panel per ε).
@@ -99,7 +98,7 @@ def read_run(
     ``final_metrics.json``, else its last evaluation."""
     config = _stored_config(run_dir)
     ledger = json.loads(run_dir.ledger_path.read_text(encoding="utf-8"))
-    records, diagnostics = run_dir.read_metrics(), run_dir.read_diagnostics()
+    records = run_dir.read_metrics()
     headline = get_task(config["task"]).headline
     stored_final = run_dir.read_final_metrics()
     if final_metrics is None:
@@ -119,7 +118,6 @@ def read_run(
         "rounds_done": ledger["rounds"],
         "evaluated_on": (stored_final or {}).get("evaluated_on"),
         **{k: float(final_metrics[k]) for k in _metric_keys([final_metrics], headline)},
-        "wall_time_s": sum(float(r["wall_time"]) for r in diagnostics) if diagnostics else None,
     }
     data = config["data"]
     setting = f"data {data['source']} at {data['path']}, {config['rounds']} rounds"
@@ -140,9 +138,10 @@ def _metric_keys(rows: Sequence[Mapping[str, Any]], headline: str) -> list[str]:
 
 # -- compare.csv ---------------------------------------------------------------------------
 def csv_text(rows: Sequence[Row], headline: str) -> str:
-    columns = [*ROW_KEYS, *_metric_keys(rows, headline), "wall_time_s"]
+    columns = [*ROW_KEYS, *_metric_keys(rows, headline)]
     out = io.StringIO()
-    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    # a recorded row's other keys (wall_time_s, in a sweep recorded before diagnostics left compare.csv) stay out
+    writer = csv.DictWriter(out, columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
@@ -196,7 +195,7 @@ def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
     metrics = _metric_keys([r.row for r in runs], headline)
     header = ["strategy", "ε",
               *(k.replace("eval_", "test ").replace("val_", "validation ").replace("_", " ") for k in metrics),
-              "ε achieved", "z", "wall time (s)", "seeds"]
+              "ε achieved", "z", "seeds"]
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, epsilon, members in _groups(runs):
         cells = [label, f"{epsilon:g}"]
@@ -204,17 +203,16 @@ def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
             values = [v for v in _values(members, key) if not math.isnan(v)]
             mean, std = _stats(values)
             cells.append("—" if not values else f"{mean:.4f} ± {std:.4f}" if len(values) > 1 else f"{mean:.4f}")
-        means = {key: _stats(_values(members, key))[0] for key in ("epsilon", "noise_multiplier", "wall_time_s")}
-        wall = "—" if math.isnan(means["wall_time_s"]) else f"{means['wall_time_s']:.1f}"
-        cells += [f"{means['epsilon']:.4g}", f"{means['noise_multiplier']:.4g}", wall, str(len(members))]
+        means = {key: _stats(_values(members, key))[0] for key in ("epsilon", "noise_multiplier")}
+        cells += [f"{means['epsilon']:.4g}", f"{means['noise_multiplier']:.4g}", str(len(members))]
         lines.append("| " + " | ".join(cells) + " |")
     deltas = ", ".join(f"{d:g}" for d in sorted({r.row["delta"] for r in runs}))
     lines += [
         "",
         f"Mean ± standard deviation over seeds of the final test metrics; user-level ε at δ = {deltas}, "
-        "z the noise multiplier of the first round's noisy sum, wall time the training rounds' sum. "
+        "z the noise multiplier of the first round's noisy sum. "
         "Hyper-parameter tuning is not counted in ε. — : the metric does not apply (e.g. `private test` is the "
-        "last private model before model reuse), or the run wrote no diagnostics (wall time).",
+        "last private model before model reuse).",
         f"Evaluated on {evaluated_on(runs)}.",
     ]
     settings = sorted({r.setting for r in runs if r.setting})

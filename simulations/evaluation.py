@@ -1,8 +1,9 @@
 """Central evaluation of the global model on the test split of a fixed set of clients.
 
-Whose test examples: the public users' by default when they have some (:func:`evaluation_users`), since a
-private user's test examples are private data too; an evaluation on private users' examples is labelled so in
-every record, summary and plot (:attr:`EvaluationUsers.label`).
+Whose test examples (:func:`fedpub.data.users.evaluation_users`): the public users' by default when they have some,
+else those of evaluation users held out of the private population, since a private user's test examples are private
+data too; an evaluation on private users' examples (only when asked) is labelled so in every record, summary and
+plot (:attr:`~fedpub.data.users.EvaluationUsers.label`).
 """
 
 from __future__ import annotations
@@ -16,36 +17,6 @@ from fedpub.clients.local_training import load_params_
 from fedpub.data.base import FederatedDataset
 from fedpub.tasks import CLASSIFICATION, Task
 from fedpub.types import Params
-
-
-@dataclass(frozen=True)
-class EvaluationUsers:
-    """The test clients a run evaluates on, and whether any of them is a private user."""
-
-    ids: list[str]
-    private: bool
-
-    @property
-    def label(self) -> str:
-        if self.private:
-            return "private users' test examples (not covered by DP)"
-        return "public users' test examples"
-
-
-def evaluation_users(
-    test_ids: Sequence[str], public_ids: Sequence[str], setting: str, limit: int | None
-) -> EvaluationUsers:
-    """The first ``limit`` test clients (all: None) among the public users (``setting`` ``public``, or ``auto``
-    when some public user has test examples) or among every test client (``all``, or ``auto`` otherwise)."""
-    public = set(public_ids)
-    public_test = [c for c in test_ids if c in public]
-    if setting == "public" and not public_test:
-        raise ValueError("data.eval_users `public`: no public user has test examples (set data.public, or "
-                         "data.eval_users: all)")
-    if setting in ("public", "auto") and public_test:
-        return EvaluationUsers(public_test[:limit], private=False)
-    chosen = list(test_ids)[:limit]
-    return EvaluationUsers(chosen, private=any(c not in public for c in chosen))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from fedpub.clients.device import resolve_device
 from fedpub.clients.local_training import LocalTrainingConfig
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
-from fedpub.data.users import load_data
+from fedpub.data.users import EvaluationUsers, evaluation_users, load_data
 from fedpub.models.seeded import new_model
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.randomness import PrivacyRandomness, resolve_randomness
@@ -29,7 +29,6 @@ from fedpub.round_driver import RoundDriver
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
 from fedpub.strategies.build import build_experiment_strategy, new_accountant
-from fedpub.simulations.evaluation import EvaluationUsers, evaluation_users
 from fedpub.simulations.tracking import check_trackers
 
 
@@ -43,6 +42,8 @@ class Experiment:
     public_data: FederatedDataset
     validation_ids: list[str]
     """Training users held out of N (``data.validation``): the model is evaluated on their training examples."""
+    evaluation_ids: list[str]
+    """Training users held out of N (``data.evaluation``) whose test examples evaluate the model (may be empty)."""
     eval_users: EvaluationUsers
     strategy: StrategyCore
     noise_multiplier: float
@@ -127,9 +128,8 @@ def build_experiment(
         public_ids=data.public_ids,
         public_data=data.public,
         validation_ids=data.validation_ids,
-        eval_users=evaluation_users(
-            data.test.client_ids, data.public_ids, config.data.eval_users, config.data.eval_clients
-        ),
+        evaluation_ids=data.evaluation_ids,
+        eval_users=evaluation_users(data, config.data.eval_users, config.data.eval_clients),
         strategy=built.core,
         noise_multiplier=built.noise_multiplier,
         planned_event=built.planned_event,

@@ -62,10 +62,8 @@ def write_summary(
     final_eval: Mapping[str, float],
     epsilon: float,
     stopped_by_budget: bool,
-    *,
-    wall_time: float | None,
 ) -> None:
-    """``wall_time``: the rounds' training time, from the diagnostics (None when they are off)."""
+    """The released figures only: no diagnostic (the rounds' wall time, norms, cohorts) stands beside them."""
     cfg = experiment.config
     strategy = experiment.strategy
     metric = experiment.task.headline
@@ -84,7 +82,7 @@ def write_summary(
         f"| final test loss | {final_eval['eval_loss']:.4f} |",
         f"| evaluated on | {experiment.eval_users.label} |",
         f"| user-level (ε, δ) | ({epsilon:.4g}, {cfg.privacy.delta:g}), {cfg.privacy.accountant.upper()} accountant |",
-        f"| private users N | {strategy.population} (public users, not in N: {len(experiment.public_ids)}) |",
+        f"| private users N | {strategy.population} ({held_out_users(experiment)}) |",
         f"| sampling | {type(strategy.sampling).__name__}, expected cohort m = {strategy.expected_cohort:g}, "
         f"q = {strategy.expected_cohort / strategy.population:.4g} |",
         f"| noise multiplier z | {experiment.noise_multiplier:.4g}"
@@ -92,8 +90,6 @@ def write_summary(
         f"| device | {experiment.device} |",
         f"| clip norm C | {cfg.strategy.clip_norm:g}" + (" (initial; it moves)" if moving_clip else "") + " |",
         f"| public-data parts | {', '.join(parts) or 'none'} |",
-        f"| training wall time | "
-        + ("not recorded (diagnostics off) |" if wall_time is None else f"{wall_time:.1f} s (a diagnostic) |"),
         "",
         *(
             [f"The released model is fine-tuned on public data (model reuse); the last private model scored "
@@ -113,8 +109,16 @@ def write_summary(
         "",
         "Released: the model, ε and `metrics.jsonl` (noised or public statistics and the evaluation). "
         + ("`diagnostics.jsonl` holds un-noised statistics of the private users (realised cohort, failures, norms, "
-           "training loss): it is outside the DP guarantee, for the server's eyes only."
+           "training loss, wall time): it is outside the DP guarantee, for the server's eyes only."
            if experiment.diagnostics else "No diagnostics were written."),
         "",
     ]
     write_text_atomic(path, "\n".join(lines))
+
+
+def held_out_users(experiment: Experiment) -> str:
+    """The users kept out of N, in words: the public users, and the validation and evaluation users held out."""
+    counts = {"public users": experiment.public_ids, "validation users": experiment.validation_ids,
+              "evaluation users": experiment.evaluation_ids}
+    shown = [f"{name} {len(ids)}" for name, ids in counts.items() if ids or name == "public users"]
+    return "not in N: " + ", ".join(shown)

@@ -33,7 +33,10 @@ users, no adaptive clipping, recentering, preconditioning, mirror or budget sche
 experiment tracking.
 
 Run it: ``python -m fedpub.simulations.secagg_dp CONFIG [--rounds R]`` (Flower simulation, one SuperNode per
-training user); it prints each round's noise std and ε and writes ``<output_dir>/<name>/secagg_dp.json``.
+training user); it prints each round's noise std and ε and writes ``<output_dir>/<name>/secagg_dp.json``, the
+released figures (ε, the events, the noise, the evaluation), and, with diagnostics on (``privacy.diagnostics``; on in
+a simulation), ``secagg_dp_diagnostics.json``: each round's cohort (the sampled user ids) and how many users SecAgg+
+summed, outside the DP guarantee (a published cohort voids the amplification by sampling the accountant counts).
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ MODULUS_RANGE = 2**32
 MAX_QUANTIZATION_RANGE = 2**30
 """Cap on T: the clients' stochastic rounding casts to int32."""
 RESULT_FILE = "secagg_dp.json"
+DIAGNOSTICS_FILE = "secagg_dp_diagnostics.json"
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -253,11 +257,15 @@ class SecAggRound:
 class SecAggRunResult:
     params: Params
     rounds: list[dict[str, Any]]
+    """Each round's released record (ε, its event, the noise, the evaluation)."""
+    diagnostics: list[dict[str, Any]]
+    """Each round's cohort and survivors: outside DP (``DIAGNOSTICS_FILE``, when the experiment writes diagnostics)."""
     epsilon: float
     delta: float
     stopped_by_budget: bool
     quantisation: Quantisation
     result_path: Path
+    diagnostics_path: Path | None
 
 
 def to_parameters(params: Params) -> Parameters:
@@ -288,6 +296,7 @@ class SecAggDpStrategy(Strategy):
         """Plans the cohorts and holds the one budget rule and the accountant (the SecAgg+ sum is aggregated here)."""
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_users.ids, experiment.device)
         self.records: list[dict[str, Any]] = []
+        self.diagnostics: list[dict[str, Any]] = []
         self._cohort: list[str] = []
 
     @property
@@ -369,10 +378,10 @@ class SecAggDpStrategy(Strategy):
             t, list(self._cohort), survivors, secure_sum, noised.updates, self.params,
             metrics["noise_std"], epsilon, metrics,
         )
-        self.records.append({
-            "round": t, "cohort": outcome.cohort, "cohort_sampled": len(self._cohort), "survivors": survivors,
-            "epsilon": epsilon, "event": event_to_dict(event), **metrics,
-        })
+        self.records.append({"round": t, "epsilon": epsilon, "event": event_to_dict(event), **metrics})
+        self.diagnostics.append(
+            {"round": t, "cohort": outcome.cohort, "cohort_sampled": len(self._cohort), "survivors": survivors}
+        )
         log(INFO, "fedpub SecAgg+: round %d, %d of %d users summed, noise std z·C/m = %.4g, ε = %.4g",
             t, survivors, len(self._cohort), outcome.noise_std, epsilon)
         if self.on_round is not None:
@@ -444,9 +453,16 @@ def make_server_app(
             "stopped_by_budget": strategy.stopped_by_budget,
         }
         write_json_atomic(path, summary)
+        diagnostics_path = path.with_name(DIAGNOSTICS_FILE) if experiment.diagnostics else None
+        if diagnostics_path is not None:
+            write_json_atomic(diagnostics_path, {
+                "outside_dp": "the realised cohorts and survivors of private users: not covered by DP, the server's "
+                              "eyes only (published, the cohorts void the amplification by sampling)",
+                "rounds": strategy.diagnostics,
+            })
         results.append(SecAggRunResult(
-            strategy.params, strategy.records, summary["epsilon"], delta, strategy.stopped_by_budget,
-            quantisation, path,
+            strategy.params, strategy.records, strategy.diagnostics, summary["epsilon"], delta,
+            strategy.stopped_by_budget, quantisation, path, diagnostics_path,
         ))
 
     return app

@@ -398,10 +398,8 @@ class RunSession:
         epsilon = self.accountant.epsilon(self.delta)
         records = self.run_dir.read_metrics()
         write_plot(records, self.run_dir.plot_path, self.experiment.task.headline, self.experiment.eval_users.label)
-        diagnostics = self.run_dir.read_diagnostics() if self.experiment.diagnostics else None
         write_summary(
-            self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, self.driver.stopped_by_budget,
-            wall_time=None if diagnostics is None else sum(r["wall_time"] for r in diagnostics),
+            self.run_dir.summary_path, self.experiment, records, self.last_eval, epsilon, self.driver.stopped_by_budget
         )
         final = {**final_metrics, "epsilon": epsilon, "delta": self.delta}
         self._trackers.finish(self.rounds_done - 1, {f"final/{k}": v for k, v in final.items()})

@@ -11,6 +11,7 @@ tree aggregation are priced from the step that releases them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 import dp_accounting
@@ -82,7 +83,9 @@ def build_private_strategy(
     """The recipe of ``strategy`` over ``population`` private users for ``rounds`` rounds, its noise and cohorts
     drawn from the privacy ``seed`` (:mod:`fedpub.privacy.randomness`; ``reproducible`` when whoever holds the
     config knows it, which rules out the secure noise sampler). Raises (naming the
-    field) when the accountant cannot price the planned run or its first round alone exceeds the budget."""
+    field) when δ is not below 1/N, when the accountant cannot price the planned run or when its first round alone
+    exceeds the budget."""
+    check_delta(privacy.delta, population)
     sampling = make_sampling(strategy.sampling, population)
     secure = secure_noise_sampler(privacy.noise_sampler, reproducible=reproducible)
     budget_epsilon = privacy_budget(strategy, privacy)
@@ -121,6 +124,18 @@ def build_private_strategy(
         except BudgetExceededError as error:
             raise BudgetExceededError(f"{field}: {error}") from None
     return built
+
+
+def check_delta(delta: float, population: int) -> None:
+    """Refuse δ ≥ 1/N: a mechanism that publishes one random private user's data whole is (0, 1/N)-DP, so such a δ
+    lets a run meet its (ε, δ) while giving away a user."""
+    if population > 0 and delta * population >= 1:
+        suggested = 10.0 ** math.floor(math.log10(1 / (10 * population)))
+        raise PrivacyError(
+            f"privacy.delta {delta:g} is not below 1/N = 1/{population} = {1 / population:.3g} (N the private "
+            "population): with δ ≥ 1/N, a release of one randomly chosen user's data, whole, meets (ε, δ). Set "
+            f"privacy.delta below 1/N, e.g. {suggested:g} (δ ≪ 1/N)"
+        )
 
 
 def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updates | None:

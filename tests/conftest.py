@@ -37,7 +37,10 @@ def tiny_config(data_dir: Path, out_dir: Path, **overrides: Any) -> ExperimentCo
         "checkpoint_every": 1,
         "output_dir": str(out_dir),
         "device": "cpu",
-        "data": {"source": "synthetic_emnist", "path": str(data_dir), "synthetic": TINY_SYNTHETIC, "eval_clients": 4},
+        # every writer private (N = 16), evaluated on private users' test examples, labelled so: asked for
+        # explicitly, since by default (`auto`, no public users) a fraction of them would be held out of N
+        "data": {"source": "synthetic_emnist", "path": str(data_dir), "synthetic": TINY_SYNTHETIC, "eval_clients": 4,
+                 "eval_users": "all"},
         "model": {"name": "emnist_small_cnn"},
         # a fixed path: runs of one seed are the same model bit for bit (with `auto` to float rounding, as the
         # timed choice may differ run to run; tests/clients/test_path_choice.py tests `auto`)

@@ -1,13 +1,17 @@
 """Errors that name what to change: a recipe without public users, a budget smaller than one round, a target ε
-that buries the signal in noise, a run directory holding another config, a replaced key."""
+that buries the signal in noise, δ not below 1/N, a non-finite hyper-parameter, a run directory holding another
+config, a replaced key."""
 
 from __future__ import annotations
+
+import math
+import re
 
 import pytest
 import torch
 
 from fedpub.config import ConfigError, PrivacyConfig, StrategyConfig, parse_config
-from fedpub.privacy.errors import BudgetExceededError
+from fedpub.privacy.errors import BudgetExceededError, PrivacyError
 from fedpub.simulations.session import changed_keys
 from fedpub.round_driver import NoisyBeyondSignal, RoundDriver, noise_beyond_signal
 from fedpub.strategies.build import build_private_strategy
@@ -42,6 +46,40 @@ def test_noise_that_buries_the_signal_warns_at_the_first_round_whatever_the_entr
         driver.finish(driver.plan(1, outcome.state), outcome.params, outcome.state, {})
     assert len([w for w in caught if w.category is NoisyBeyondSignal]) == 1  # once a run
     assert noise_beyond_signal(1.0, 100, 1000, 1_000_000) is None  # z·√d/m = 10 < √T ≈ 31.6: a normal run
+
+
+def test_a_delta_not_below_one_over_n_is_refused_naming_the_rule_and_the_fix():
+    strategy = StrategyConfig(noise_multiplier=1.0, sampling={"kind": "poisson", "clients_per_round": 10})
+    with pytest.raises(PrivacyError, match=r"privacy.delta 0.05 is not below 1/N = 1/40 = 0.025 .* e.g. 0.001"):
+        build_private_strategy(strategy, PrivacyConfig(delta=0.05), population=40, rounds=3, seed=0,
+                               reproducible=True)
+    with pytest.raises(PrivacyError, match="privacy.delta 0.025 is not below 1/N"):  # δ = 1/N itself
+        build_private_strategy(strategy, PrivacyConfig(delta=0.025), population=40, rounds=3, seed=0,
+                               reproducible=True)
+    build_private_strategy(strategy, PrivacyConfig(delta=0.02), population=40, rounds=3, seed=0, reproducible=True)
+
+
+@pytest.mark.parametrize(("field", "raw"), [
+    ("client.lr", {"client": {"lr": math.inf}}),
+    ("client.lr", {"client": {"lr": math.nan}}),
+    ("strategy.noise_multiplier", {"strategy": {"noise_multiplier": math.inf}}),
+    ("strategy.server_optimizer.lr", {"strategy": {"noise_multiplier": 1.0, "server_optimizer": {"lr": math.inf}}}),
+    ("strategy.target_epsilon", {"strategy": {"target_epsilon": math.inf}}),
+    ("privacy.budget_epsilon", {"privacy": {"budget_epsilon": math.inf}}),
+    ("client.timeout_s", {"client": {"timeout_s": math.inf}}),
+    ("strategy.clip_norm", {"strategy": {"noise_multiplier": 0.0, "clip_norm": math.nan}}),
+])
+def test_a_non_finite_hyper_parameter_is_refused_naming_the_field(field, raw):
+    with pytest.raises(ConfigError, match=rf"field `{re.escape(field)}`"):
+        parse_config(raw)
+
+
+def test_the_documented_infinities_stay_legal():
+    fedavg = parse_config({"strategy": {"noise_multiplier": 0.0, "clip_norm": math.inf}})  # C = ∞, z = 0: FedAvg
+    assert math.isinf(fedavg.strategy.clip_norm)
+    dope = parse_config({"data": {"public": {"fraction": 0.1}},
+                         "strategy": {"name": "dope", "noise_multiplier": 1.0, "recenter": {"center_clip": math.inf}}})
+    assert math.isinf(dope.strategy.recenter.center_clip)
 
 
 def test_a_changed_config_names_the_changed_keys():

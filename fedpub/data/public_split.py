@@ -3,7 +3,8 @@
 Three constructions:
 
 - :func:`split_public`: a seeded fraction of the training users are public (DOPE-SGD uses 2%); and
-  :func:`split_validation`, a seeded fraction of the private users held out of N as validation users.
+  :func:`split_validation` and :func:`split_evaluation`, seeded fractions of the private users held out of N as
+  validation users and as evaluation users (the latter one user at a time: a user's side depends on its id alone).
 - :func:`heldout_as_public`: a dataset's held-out split (where its declaration has one, :mod:`fedpub.data.registry`)
   is the public pool and the train split the private population; the two must not share a user.
 - :class:`UniformUsers`: DOPE-SGD's federated setting (Nasr et al., ICML'23, "Effectively Using Public Data
@@ -13,7 +14,8 @@ Three constructions:
   a seed, and deal them out as K synthetic users whose sizes differ by at most one. Which split the paper pooled is
   unknown; combine with :func:`split_public` for the 2%.
 
-Randomness comes only from ``fedpub.seeding.numpy_generator(seed, purpose)``, so a seed fixes the split.
+Randomness comes only from ``fedpub.seeding`` (``numpy_generator(seed, purpose)``, ``derive_seed``), so a seed fixes
+the split.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 
 from fedpub.data.base import ClientData, FederatedDataset
-from fedpub.seeding import numpy_generator
+from fedpub.seeding import derive_seed, numpy_generator
 
 
 def split_public(client_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
@@ -45,6 +47,23 @@ def split_validation(private_ids: Sequence[str], fraction: float, seed: int) -> 
     N, are never sampled nor trained on, and only evaluate (the reproductions tune on them, never on the test
     split)."""
     return _seeded_split(private_ids, fraction, seed, "validation")
+
+
+def split_evaluation(private_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """Hold out each private user as an evaluation user with probability ``fraction``, a draw seeded by ``seed`` and
+    the user's own id alone; returns sorted (private, evaluation). The evaluation users leave the private population
+    N, are never sampled nor trained on, and their test examples evaluate the model. Since no user's side depends
+    on who else is in the data, adding or removing a private user changes neither the evaluation users nor the
+    released evaluation (a split by rank, as :func:`split_validation`'s, would move others across)."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"the evaluation fraction must be in [0, 1), got {fraction}")
+    ids = sorted(private_ids)
+    if len(set(ids)) != len(ids):
+        raise ValueError("client ids must be unique")
+    held_out = {c for c in ids if derive_seed(seed, "evaluation_split", c) < fraction * 2**63}
+    if len(held_out) == len(ids):
+        raise ValueError(f"an evaluation fraction of {fraction} holds out all {len(ids)} users: no private user left")
+    return [c for c in ids if c not in held_out], [c for c in ids if c in held_out]
 
 
 def _seeded_split(client_ids: Sequence[str], fraction: float, seed: int, kind: str) -> tuple[list[str], list[str]]:

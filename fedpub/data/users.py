@@ -1,20 +1,23 @@
 """The users an experiment config's ``data`` section names: the source's splits opened through the dataset registry
 (its look-alike files written first when the source generates them), DOPE's pooled users when configured, and the
 private/public split (DESIGN.md §5: public users are never in N), with validation users held out of the private ones
-(``data.validation``: never in N either).
+(``data.validation``: never in N either), and evaluation users too (``data.evaluation``) when the run evaluates on
+them: whose test examples evaluate the model (:func:`evaluation_users`) is decided here.
 
 Every backend and every node loads its users here, so the same config gives the same users everywhere.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from fedpub.config import ExperimentConfig
 from fedpub.data import registry
 from fedpub.data.base import FederatedDataset, Splits
 from fedpub.data.cache import CachedClients
-from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public, split_validation
+from fedpub.data.public_split import UniformUsers, heldout_as_public, split_evaluation, split_public, split_validation
 from fedpub.data.spec import resolve
 
 
@@ -30,6 +33,69 @@ class FederatedData:
     public_ids: list[str]
     validation_ids: list[str] = field(default_factory=list)
     """Training users held out of N for validation (``data.validation``): never sampled nor trained on."""
+    evaluation_ids: list[str] = field(default_factory=list)
+    """Training users held out of N for evaluation (``data.evaluation``): never sampled nor trained on; their test
+    examples evaluate the model."""
+
+
+EvaluatedOn = Literal["public", "evaluation", "private"]
+
+
+@dataclass(frozen=True)
+class EvaluationUsers:
+    """The test clients a run evaluates on, and who they are: public users, held-out evaluation users (outside N),
+    or private users among them (their examples are not covered by DP)."""
+
+    ids: list[str]
+    kind: EvaluatedOn
+
+    @property
+    def private(self) -> bool:
+        return self.kind == "private"
+
+    @property
+    def label(self) -> str:
+        return {
+            "public": "public users' test examples",
+            "evaluation": "test examples of users outside N (held out, never trained on)",
+            "private": "private users' test examples (not covered by DP)",
+        }[self.kind]
+
+
+def holds_out_evaluation_users(
+    setting: str, public_ids: Sequence[str], train_ids: Sequence[str], test_ids: Sequence[str]
+) -> bool:
+    """Whether ``data.eval_users`` ``setting`` needs evaluation users held out of N: it evaluates outside N
+    (``evaluation``, or ``auto`` when no public user has test examples) and every test client is a training user
+    (a test client that is none, as in a dataset whose test users are others, is outside N already)."""
+    outside = setting == "evaluation" or (setting == "auto" and set(public_ids).isdisjoint(test_ids))
+    return outside and set(test_ids) <= set(train_ids)
+
+
+def evaluation_users(data: FederatedData, setting: str, limit: int | None) -> EvaluationUsers:
+    """The first ``limit`` test clients (all: None) of ``data`` among the public users (``setting`` ``public``, or
+    ``auto`` when some public user has test examples), among the users outside N (``evaluation``, or ``auto``
+    otherwise: the held-out evaluation users and test users who are no training user; never a validation user), or
+    among every test client (``all``, private users' included: only when asked)."""
+    test_ids = data.test.client_ids
+    public, private = set(data.public_ids), set(data.private_ids)
+    public_test = [c for c in test_ids if c in public]
+    if setting == "public" or (setting == "auto" and public_test):
+        if not public_test:
+            raise ValueError("data.eval_users `public`: no public user has test examples (set data.public, or "
+                             "data.eval_users: evaluation)")
+        return EvaluationUsers(public_test[:limit], "public")
+    if setting in ("evaluation", "auto"):
+        inside = private | public | set(data.validation_ids)
+        outside = [c for c in test_ids if c not in inside][:limit]
+        if not outside:
+            raise ValueError(f"data.eval_users `{setting}`: no test client is outside N (held-out evaluation users: "
+                             f"{len(data.evaluation_ids)}): raise data.evaluation.fraction, set data.public, or "
+                             "set data.eval_users: all to evaluate on private users' test examples (not covered by DP)")
+        return EvaluationUsers(outside, "evaluation")
+    chosen = list(test_ids)[:limit]
+    in_n = any(c in private for c in chosen)
+    return EvaluationUsers(chosen, "private" if in_n else "public" if set(chosen) <= public else "evaluation")
 
 
 def open_splits(config: ExperimentConfig) -> Splits:
@@ -69,4 +135,16 @@ def load_data(config: ExperimentConfig) -> FederatedData:
         return FederatedData(train, splits.test, public_data, [], public_ids)
     validation = config.data.validation
     private_ids, validation_ids = split_validation(private_ids, validation.fraction, validation.seed)
-    return FederatedData(train, splits.test, public_data, private_ids, public_ids, validation_ids)
+    evaluation_ids: list[str] = []
+    if holds_out_evaluation_users(config.data.eval_users, public_ids, train.client_ids, splits.test.client_ids):
+        evaluation = config.data.evaluation
+        before = len(private_ids)
+        private_ids, evaluation_ids = split_evaluation(private_ids, evaluation.fraction, evaluation.seed)
+        if not evaluation_ids:
+            raise ValueError(
+                f"data.eval_users `{config.data.eval_users}` evaluates on users held out of the private population, "
+                f"but data.evaluation.fraction {evaluation.fraction:g} of {before} private users holds out none (no "
+                "public user has test examples): raise data.evaluation.fraction, set data.public, or set "
+                "data.eval_users: all to evaluate on private users' test examples (not covered by DP)"
+            )
+    return FederatedData(train, splits.test, public_data, private_ids, public_ids, validation_ids, evaluation_ids)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.data.emnist import load_emnist_split
-from fedpub.data.public_split import UniformUsers, heldout_as_public, split_public
+from fedpub.data.public_split import UniformUsers, heldout_as_public, split_evaluation, split_public
 
 ids_strategy = st.lists(
     st.text(alphabet="abcdef0123456789_", min_size=1, max_size=8), min_size=1, max_size=60, unique=True
@@ -57,6 +57,35 @@ def test_degenerate_splits() -> None:
         split_public(["a", "b"], 0.75, 0)
     with pytest.raises(ValueError, match="unique"):
         split_public(["a", "a", "b"], 0.5, 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ids=ids_strategy, fraction=st.floats(0.0, 0.9), seed=st.integers(0, 2**32), data=st.data())
+def test_evaluation_users_depend_on_their_own_id_alone(ids: list[str], fraction: float, seed: int,
+                                                        data: st.DataObject) -> None:
+    """Adding or removing a user moves no other user across (the released evaluation stays the same)."""
+    try:
+        private, evaluation = split_evaluation(ids, fraction, seed)
+    except ValueError as error:
+        assert "no private user left" in str(error)
+        return
+    assert not set(private) & set(evaluation) and sorted(private + evaluation) == sorted(ids)
+    removed = data.draw(st.sampled_from(ids))
+    rest = [c for c in ids if c != removed]
+    if set(rest) <= set(evaluation):  # only evaluation users left (or none): no private user
+        with pytest.raises(ValueError, match="no private user left"):
+            split_evaluation(rest, fraction, seed)
+        return
+    smaller = split_evaluation(rest, fraction, seed)
+    assert smaller == ([c for c in private if c != removed], [c for c in evaluation if c != removed])
+
+
+def test_evaluation_users_are_about_the_fraction() -> None:
+    ids = [f"f{i:04d}" for i in range(2000)]
+    assert 160 <= len(split_evaluation(ids, 0.1, 0)[1]) <= 240  # 200 expected, std 13
+    assert split_evaluation(ids, 0.1, 0) != split_evaluation(ids, 0.1, 1)
+    with pytest.raises(ValueError, match="must be in"):
+        split_evaluation(ids, 1.0, 0)
 
 
 def test_heldout_as_public() -> None:

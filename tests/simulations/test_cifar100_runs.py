@@ -33,6 +33,7 @@ def test_a_tiny_private_run_trains_tffs_resnet18(tmp_path: Path) -> None:
     config = parse_config({
         "name": "cifar", "rounds": 2, "eval_every": 1, "device": "cpu", "output_dir": str(tmp_path / "runs"),
         "data": {"source": "synthetic_cifar100", "path": str(tmp_path / "cifar"), "eval_clients": 1,
+                 "eval_users": "all",  # TFF's test clients share ids with other training users: asked for
                  "synthetic_cifar100": {"num_clients": 6, "test_clients": 1, "examples_per_client": 3}},
         "model": {"name": "cifar100_resnet18_gn"},
         "client": {"batch_size": 3, "lr": 0.05},

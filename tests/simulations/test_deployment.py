@@ -116,6 +116,8 @@ def write_experiment(
     }
     if public is not None:
         raw["data"]["public"] = public
+    else:  # every user private (N counts them all), evaluated on their test examples, labelled: asked for
+        raw["data"]["eval_users"] = "all"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
 

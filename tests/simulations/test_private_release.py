@@ -134,20 +134,23 @@ def _differing(a: dict, b: dict) -> set[str]:
 
 def test_neighbouring_runs_release_files_that_differ_only_in_what_dp_covers(tiny_emnist_dir, tmp_path):
     """With and without one private user, same seed and sampling rate: the same ledger, and records whose keys
-    are the same and whose differing values are the evaluation, the noised clip and what N sets."""
+    are the same and whose differing values are the evaluation, the noised clip and what N sets. By default (no
+    public users) the evaluation is on held-out evaluation users, the same ones with or without the private user."""
     overrides = {
-        "data": {"source": "emnist_h5"},
+        "data": {"source": "emnist_h5", "eval_users": "auto"},
         "strategy": {"sampling": {"kind": "poisson", "sampling_rate": 0.3},
                      "adaptive_clip": {"count_noise_std": 1.0}},
     }
     cfg = tiny_config(tiny_emnist_dir, tmp_path / "with", **overrides)
     experiment = build_experiment(cfg)
-    removed = experiment.private_ids[-1]  # not one of the evaluated test clients (the first 4)
+    removed = experiment.private_ids[-1]  # a private user (in N), not an evaluation user
     smaller = _without_user(tiny_emnist_dir, tmp_path / "data_without", removed)
     neighbour_cfg = tiny_config(smaller, tmp_path / "without", **overrides)
     neighbour = build_experiment(neighbour_cfg)
     assert neighbour.private_ids == experiment.private_ids[:-1]
-    assert experiment.eval_users.ids == neighbour.eval_users.ids and experiment.eval_users.private
+    assert experiment.evaluation_ids and neighbour.evaluation_ids == experiment.evaluation_ids
+    assert experiment.eval_users.ids == neighbour.eval_users.ids and experiment.eval_users.kind == "evaluation"
+    assert not set(experiment.evaluation_ids) & set(experiment.private_ids)
 
     runs = [_run(c, e) for c, e in ((cfg, experiment), (neighbour_cfg, neighbour))]
     roots = [r.run_dir.root for r in runs]
@@ -162,14 +165,15 @@ def test_neighbouring_runs_release_files_that_differ_only_in_what_dp_covers(tiny
         assert not {key.split("/")[-1] for key in a} & set(DIAGNOSTICS)  # those are in diagnostics.jsonl
     finals = [RunDirectory(root).read_final_metrics() for root in roots]
     assert _differing(*finals) <= covered
-    assert finals[0]["evaluated_on"] == "private users' test examples (not covered by DP)"  # no public users
+    assert finals[0]["evaluated_on"] == "test examples of users outside N (held out, never trained on)"
 
     configs = [(root / "config.yaml").read_text().splitlines() for root in roots]
     changed_keys = [a.split(":")[0].strip() for a, b in zip(*configs, strict=True) if a != b]
     assert changed_keys == ["output_dir", "path"]  # where the run is written and where its data is
     summaries = [(root / "summary.md").read_text().splitlines() for root in roots]
     changed = [a.split("|")[1].strip() for a, b in zip(*summaries, strict=True) if a != b]
-    assert set(changed) <= {"final test accuracy", "final test loss", "private users N", "sampling",
-                            "training wall time"}, changed
+    assert set(changed) <= {"final test accuracy", "final test loss", "private users N", "sampling"}, changed
+    table = [line for line in summaries[0] if line.startswith("|")]
+    assert table and not any("wall" in line.lower() for line in table)  # a diagnostic: in diagnostics.jsonl only
     diagnostics = RunDirectory(roots[0]).read_diagnostics()
     assert {"cohort_sampled", "clip/clipped_fraction", "train_loss", "examples"} <= diagnostics[0].keys()

@@ -25,6 +25,7 @@ from fedpub.simulations.engine import run_in_process
 from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.secagg_dp import (
+    DIAGNOSTICS_FILE,
     RESULT_FILE,
     SecAggRound,
     check_supported,
@@ -103,6 +104,10 @@ def test_secure_sum_is_the_sum_of_the_client_clipped_updates(noise_off, one_torc
     written = json.loads(result.result_path.read_text())
     assert result.result_path.name == RESULT_FILE
     assert [r["noise_std"] for r in written["rounds"]] == [0.0, 0.0]
+    assert not {"cohort", "cohort_sampled", "survivors"} & {k for r in written["rounds"] for k in r}  # released
+    assert result.diagnostics_path is not None and result.diagnostics_path.name == DIAGNOSTICS_FILE
+    outside = json.loads(result.diagnostics_path.read_text())["rounds"]  # the cohorts: outside DP
+    assert [(r["cohort"], r["survivors"]) for r in outside] == [(o.cohort, o.survivors) for o in rounds]
     assert math.isinf(result.epsilon)  # no noise: nothing private to report
 
 

@@ -52,9 +52,9 @@ def _runs(folder: Path) -> Path:
 
 
 def _rows(folder: Path) -> list[dict]:
-    """compare.csv's rows less the wall time (the one figure that depends on the machine's load); none before one."""
+    """compare.csv's rows; none before one."""
     path = folder / "runs" / "cmp" / "compare.csv"
-    return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in read_csv(path)] if path.exists() else []
+    return read_csv(path) if path.exists() else []
 
 
 def _same_results(folder: Path, reference: Path) -> None:
