@@ -20,9 +20,9 @@ Updates = dict[str, torch.Tensor]
 """One update (same keys and shapes as the parameters)."""
 
 StepState = Mapping[str, Any]
-"""A step's state: a dict of tensors, Python scalars and nested dicts, saved by ``torch.save`` in checkpoints.
-Each step types its own (a ``TypedDict``, e.g. :class:`~fedpub.steps.clip.ClipState`); a chain's is a dict of
-its steps' states by name."""
+"""A step's state: a dict of tensors, Python scalars and nested dicts, saved by ``torch.save`` in checkpoints and
+read back by torch's weights-only loader (no other objects: numpy values, dataclasses). Each step types its own (a
+``TypedDict``, e.g. :class:`~fedpub.steps.clip.ClipState`); a chain's is a dict of its steps' states by name."""
 
 
 ROUND_INPUTS: Mapping[str, str] = MappingProxyType(

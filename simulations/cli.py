@@ -105,17 +105,35 @@ def _dry_run(cfg: ExperimentConfig, experiment: Experiment, run_dir: RunDirector
     stored = run_dir.stored_config()
     if holder is not None:
         state = f"in use by {holder}: a run now would be refused"
-    elif stored is None or fresh:
+    elif fresh:
         state = "a new run" + (" (--fresh: its files would be replaced)" if stored is not None else "")
-    elif run_changes(stored, dump_config(cfg)):
+    elif stored is not None and run_changes(stored, dump_config(cfg)):
         state = "holds a different config: refused (another `name`, or --fresh)"
     elif run_dir.holds_finished_run():
         state = "holds this run, finished: nothing to do"
     else:
-        checkpoint = run_dir.load_checkpoint()
-        state = f"would resume from round {0 if checkpoint is None else checkpoint['rounds_done']}"
+        state = _resume_state(experiment, run_dir, stored is None)
     console.print(f"{run_dir.root}/: {state}", highlight=False, soft_wrap=True)
     console.print("dry run: nothing written", highlight=False)
+
+
+def _resume_state(experiment: Experiment, run_dir: RunDirectory, new: bool) -> str:
+    """What a run would do with the checkpoint in ``run_dir`` (none: a ``new`` run, or one from round 0): resume
+    from it, or refuse it as the run would (a file it cannot read, another config's or model's)."""
+    from fedpub.config import dump_config
+    from fedpub.models.seeded import model_params
+    from fedpub.simulations.run_dir import RunDirectoryError
+    from fedpub.simulations.session import check_checkpoint_config, check_checkpoint_params
+
+    try:
+        checkpoint = run_dir.load_checkpoint()
+        if checkpoint is None:
+            return "a new run" if new else "would resume from round 0"
+        check_checkpoint_config(run_dir, checkpoint, dump_config(experiment.config))
+        check_checkpoint_params(run_dir, checkpoint["params"], model_params(experiment.new_model()))
+    except RunDirectoryError as error:
+        return f"refused: {error}"
+    return f"would resume from round {checkpoint['rounds_done']}"
 
 
 def _resume_command(*words: str) -> str:

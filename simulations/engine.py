@@ -36,8 +36,8 @@ from fedpub.round_driver import CohortsKeepFailing
 from fedpub.types import Params, Updates
 from fedpub.simulations.experiment import Experiment
 from fedpub.simulations.memory import keep_freed_memory
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.session import RunDirectoryError, RunInterrupted, RunResult, RunSession
+from fedpub.simulations.run_dir import RunDirectory, RunDirectoryError
+from fedpub.simulations.session import RunInterrupted, RunResult, RunSession
 
 __all__ = ["CohortsKeepFailing", "RunDirectoryError", "RunInterrupted", "RunResult", "run_in_process"]
 

@@ -10,13 +10,17 @@ Not released: ``diagnostics.jsonl`` (one record per round of un-noised statistic
 the DP guarantee; written only when diagnostics are on), ``paths.json`` (how the in-process engine trains each
 (model, group size), chosen by timing, which a resumed run reuses; its group sizes come from the private users'
 example counts) and ``checkpoint.pt`` (model, step states with the noise generators, the privacy seed, the
-accountant), which are the server's alone.
+accountant, the config that wrote it), which are the server's alone. Run directories are shared and downloaded to be
+resumed, so a checkpoint is read as tensors and plain data only (torch's weights-only loader): a file that holds
+anything else, or that is cut short, is refused naming it, and nothing in it runs.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import pickle
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,11 @@ from typing import Any
 import torch
 
 from fedpub.atomic import atomic_path, write_text_atomic
+
+
+class RunDirectoryError(RuntimeError):
+    """The run directory holds a different experiment, or a file a run cannot resume from; choose another name or
+    start fresh."""
 
 
 class RunDirectory:
@@ -84,9 +93,24 @@ class RunDirectory:
             torch.save(dict(checkpoint), tmp)
 
     def load_checkpoint(self) -> dict[str, Any] | None:
-        if not self.checkpoint_path.exists():
+        """The checkpoint (tensors and plain data: nothing in the file is run), or None when there is none. Raises a
+        RunDirectoryError naming the file when it cannot be read so: cut short, not written by torch, or holding
+        other objects (a pickle that would run code)."""
+        path = self.checkpoint_path
+        if not path.exists():
             return None
-        return torch.load(self.checkpoint_path, weights_only=False)
+        try:
+            checkpoint = torch.load(path, weights_only=True)
+        except Exception as err:  # noqa: BLE001 — a foreign file raises anything (EOFError, KeyError, ...)
+            raise RunDirectoryError(
+                f"{path} cannot be resumed from: {_load_failure(err)}; remove it or start the run again with --fresh"
+            ) from err
+        if not isinstance(checkpoint, dict):
+            raise RunDirectoryError(
+                f"{path} is not a fedpub checkpoint (it holds a {type(checkpoint).__name__}, not a dict); remove it "
+                "or start the run again with --fresh"
+            )
+        return checkpoint
 
     def save_final_metrics(self, metrics: Mapping[str, float | str]) -> None:
         """The released model's final evaluation (after model reuse, if any) and ``evaluated_on``."""
@@ -130,6 +154,17 @@ class RunDirectory:
         """Remove the files a run writes (for ``--fresh``); other files are left alone."""
         for path in self._files():
             path.unlink(missing_ok=True)
+
+
+def _load_failure(err: Exception) -> str:
+    """Why torch's weights-only loader refused a file, in one line."""
+    if isinstance(err, pickle.UnpicklingError):
+        named = re.search(r"GLOBAL ([\w.]+)", str(err))
+        return "it holds objects other than tensors and plain data, which are never unpickled" + (
+            f" (it asks for {named[1]})" if named else ""
+        )
+    first = str(err).split(". ")[0].strip()
+    return f"it is cut short or not a torch file ({type(err).__name__}{': ' + first if first else ''})"
 
 
 def _append(path: Path, record: Mapping[str, Any]) -> None:

@@ -37,13 +37,9 @@ from fedpub.simulations.experiment import Experiment
 from fedpub.simulations.model_average import averaged_params, init_average, update_average
 from fedpub.simulations.public_training import pooled_data, train_on_public
 from fedpub.simulations.report import write_plot, write_summary
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run_dir import RunDirectory, RunDirectoryError
 from fedpub.simulations.run_lock import RunLock
 from fedpub.simulations.tracking import Trackers
-
-
-class RunDirectoryError(RuntimeError):
-    """The run directory holds a different experiment; choose another name or start fresh."""
 
 
 class RunInterrupted(Exception):
@@ -93,6 +89,61 @@ def run_changes(stored: str, resolved: str) -> list[str]:
     return [key for key in changed if key.split(".")[0] != "tracking" and ".".join(key.split(".")[:2]) not in others]
 
 
+CHECKPOINT_FIELDS = ("rounds_done", "params", "strategy_state", "accountant", "privacy_randomness", "population",
+                     "config")
+"""What :meth:`RunSession.checkpoint` writes and a resume reads (besides the optional ``model_average`` and
+``record``)."""
+
+
+def check_checkpoint_config(run_dir: RunDirectory, checkpoint: Mapping[str, Any], resolved: str) -> None:
+    """Refuse (RunDirectoryError, naming the file) a checkpoint that lacks a field a resume reads, or that a run of
+    another config wrote: the dotted keys that differ from ``resolved`` in what the run computes (:func:`run_changes`;
+    ``tracking`` may change)."""
+    path = run_dir.checkpoint_path
+    missing = [field for field in CHECKPOINT_FIELDS if field not in checkpoint]
+    if missing or not isinstance(checkpoint["config"], str) or not isinstance(checkpoint["params"], dict):
+        what = f"it lacks {', '.join(missing)}" if missing else "its config or params are not what fedpub writes"
+        raise RunDirectoryError(
+            f"{path} is not a checkpoint of this fedpub ({what}): an older fedpub or another program wrote it; "
+            "remove it or use --fresh"
+        )
+    changed = run_changes(checkpoint["config"], resolved)
+    if changed:
+        raise RunDirectoryError(
+            f"{path} was written by a run of another config (changed: {', '.join(changed)}); it cannot resume this "
+            "run: remove it, use another `name`, or --fresh"
+        )
+
+
+_NAMED_PARAMS = 8
+"""How many differing parameters a refused checkpoint's error names (a model has hundreds)."""
+
+
+def check_checkpoint_params(run_dir: RunDirectory, stored: Mapping[str, Any], params: Params) -> None:
+    """Refuse (RunDirectoryError, naming the file and the first parameters that differ) a checkpoint's model
+    ``stored`` whose parameter names, shapes or dtypes are not the model's (``params``)."""
+
+    def described(value: Any) -> str:
+        if not isinstance(value, torch.Tensor):
+            return type(value).__name__
+        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+
+    differ = [
+        f"{name} ({'absent' if name not in stored else described(stored[name])} in the checkpoint, "
+        f"{'absent' if name not in params else described(params[name])} in the model)"
+        for name in dict.fromkeys([*params, *stored])
+        if name not in stored or name not in params or described(stored[name]) != described(params[name])
+    ]
+    if differ:
+        named = "; ".join(differ[:_NAMED_PARAMS]) + (
+            f"; and {len(differ) - _NAMED_PARAMS} more" if len(differ) > _NAMED_PARAMS else ""
+        )
+        raise RunDirectoryError(
+            f"{run_dir.checkpoint_path} holds another model than this run's: {named}; remove it, use another `name`, "
+            "or --fresh"
+        )
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
@@ -137,8 +188,7 @@ class RunSession:
             )
         checkpoint = None if fresh else run_dir.load_checkpoint()
         if checkpoint is not None:
-            if "privacy_randomness" not in checkpoint:
-                raise RunDirectoryError(f"{run_dir.checkpoint_path} was written by an older fedpub; use --fresh")
+            check_checkpoint_config(run_dir, checkpoint, resolved)
             if checkpoint["population"] != experiment.strategy.population:
                 raise RunDirectoryError(
                     f"{run_dir.root} was checkpointed with N = {checkpoint['population']} private users, but "
@@ -160,6 +210,7 @@ class RunSession:
         self.average = init_average()
         self.public_metrics: dict[str, float] = {}
         if checkpoint is not None:
+            check_checkpoint_params(run_dir, checkpoint["params"], self.params)
             self.params, self.state = checkpoint["params"], checkpoint["strategy_state"]
             self.accountant = UserLevelAccountant.from_dict(checkpoint["accountant"])
             self.rounds_done = checkpoint["rounds_done"]
@@ -374,7 +425,8 @@ class RunSession:
                 "model_average": self.average,
                 "privacy_randomness": self.experiment.randomness.to_dict(),
                 "population": self.experiment.strategy.population,
-                "torch_version": torch.__version__,
+                "torch_version": str(torch.__version__),  # a plain str: TorchVersion is no plain data
+                "config": self._resolved,
                 "record": records,
             }
         )

@@ -13,7 +13,10 @@ cannot reach the target at any z).
 
 The cache key holds the planned event at a few probe multipliers (``KEY_PROBES``): its structure and how it
 moves with z (constant, fixed or proportional noise), so two plans share an entry only when they are the
-same function of z in every plan fedpub builds.
+same function of z in every plan fedpub builds; and the fedpub and dp-accounting versions. The cache is a file
+anyone can edit, so a cached z is re-priced before use (one accountant call: the plan at z must cost at most the
+target, as the search guarantees); an entry that does not (edited, or stale) is recomputed and rewritten, with a
+warning. A cached z above the smallest one costs less than the target: it is used as it is.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 import dp_accounting
 from dp_accounting import dp_event
 
+from fedpub import __version__ as fedpub_version
 from fedpub.atomic import write_json_atomic
 from fedpub.privacy.accountant import AccountantKind, PrivacyBudget, UserLevelAccountant, make_dp_accountant
 from fedpub.privacy.errors import PrivacyError
@@ -112,19 +116,30 @@ def calibrate(
             "pld_discretization": float(pld_discretization),
             "tolerance": _TOL,
             "dp_accounting": importlib.metadata.version("dp-accounting"),
+            "fedpub": fedpub_version,
         },
         sort_keys=True,
     )
-    path = (default_cache_dir() if cache_dir is None else Path(cache_dir)) / CACHE_FILE
-    entries = _read_cache(path)
-    if isinstance(entries.get(key), float):
-        return entries[key]
 
     def fresh(kind: AccountantKind) -> Callable[[], dp_accounting.PrivacyAccountant]:
         return lambda: make_dp_accountant(kind, relation, pld_discretization)
 
     def spent(kind: AccountantKind, event: dp_event.DpEvent) -> float:
         return fresh(kind)().compose(event).get_epsilon(delta)
+
+    path = (default_cache_dir() if cache_dir is None else Path(cache_dir)) / CACHE_FILE
+    entries = _read_cache(path)
+    if key in entries:
+        cached = entries[key]
+        if not _is_multiplier(cached):
+            warnings.warn(f"calibration cache {path}: its entry for this plan is not a noise multiplier in "
+                          f"[{MIN_NOISE_MULTIPLIER}, {MAX_NOISE_MULTIPLIER:g}] ({cached!r}); recomputing", stacklevel=2)
+        elif (cost := spent(accountant, planned(cached))) <= target_epsilon:
+            return cached
+        else:
+            warnings.warn(f"calibration cache {path}: its entry for this plan, z = {cached:g}, spends epsilon={cost:g} "
+                          f"> target_epsilon={target_epsilon:g} at delta={delta:g} ({accountant} accountant); "
+                          "recomputing", stacklevel=2)
 
     def gap(kind: AccountantKind, z: float) -> float:
         return spent(kind, planned(z)) - target_epsilon
@@ -155,6 +170,11 @@ def calibrate(
     except OSError as err:
         warnings.warn(f"could not write calibration cache {path}: {err}", stacklevel=2)
     return z
+
+
+def _is_multiplier(value: object) -> bool:
+    """Whether a cache entry is a noise multiplier the search could have returned."""
+    return type(value) is float and MIN_NOISE_MULTIPLIER <= value <= MAX_NOISE_MULTIPLIER
 
 
 def _bracket_below(

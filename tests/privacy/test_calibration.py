@@ -4,6 +4,7 @@ on-disk cache keyed by the planned event."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import dp_accounting.pld
 import dp_accounting.rdp
 import pytest
 
+import fedpub
 from fedpub.privacy import (
     FixedSizeSampling,
     PoissonSampling,
@@ -77,6 +79,20 @@ def test_corrupt_cache_is_ignored_with_a_warning(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="calibration cache"):
         z = calibrate_noise_multiplier(3.0, DELTA, FULL, 10, "rdp", cache_dir=tmp_path)
     assert list(json.loads((tmp_path / CACHE_FILE).read_text()).values()) == [z]
+
+
+@pytest.mark.parametrize(
+    ("edit", "warning"), [(0.05, "spends epsilon=.* > target_epsilon=2"), ("0.9", "not a noise multiplier")]
+)
+def test_an_edited_cache_entry_is_recomputed_with_a_warning(edit: object, warning: str, tmp_path: Path) -> None:
+    z = calibrate_noise_multiplier(2.0, DELTA, FULL, 50, "rdp", cache_dir=tmp_path)
+    (key,) = json.loads((tmp_path / CACHE_FILE).read_text())
+    assert json.loads(key)["fedpub"] == fedpub.__version__
+    (tmp_path / CACHE_FILE).write_text(json.dumps({key: edit}))  # an entry edited by hand (or another program)
+    named = re.escape(f"calibration cache {tmp_path / CACHE_FILE}: its entry for this plan")
+    with pytest.warns(UserWarning, match=f"{named}.*{warning}"):
+        assert calibrate_noise_multiplier(2.0, DELTA, FULL, 50, "rdp", cache_dir=tmp_path) == z
+    assert json.loads((tmp_path / CACHE_FILE).read_text()) == {key: z}  # rewritten
 
 
 def test_default_cache_dir_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

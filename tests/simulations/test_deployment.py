@@ -183,7 +183,7 @@ def check_completed_run(config_path: Path, rounds: int) -> None:
             assert r["epsilon"] == pytest.approx(epsilon_for(sampling, noise, r["round"] + 1, delta), rel=1e-6)
     assert records[-1]["epsilon"] == pytest.approx(epsilon_for(sampling, noise, rounds, delta), rel=1e-6)
 
-    checkpoint = torch.load(root / "checkpoint.pt", weights_only=False)
+    checkpoint = torch.load(root / "checkpoint.pt", weights_only=True)
     assert checkpoint["rounds_done"] == rounds
     initial = model_params(build_experiment(cfg).new_model())
     trained = checkpoint["params"]

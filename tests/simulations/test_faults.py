@@ -125,7 +125,7 @@ def test_in_process_failed_users_contribute_nothing_and_leave_noise_and_ledger_u
 
     def on_round(record):
         injector.on_round(record)
-        after.append(torch.load(faulty.output_dir / faulty.name / "checkpoint.pt", weights_only=False)["params"])
+        after.append(torch.load(faulty.output_dir / faulty.name / "checkpoint.pt", weights_only=True)["params"])
 
     result = _run(faulty, experiment, on_round=on_round, log=lines.append)
 

@@ -100,7 +100,7 @@ def test_ppsgd_spends_its_budget_then_reuses_the_model_on_public_data(tiny_emnis
     assert result.stopped_by_budget and result.rounds_done < 6
     assert records[-1]["epsilon"] <= 10.0 and result.epsilon <= 10.0
     released = torch.load(tmp_path / "tiny" / "released_model.pt")
-    private = torch.load(tmp_path / "tiny" / "checkpoint.pt", weights_only=False)["params"]
+    private = torch.load(tmp_path / "tiny" / "checkpoint.pt", weights_only=True)["params"]
     assert not torch.equal(released["0.weight"], private["0.weight"])
     for k in released:
         assert torch.equal(released[k], result.params[k])

@@ -117,7 +117,7 @@ def test_ctrl_c_stops_at_the_round_end_checkpointed_and_the_rerun_resumes(tiny_e
     assert run.wait() == 130, output
     assert "round 2/24  accuracy" in output and "elapsed 0:" in output
     root = tmp_path / "runs" / "tiny"
-    done = torch.load(root / "checkpoint.pt", weights_only=False)["rounds_done"]
+    done = torch.load(root / "checkpoint.pt", weights_only=True)["rounds_done"]
     assert 2 <= done < 24
     assert _rounds(root / "metrics.jsonl") == list(range(done))  # nothing ahead of the checkpoint
     assert _rounds(root / "diagnostics.jsonl") == list(range(done))

@@ -148,7 +148,7 @@ def test_ctrl_c_stops_every_run_under_way_checkpointed_and_the_rerun_resumes_the
         if name in recorded or not run.exists():  # finished before the Ctrl-C, or never started
             continue
         stopped += 1
-        done = torch.load(run / "checkpoint.pt", weights_only=False)["rounds_done"]
+        done = torch.load(run / "checkpoint.pt", weights_only=True)["rounds_done"]
         assert 1 <= done < ROUNDS
         metrics = [json.loads(line)["round"] for line in (run / "metrics.jsonl").read_text().splitlines()]
         assert metrics == list(range(done))  # nothing past the checkpoint

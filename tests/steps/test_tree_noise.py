@@ -126,7 +126,7 @@ def test_a_checkpointed_state_resumes_the_tree_exactly():
     buffer = io.BytesIO()
     torch.save(whole[5][1], buffer)
     buffer.seek(0)
-    state = torch.load(buffer, weights_only=False)
+    state = torch.load(buffer, weights_only=True)
     for t in range(6, rounds):
         result = step.update(means[t], state, ctx=_ctx(t), clip_norm=C)
         state = result.state
