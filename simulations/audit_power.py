@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from scipy.special import ndtri  # scipy comes with dp-accounting
 
 from fedpub.privacy.empirical import Observe, estimate
 
@@ -34,7 +35,7 @@ Statistic = Callable[[float], tuple[np.ndarray, np.ndarray]]
 
 POWER = 0.95
 """An error counts as detected when the audit flags it with this probability."""
-_MARGIN = (1.959964 + 1.644854) / 1.959964
+_MARGIN = float((ndtri(0.975) + ndtri(POWER)) / ndtri(0.975))
 """(z_0.975 + z_POWER) / z_0.975: the estimate minus this times (estimate − interval's lower end) must exceed
 the claim."""
 LARGEST_ERROR = 1000.0
