@@ -28,16 +28,22 @@ in the run directory, so a resumed audit keeps those of the rounds its checkpoin
 The audited claim is the accountant's ε of the configured run, for its population N: the canaries are not
 users of the accountant (they only join the cohort). ``noise_scale`` breaks the mechanism on purpose: the
 run adds noise z·noise_scale while the claim stays the ε of z.
+
+Each audit also says what its size can detect (:mod:`fedpub.simulations.audit_power`): the smallest noise error
+(a run adding z/f) it flags, and how many canaries, over the same rounds, flag a run adding half its noise
+(:data:`DOUBLE_ERROR`), with an estimate of that audit's run time from this one's: the time per round of the
+rounds it trained, its canaries' own work (their updates and cosines) scaled with their number.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import matplotlib
 import numpy as np
@@ -49,6 +55,10 @@ from fedpub.models.seeded import model_params
 from fedpub.privacy.empirical import Observe, estimate
 from fedpub.seeding import numpy_generator, torch_generator
 from fedpub.types import Params, Updates
+from fedpub.simulations.audit_power import (
+    LARGEST_ERROR, MOST_CANARIES, Statistic, all_iterates_statistic, canaries_to_detect, final_statistic,
+    smallest_error,
+)
 from fedpub.simulations.compare import deep_merge
 from fedpub.simulations.engine import run_in_process
 from fedpub.simulations.experiment import Experiment, build_experiment
@@ -65,6 +75,9 @@ MATRIX_BYTES = 1 << 30
 """The canary directions are kept as one k × d float64 matrix up to this size, else drawn again at each use."""
 ROUND_COSINES = "canary_round_cosines.f64"
 """In an all-iterates audit's run directory: per round, its index and its k cosines (float64)."""
+_R = TypeVar("_R")
+DOUBLE_ERROR = 2.0
+"""The noise error each audit offers a size for: a run adding half the noise it claims."""
 
 
 def output_names(observe: Observe) -> tuple[str, str]:
@@ -213,6 +226,15 @@ class AuditResult:
     held_out_cosine_mean: float
     held_out_cosine_std: float
     verdict: str
+    detectable_noise_error: float
+    """The smallest f such that this audit's size flags a run adding noise z/f (in about 19 of 20 audits; inf:
+    none up to a thousand)."""
+    canaries_for_double_error: int | None
+    """The canaries, over the same rounds, that flag a run adding noise z/2; None: none up to 100,000."""
+    seconds: float | None
+    """This run's training time, all rounds (None: nothing was trained, the run directory held it finished)."""
+    seconds_for_double_error: float | None
+    """The estimated training time of the audit with ``canaries_for_double_error`` canaries."""
 
 
 def check_options(canaries: int, noise_scales: Sequence[float], observe: str = "final") -> None:
@@ -265,6 +287,55 @@ def write_cosine_plot(path: Path, inserted: np.ndarray, held_out: np.ndarray, au
     plt.close(fig)
 
 
+class _Clock:
+    """The wall time of a run's rounds and, within it, of its canaries' own work (their updates and cosines)."""
+
+    def __init__(self) -> None:
+        self.rounds, self.total, self.canaries = 0, 0.0, 0.0
+        self._last = time.perf_counter()
+
+    def counted(self, on_round: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None]:
+        """``on_round``, also adding the time since the last round ended (or since the clock started)."""
+
+        def hook(record: dict[str, Any]) -> None:
+            now = time.perf_counter()
+            self.rounds, self.total, self._last = self.rounds + 1, self.total + now - self._last, now
+            if on_round is not None:
+                on_round(record)
+
+        return hook
+
+    def timed(self, work: Callable[..., _R]) -> Callable[..., _R]:
+        """``work``, its time added to the canaries'."""
+
+        def call(*args: Any, **kwargs: Any) -> _R:
+            start = time.perf_counter()
+            try:
+                return work(*args, **kwargs)
+            finally:
+                self.canaries += time.perf_counter() - start
+
+        return call
+
+    def scaled(self, rounds: int, canary_factor: float) -> float:
+        """The time of ``rounds`` rounds at this clock's time per round, the canaries' share times
+        ``canary_factor``."""
+        return rounds / self.rounds * (self.total - self.canaries + canary_factor * self.canaries)
+
+
+def _scaled_statistic(
+    users: Canaries, inserted: np.ndarray, held_out: np.ndarray, recorder: RoundCosines | None, rounds: int
+) -> Statistic:
+    """The audit's statistic as a function of the canaries' shift scaled by r
+    (:mod:`~fedpub.simulations.audit_power`)."""
+    joined = np.zeros((rounds, users.inserted), dtype=bool)
+    for t in range(rounds):
+        joined[t, users.joined(t)] = True
+    if recorder is None:
+        return final_statistic(inserted, held_out, joined.sum(axis=0))
+    return all_iterates_statistic(recorder.rounds(rounds), joined)
+
+
 def run_audit(
     config: ExperimentConfig,
     *,
@@ -301,8 +372,10 @@ def run_audit(
     )
     run_dir = RunDirectory(audited.output_dir / audited.name)
     recorder = RoundCosines(users, run_dir.root / ROUND_COSINES) if observe == "all-iterates" else None
+    clock = _Clock()
     result = run_in_process(
-        experiment, run_dir, fresh=fresh, on_round=on_round, extra_updates=users.updates, on_model=recorder
+        experiment, run_dir, fresh=fresh, on_round=clock.counted(on_round), extra_updates=clock.timed(users.updates),
+        on_model=None if recorder is None else clock.timed(recorder),
     )
     if recorder is None:
         statistic = users.cosines(_flat(result.params) - _flat(initial))
@@ -310,6 +383,9 @@ def run_audit(
         statistic = recorder.maxima(result.rounds_done)
     inserted, held_out = statistic[: users.inserted], statistic[users.inserted :]
     mu, empirical, interval = estimate(inserted, held_out, result.delta, seed=seed, observe=observe)
+    scaled = _scaled_statistic(users, inserted, held_out, recorder, result.rounds_done)
+    detectable = smallest_error(scaled, noise_scale, claimed, result.delta, observe, seed)
+    needed = canaries_to_detect(scaled, DOUBLE_ERROR, noise_scale, canaries, claimed, result.delta, observe, seed)
     audit = AuditResult(
         run_dir=run_dir.root,
         noise_scale=noise_scale,
@@ -331,8 +407,34 @@ def run_audit(
         held_out_cosine_mean=float(held_out.mean()),
         held_out_cosine_std=float(held_out.std(ddof=1)),
         verdict="consistent" if interval[0] <= claimed else VIOLATION,
+        detectable_noise_error=detectable,
+        canaries_for_double_error=needed,
+        seconds=clock.scaled(result.rounds_done, 1.0) if clock.rounds else None,
+        seconds_for_double_error=(
+            clock.scaled(result.rounds_done, needed / canaries) if clock.rounds and needed is not None else None
+        ),
     )
     json_name, plot_name = output_names(observe)
     write_json_atomic(run_dir.root / json_name, {**asdict(audit), "run_dir": str(run_dir.root)})
     write_cosine_plot(run_dir.root / plot_name, inserted, held_out, audit)
     return audit
+
+
+def audit_power_line(audit: AuditResult) -> str:
+    """What ``audit``'s size detects and the size that detects a run adding half its noise, in one line."""
+    f, needed = audit.detectable_noise_error, audit.canaries_for_double_error
+    detects = (f"no noise error up to z/{LARGEST_ERROR:g} is detected at this size" if math.isinf(f)
+               else f"this size detects a run adding noise z/{f:.3g} or less (in 19 of 20 audits)")
+    if needed is None:
+        return f"{detects}; z/2 is not detected by up to {MOST_CANARIES:,} canaries over {audit.rounds} rounds"
+    size = f"{needed:,} canaries over {audit.rounds} rounds"
+    if audit.seconds_for_double_error is None or audit.seconds is None:
+        return f"{detects}; z/2 is detected with {size}"
+    return (f"{detects}; z/2 is detected with {size}, about {_duration(audit.seconds_for_double_error)} of "
+            f"training (this audit's: {_duration(audit.seconds)})")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"

@@ -408,10 +408,12 @@ def audit(
 ) -> None:
     """Estimate ε empirically with canary clients (Andrew et al., ICLR 2024) and compare it with the
     accountant's ε: one run per noise scale, into <output_dir>/<name>_audit_x<scale>_k<canaries>_s<seed>/.
+    Each says the smallest noise error its size detects and the canaries that detect half the noise, with their
+    run time. Exits 1 when a run's verdict is a VIOLATION.
 
     CONFIG: the experiment YAML to audit."""
     from fedpub.tasks import get_task
-    from fedpub.simulations.audit import check_options, output_names, run_audit
+    from fedpub.simulations.audit import audit_power_line, check_options, output_names, run_audit
     from fedpub.simulations.engine import RunDirectoryError
     from fedpub.simulations.run_lock import RunDirectoryLocked
 
@@ -445,8 +447,11 @@ def audit(
         )
     console.print(table)
     for r in results:
+        console.print(f"noise ×{r.noise_scale:g}: {audit_power_line(r)}", highlight=False, soft_wrap=True)
         console.print(f"results in {r.run_dir}/ ({', '.join(output_names(r.observe))})", highlight=False,
                       soft_wrap=True)
+    if any(r.verdict != "consistent" for r in results):
+        raise typer.Exit(1)  # a pipeline gated on the audit stops here
 
 
 def main() -> None:

@@ -8,6 +8,8 @@ and the driver aggregates, prices the round's actual event against the budget an
 :class:`RunSession` records, evaluates and checkpoints. A run directory with a checkpoint and the same
 resolved config is resumed, giving the same final model. With ``data.prefetch`` (on a GPU unless set) the next round's users are read
 into the caches in a background thread while the round trains (:meth:`~fedpub.data.cache.CachedClients.read_ahead`).
+When the run ends, however it ends, that reading and the noise drawn ahead for a round that will not come
+(:mod:`fedpub.noise_prefetch`) are stopped and waited for: no thread of the run outlives it.
 A user whose training raises contributes nothing, as a failed Flower node does: it counts in
 ``cohort_failed``, its error is logged once per round, and the round's noise and DP event stay those
 of the sampled cohort. When every sampled user fails ``stop_after_failed_rounds`` rounds in a row the run
@@ -31,7 +33,7 @@ from typing import Any
 
 from fedpub.clients.round_training import train_users
 from fedpub.data.cache import CachedClients
-from fedpub.noise_prefetch import core_left_for_draws
+from fedpub.noise_prefetch import cancel_prefetch, core_left_for_draws
 from fedpub.round_driver import CohortsKeepFailing
 from fedpub.types import Params, Updates
 from fedpub.simulations.experiment import Experiment
@@ -117,6 +119,10 @@ def run_in_process(
         session.drop_records_past_checkpoint()
         raise
     finally:
+        cancel_prefetch()
+        for data in (experiment.train, experiment.public_data):
+            if isinstance(data, CachedClients):
+                data.close()
         session.close()
 
 

@@ -106,6 +106,14 @@ class CachedClients:
             self._reading.result()
             self._reading = None
 
+    def close(self) -> None:
+        """Wait for the last :meth:`read_ahead` and end its thread (the cached users stay; a later
+        :meth:`read_ahead` starts a new one)."""
+        self.wait()
+        if self._reader is not None:
+            self._reader.shutdown()
+            self._reader = None
+
     def _read_quietly(self, client_ids: list[str]) -> None:
         for client_id in client_ids:
             try:

@@ -159,6 +159,8 @@ def test_a_run_reading_ahead_trains_the_same_model_and_reads_its_users_in_the_ba
         background.append(sum(name.startswith("fedpub-read-ahead") for name in recorder.threads))
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
     assert background[0] == 0 and background[1] > 0
+    background_threads = ("fedpub-read-ahead", "fedpub-noise-prefetch")
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(background_threads)]  # ended with the run
 
 
 class _ThreadNames:

@@ -73,6 +73,28 @@ def test_a_tenth_of_the_noise_is_flagged_as_a_violation(tiny_emnist_dir, tmp_pat
     assert audit.empirical_epsilon < audit.run_epsilon  # still below the ε of the mechanism that ran
 
 
+def test_half_the_noise_is_a_violation_at_the_size_the_audit_offers_for_it_and_the_command_exits_1(
+    tiny_emnist_dir, tmp_path
+):
+    # issue 32: at its default size an audit reported a run adding half its noise (true ε 18.2) consistent with
+    # the claimed 4.2, and exited 0; each audit now says which size detects z/2
+    config = tmp_path / "tiny.yaml"
+    config.write_text(dump_config(_config(tiny_emnist_dir, tmp_path / "runs", z=1.0)))
+    runner = CliRunner()
+    first = runner.invoke(app, ["audit", str(config), "--canaries", str(CANARIES)])
+    assert first.exit_code == 0, first.output
+    offered = json.loads((tmp_path / f"runs/tiny_audit_x1_k{CANARIES}_s0/audit.json").read_text())
+    needed, f = offered["canaries_for_double_error"], offered["detectable_noise_error"]
+    assert needed > CANARIES and f > 2  # 400 canaries do not detect z/2
+    assert f"z/{f:.3g} or less" in first.output and f"z/2 is detected with {needed:,} canaries over {ROUNDS} rounds" \
+        in " ".join(first.output.split())
+    planted = runner.invoke(app, ["audit", str(config), "--canaries", str(needed), "--noise-scale", "0.5",
+                                  "--seed", "1"])  # other canaries, in a run of its own noise and cohorts
+    assert planted.exit_code == 1 and "VIOLATION" in planted.output
+    audit = json.loads((tmp_path / f"runs/tiny_audit_x0.5_k{needed}_s1/audit.json").read_text())
+    assert audit["interval"][0] > audit["claimed_epsilon"] and audit["run_epsilon"] > 3 * audit["claimed_epsilon"]
+
+
 def test_runs_the_audit_can_not_judge_and_bad_options_are_refused_before_anything_is_written(tiny_emnist_dir, tmp_path):
     cfg = _config(tiny_emnist_dir, tmp_path, z=1.0)
     with pytest.raises(ValueError, match="at least 4"):
