@@ -44,7 +44,8 @@ def test_a_partition_id_out_of_range_is_a_clear_error(tmp_path: Path):
     from fedpub.clients.client_app import node_runtime
     from fedpub.config import parse_config
 
-    config = parse_config({"data": {"path": str(tmp_path), "synthetic": {"num_writers": 3, "min_examples": 2, "max_examples": 4}}})
+    config = parse_config({"data": {"path": str(tmp_path), "eval_users": "all",  # 3 users: none to hold out
+                                    "synthetic": {"num_writers": 3, "min_examples": 2, "max_examples": 4}}})
     assert node_runtime(_node({"partition-id": 2}), config)[1] == "f0000_02"
     with pytest.raises(ConfigError, match=r"partition-id=3 is out of range: .* 3 node users \(partition ids 0\.\.2\)"):
         node_runtime(_node({"partition-id": 3}), config)
