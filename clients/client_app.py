@@ -15,8 +15,9 @@ The node config (``flower-supernode --node-config``; docs/deployment.md):
 - ``private-key``: the node's EC private key (the one ``flower-supernode --auth-supernode-private-key`` uses),
   with which it signs its user id for a server that keeps a user registry (:mod:`fedpub.node_identity`).
 
-A node trains as the TRAIN message says (a public user with the generator and preconditioner the in-process engine
-gives public users, so both backends agree). The experiment config is bound into the app (simulation) or read
+A node trains as the TRAIN message says (a public user with the generator and payloads the in-process engine
+gives public users, so both backends agree); a payload local training has no hook for fails the message, naming
+it (:mod:`fedpub.clients.payload_hooks`). The experiment config is bound into the app (simulation) or read
 from the run config key ``config`` under ``flwr run``: a YAML path, absolute or relative to the app's directory
 (``pyproject.toml`` names the bundled quick-start as the default). Each process keeps one resident model and its
 datasets open, keyed by the config (and the device's data).
@@ -43,9 +44,10 @@ from fedpub.data.users import load_data
 from fedpub.flags import FlagError
 from fedpub.models import build_model
 from fedpub.node_identity import load_private_key, sign_identity
+from fedpub.payloads import Payloads
 from fedpub.seeding import torch_generator
 from fedpub.tasks import Task, get_task
-from fedpub.types import Params, Updates
+from fedpub.types import Params
 
 @dataclass(frozen=True)
 class ClientRuntime:
@@ -147,27 +149,27 @@ def train_user(
     round_index: int,
     *,
     public: bool = False,
-    preconditioner: Updates | None = None,
+    payloads: Payloads = {},  # noqa: B006 (read only)
 ) -> ClientResult:
     """Train ``client_id`` from ``params`` with the generator every backend gives it (seed, round, purpose, user:
-    ``public_client`` for a public user, ``client`` for a private one) and the round's local preconditioner."""
+    ``public_client`` for a public user, ``client`` for a private one) and the round's payloads."""
     return train_client(
         rt.model, params, rt.client_data(client_id), rt.local_training,
         torch_generator(rt.config.seed, round_index, "public_client" if public else "client", client_id), rt.task,
-        preconditioner=preconditioner,
+        payloads=payloads,
     )
 
 
 def train_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
     """Train this node's user from the received global model (as public or private, as the server says; with the
-    preconditioner, when the message carries one); reply with Δ and metrics."""
+    payloads the message carries); reply with Δ, metrics and the payloads applied."""
     rt, cid = node_runtime(context, config)
     task = flower_protocol.read_train(msg)
     if task.client_id != cid:
         raise ValueError(f"the server asked for user {task.client_id}, but this node holds {cid}")
-    result = train_user(rt, cid, task.params, task.round, public=task.public, preconditioner=task.preconditioner)
+    result = train_user(rt, cid, task.params, task.round, public=task.public, payloads=task.payloads)
     return flower_protocol.update_reply(
-        msg, dict(result.update), result.num_examples, result.metrics, preconditioned=task.preconditioner is not None
+        msg, dict(result.update), result.num_examples, result.metrics, applied=task.payloads
     )
 
 

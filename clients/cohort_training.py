@@ -34,6 +34,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedpub.clients.input_columns import InputColumns, input_columns, input_layer
+from fedpub.clients.payload_hooks import check_payload_names, local_adjustment
 from fedpub.clients.path_choice import TRIALS, GroupKey, PathChooser
 from fedpub.clients.local_training import (
     ClientFailure,
@@ -48,6 +49,7 @@ from fedpub.clients.local_training import (
 )
 from fedpub.column_update import UpdateValue
 from fedpub.data.base import ClientData
+from fedpub.payloads import Payloads
 from fedpub.tasks import Task
 from fedpub.types import Params, Updates
 
@@ -83,7 +85,7 @@ def train_cohort_vectorised(
     generators: Sequence[torch.Generator],
     task: Task,
     *,
-    preconditioner: Updates | None = None,
+    payloads: Payloads = {},  # noqa: B006 (read only)
     alone: Callable[[int], ClientResult | ClientFailure] | None = None,
     min_users: int = 1,
     route: GroupRoute | None = None,
@@ -103,7 +105,7 @@ def train_cohort_vectorised(
         raise ValueError(f"cannot vectorise: {blocker}")
     device = next(model.parameters()).device
     start = {name: params[name].to(device) for name, _ in model.named_parameters()}
-    divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
+    divisors = {k: v.to(device) for k, v in local_adjustment(payloads).divisors.items()}
     results: list[ClientResult | ClientFailure | None] = [None] * len(datas)
     plans: list[LocalPlan | None] = []
     for index, (data, generator) in enumerate(zip(datas, generators, strict=True)):
@@ -347,12 +349,14 @@ class CohortTrainer:
         datas: Sequence[ClientData],
         generators: Sequence[torch.Generator],
         *,
-        preconditioner: Updates | None = None,
+        payloads: Payloads = {},  # noqa: B006 (read only)
         sparse_updates: bool = False,
     ) -> list[ClientResult | ClientFailure]:
         """Every user's :class:`ClientResult`, in the order of ``datas``; a :class:`ClientFailure` (the error,
         no update) for a user whose training raises. With ``sparse_updates``, the update of an input layer cut
-        to a user's columns is a :class:`~fedpub.column_update.ColumnUpdate`."""
+        to a user's columns is a :class:`~fedpub.column_update.ColumnUpdate`. ``payloads``: the round's, each
+        applied by its hook (:mod:`fedpub.clients.payload_hooks`; one without a hook raises, for the cohort)."""
+        check_payload_names(payloads, where="this cohort")
         if not datas:
             return []
         states = [g.get_state() for g in generators]
@@ -363,14 +367,14 @@ class CohortTrainer:
             try:
                 return train_client(
                     self.model, params, datas[index], self.config, generator, self.task,
-                    preconditioner=preconditioner, sparse_update=sparse_updates,
+                    payloads=payloads, sparse_update=sparse_updates,
                 )
             except Exception as exc:  # noqa: BLE001 (any error of one user's training only loses that user)
                 return ClientFailure.of(exc)
 
         if self.reason is None:
             return train_cohort_vectorised(
-                self.model, params, datas, self.config, generators, self.task, preconditioner=preconditioner,
+                self.model, params, datas, self.config, generators, self.task, payloads=payloads,
                 alone=alone, min_users=self.min_users, route=self._route if self.path == "auto" else None,
                 sparse_updates=sparse_updates,
             )

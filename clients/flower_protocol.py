@@ -6,7 +6,8 @@ computes its update. To let some of its nodes be public users, add one line, :fu
 then answers the server's discovery QUERY from the node config (``public=true``) or from a function of the
 node's context, and trains as before. The other helpers add what the standard form cannot say: whether the
 node's user is public (:func:`query_reply`), the round's payloads such as AdaDPS's local preconditioner
-(:func:`read_train`), and a reply that states it trained with them (:func:`update_reply`)::
+(:func:`read_train`, :mod:`fedpub.payloads`), and a reply that names those it trained with (:func:`update_reply`;
+the server refuses a reply that did not apply every payload it was sent)::
 
     @app.query()
     def query(msg, context):
@@ -15,13 +16,14 @@ node's user is public (:func:`query_reply`), the round's payloads such as AdaDPS
     @app.train()
     def train(msg, context):
         task = read_train(msg)
-        update, n = my_training(task.params, preconditioner=task.preconditioner)
-        return update_reply(msg, update, n, preconditioned=task.preconditioner is not None)
+        # task.payloads: name -> tensors, e.g. "preconditioner": divide each local gradient by it
+        update, n = my_training(task.params, task.payloads)
+        return update_reply(msg, update, n, applied=task.payloads)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +44,9 @@ class TrainInstruction:
     round: int
     client_id: str
     public: bool
-    preconditioner: dict[str, torch.Tensor] | None
-    """Divide every local gradient by it, element-wise (AdaDPS client placement); None: train plainly."""
+    payloads: dict[str, dict[str, torch.Tensor]]
+    """The round's client payloads by name (:mod:`fedpub.payloads`), e.g. ``preconditioner``: divide every local
+    gradient by it, element-wise (AdaDPS client placement); empty: train plainly."""
     config: dict[str, Any]
     """The message's whole config record (the server's train config included)."""
 
@@ -51,13 +54,14 @@ class TrainInstruction:
 def read_train(msg: Message) -> TrainInstruction:
     """The instruction of a fedpub TRAIN message."""
     config = dict(msg.content[key.CONFIG])
-    preconditioner = msg.content[key.PRECONDITIONER] if key.PRECONDITIONER in msg.content else None
+    records = {key.payload_name(record): record for record in msg.content.keys()}
     return TrainInstruction(
         params=dict(msg.content[key.ARRAYS].to_torch_state_dict()),
         round=int(config[key.ROUND]),
         client_id=str(config[key.CLIENT_ID]),
         public=privacy_flag(config.get(key.PUBLIC, False), key=key.PUBLIC, source="the TRAIN message's config"),
-        preconditioner=None if preconditioner is None else dict(preconditioner.to_torch_state_dict()),
+        payloads={name: dict(msg.content[record].to_torch_state_dict()) for name, record in records.items()
+                  if name is not None},
         config=config,
     )
 
@@ -86,17 +90,17 @@ def update_reply(
     num_examples: int,
     metrics: Mapping[str, float] | None = None,
     *,
-    preconditioned: bool = False,
+    applied: Iterable[str] = (),
 ) -> Message:
     """The reply to a TRAIN message: the update Δ = w_local − w_global (the model's names, shapes and dtypes),
-    the example count and metrics; ``preconditioned`` says the node divided its gradients by the preconditioner
-    it was sent (a reply without it, to a message with one, is refused by the server)."""
+    the example count and metrics; ``applied`` names the payloads the node trained with (the server refuses a
+    reply that leaves out one it was sent)."""
     client_id = str(msg.content[key.CONFIG][key.CLIENT_ID])
     return Message(
         RecordDict({
             key.UPDATE: ArrayRecord(torch_state_dict={k: v.detach().cpu() for k, v in update.items()}),
             key.METRICS: MetricRecord({**(metrics or {}), key.NUM_EXAMPLES: int(num_examples)}),
-            key.CLIENT: ConfigRecord({key.CLIENT_ID: client_id, key.PRECONDITIONED: preconditioned}),
+            key.CLIENT: ConfigRecord({key.CLIENT_ID: client_id, key.PAYLOADS_APPLIED: sorted(applied)}),
         }),
         reply_to=msg,
     )

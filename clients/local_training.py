@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from fedpub.clients.input_columns import input_columns
+from fedpub.clients.payload_hooks import local_adjustment
 from fedpub.column_update import UpdateValue
 from fedpub.data.base import ClientData
+from fedpub.payloads import Payloads
 from fedpub.tasks import CLASSIFICATION, Task
 from fedpub.types import Params, Updates
 
@@ -121,8 +123,9 @@ def seed_layers(seed: int, device: torch.device) -> None:
 
 class LocalSGD:
     """Minibatch SGD on named tensors, in place, with torch.optim.SGD's arithmetic (momentum without dampening or
-    Nesterov, no weight decay); each gradient is first divided by its ``divisors`` entry, if any (AdaDPS on the
-    client, Li et al. 2023, Alg. 3). The per-client loop steps a user's parameters with it, the vectorised
+    Nesterov, no weight decay); each gradient is first divided by its ``divisors`` entry, if any (the round's
+    payloads' :class:`~fedpub.clients.payload_hooks.LocalAdjustment`: AdaDPS on the client, Li et al. 2023,
+    Alg. 3). The per-client loop steps a user's parameters with it, the vectorised
     cohort trainer the stacked parameters of a group (a divisor broadcasts over the users). A small client's
     step costs little more than its arithmetic: no optimizer bookkeeping, no ``.grad`` to zero."""
 
@@ -154,13 +157,15 @@ def train_client(
     generator: torch.Generator,
     task: Task = CLASSIFICATION,
     *,
-    preconditioner: Updates | None = None,
+    payloads: Payloads = {},  # noqa: B006 (read only)
     sparse_update: bool = False,
 ) -> ClientResult:
     """Train ``model`` from ``params`` on one user's data, minimising ``task.loss`` (plus
     ``config.prox_weight``·‖w − params‖²); return the update and metrics (``train_loss`` and
-    ``train_<task.headline>``). With a ``preconditioner`` A every local gradient is divided by A
-    before the step (AdaDPS on the client, Li et al. 2023, Alg. 3).
+    ``train_<task.headline>``). The round's ``payloads`` adjust each local step, each by its hook
+    (:mod:`fedpub.clients.payload_hooks`: with ``preconditioner`` A every local gradient is divided by A before the
+    step, AdaDPS on the client, Li et al. 2023, Alg. 3); one without a hook raises
+    :class:`~fedpub.clients.payload_hooks.UnknownPayload`.
 
     A model with a linear input layer on sparse features is trained cut to the columns the user's examples use
     (:func:`~fedpub.clients.input_columns.input_columns`: the same steps); with ``sparse_update`` that layer's update is
@@ -174,7 +179,7 @@ def train_client(
     plan = plan_local_training(data, config, generator)
     x, y = plan.x.to(device), plan.y.to(device)
     start = {name: params[name].to(device) for name, _ in model.named_parameters()}
-    divisors = {k: v.to(device) for k, v in preconditioner.items()} if preconditioner is not None else {}
+    divisors = {k: v.to(device) for k, v in local_adjustment(payloads).divisors.items()}
     cut = input_columns(model, plan.x)
     if cut is None:
         load_params_(model, params)

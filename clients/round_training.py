@@ -2,9 +2,9 @@
 and the public pool a Flower ServerApp holds and trains itself (DESIGN.md §6).
 
 Each user trains with the generator every backend gives it, (seed, round, purpose, user), purpose ``client``
-for a private user and ``public_client`` for a public one, and with the local preconditioner the round's plan
-sends (AdaDPS client placement): a Flower node training the same user from the same model replies the same
-update. A user whose training raises contributes nothing; its error is logged once per round.
+for a private user and ``public_client`` for a public one, and with the payloads the round's plan sends it
+(:mod:`fedpub.payloads`, e.g. AdaDPS's local preconditioner): a Flower node training the same user from the same
+model replies the same update. A user whose training raises contributes nothing; its error is logged once per round.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def train_users(
         params,
         datas,
         [torch_generator(seed, plan.round, purpose, cid) for cid in ids],
-        preconditioner=plan.preconditioner(public),
+        payloads=plan.payloads(public),
         sparse_updates=not public,  # the private updates go only to the rows of the clip and sum
     )
     failures = [r for r in trained if isinstance(r, ClientFailure)]

@@ -9,13 +9,16 @@ privacy, or not; absent: the server decides) and, when it has a private key, ``s
 private user named by its node id.
 
 TRAIN (server → node, each round): ``arrays`` the global model; ``config`` with ``round`` (fedpub's round
-index, from 0), ``client-id`` and ``public``; ``preconditioner`` (only when the round sends one, AdaDPS client
-placement): the A each local gradient is divided by.
+index, from 0), ``client-id`` and ``public``; each client payload the round sends (:mod:`fedpub.payloads`, e.g.
+AdaDPS's client placement: ``payload-preconditioner``, the A each local gradient is divided by) as an array record
+named ``payload-`` + its name (:func:`payload_record`).
 
 Reply, fedpub's form: ``update`` the model delta Δ = w_local − w_global; ``metrics`` with ``num-examples``;
-``client`` with ``client-id`` and ``preconditioned`` (True when it trained with the preconditioner sent).
+``client`` with ``client-id`` and ``payloads-applied``, the names of the payloads it trained with (a list of
+strings; absent: none). A node that cannot apply a payload it was sent fails the message, naming the payload.
 Reply, Flower's standard form: ``arrays`` the new local weights and ``metrics`` with ``num-examples``: the server
-computes Δ. A reply that ignores a preconditioner it was sent is refused (it would be another mechanism).
+computes Δ. A reply that did not apply every payload it was sent, or names one it was not sent, is refused (it
+would be another mechanism).
 """
 
 from __future__ import annotations
@@ -31,10 +34,20 @@ ARRAYS = "arrays"
 CONFIG = "config"
 ROUND = "round"
 PUBLIC = "public"
-PRECONDITIONER = "preconditioner"
+PAYLOAD_PREFIX = "payload-"
 
 UPDATE = "update"
 METRICS = "metrics"
 NUM_EXAMPLES = "num-examples"
 CLIENT = "client"
-PRECONDITIONED = "preconditioned"
+PAYLOADS_APPLIED = "payloads-applied"
+
+
+def payload_record(name: str) -> str:
+    """The record name payload ``name`` travels under in a TRAIN message."""
+    return PAYLOAD_PREFIX + name
+
+
+def payload_name(record: str) -> str | None:
+    """The payload a TRAIN message's record ``record`` carries, or None when it carries none."""
+    return record[len(PAYLOAD_PREFIX):] if record.startswith(PAYLOAD_PREFIX) else None

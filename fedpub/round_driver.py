@@ -1,9 +1,9 @@
 """The round of DESIGN.md §3 once, for every backend: plan a round, then finish it from the replies.
 
 :meth:`RoundDriver.plan` says who takes part in round t (the Poisson or fixed-size private cohort, the
-public cohort, sampled apart and free) and what each sampled client is sent besides the model (AdaDPS's local
-preconditioner, Li et al. 2023, Alg. 3). :meth:`RoundDriver.finish` hands the replies to the strategy core,
-prices the round's **actual** DP event (PPSGD's and a budget schedule's z_t differ round to round) against
+public cohort, sampled apart and free) and what each sampled client is sent besides the model (the recipe's
+client payloads, :mod:`fedpub.payloads`, e.g. AdaDPS's local preconditioner, Li et al. 2023, Alg. 3).
+:meth:`RoundDriver.finish` hands the replies to the strategy core, prices the round's **actual** DP event (PPSGD's and a budget schedule's z_t differ round to round) against
 the budget *before* anything is released, and composes it into the accountant. The in-process engine, the
 Flower strategy and the SecAgg+ variant are transports over it: they deliver the plan and bring the replies
 back; they never sample, price or compose themselves.
@@ -26,16 +26,17 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import dp_accounting
 import torch
 
 from fedpub.cohort_updates import global_norms, tensor_norms
 from fedpub.column_update import UpdateValue
+from fedpub.payloads import Payloads
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.strategy import RoundOutcome, StrategyCore, fits
-from fedpub.types import Params, StepState, Updates
+from fedpub.types import Params, StepState
 
 Reply = Mapping[str, UpdateValue]
 """One client's update (the parameters' keys; a tensor may be a ColumnUpdate)."""
@@ -74,17 +75,17 @@ def noise_beyond_signal(noise_multiplier: float, expected_cohort: float, rounds:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """Who takes part in round ``round`` and what they are sent besides the global model."""
+    """Who takes part in round ``round`` and what they are sent besides the global model: the payloads of the
+    private and of the public clients, by name (:mod:`fedpub.payloads`)."""
 
     round: int
     private_cohort: tuple[str, ...]
     public_cohort: tuple[str, ...]
-    private_preconditioner: Updates | None = None
-    """The A private clients divide their local gradients by (AdaDPS client placement), if any."""
-    public_preconditioner: Updates | None = None
+    private_payloads: Payloads = field(default_factory=dict)
+    public_payloads: Payloads = field(default_factory=dict)
 
-    def preconditioner(self, public: bool) -> Updates | None:
-        return self.public_preconditioner if public else self.private_preconditioner
+    def payloads(self, public: bool) -> Payloads:
+        return self.public_payloads if public else self.private_payloads
 
 
 class RoundDriver:
@@ -150,8 +151,8 @@ class RoundDriver:
             round_index,
             tuple(self.core.sample_cohort(self.private_ids, round_index)),
             tuple(self.core.sample_public_cohort(self.public_ids, round_index)),
-            self.core.local_preconditioner(state),
-            self.core.local_preconditioner(state, public=True),
+            self.core.payloads(state),
+            self.core.payloads(state, public=True),
         )
 
     def admit(self, round_index: int) -> bool:

@@ -10,7 +10,7 @@ into the run's planned event, which calibration and the budget check price.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import dp_accounting
@@ -19,6 +19,7 @@ import torch
 from fedpub import tree
 from fedpub.cohort_updates import Cohort, global_norms, tensor_norms
 from fedpub.column_update import ColumnUpdate, UpdateValue
+from fedpub.payloads import ClientPayload, check_declared, payload_names, round_payloads
 from fedpub.privacy.events import CohortRule, Group, composed, merged, round_event
 from fedpub.seeding import numpy_generator
 from fedpub.step import Releases, Step
@@ -65,9 +66,8 @@ class StrategyCore:
     """``aggregator`` maps the stacked private updates to the increment of the global model; ``sampling`` is
     the cohort rule over the ``population`` private users; ``public_cohort`` public users per round (sampled apart, costing no privacy) provide its
     ``public_updates`` and ``public_mean`` inputs; the round driver refuses a public update whose norm exceeds
-    ``public_update_bound``. ``client_preconditioner`` (AdaDPS on the
-    clients) gives, from the state, the A every private client divides its local gradients by,
-    and the public clients too when ``public_clients_precondition``."""
+    ``public_update_bound``. ``client_payloads`` are what a round sends its clients besides the model (from
+    the state: :mod:`fedpub.payloads`)."""
 
     name: str
     aggregator: Step
@@ -75,9 +75,11 @@ class StrategyCore:
     population: int
     seed: int
     public_cohort: int = 0
-    client_preconditioner: Callable[[StepState], Updates | None] | None = None
-    public_clients_precondition: bool = False
+    client_payloads: tuple[ClientPayload, ...] = ()
     public_update_bound: float = math.inf
+
+    def __post_init__(self) -> None:
+        check_declared(self.client_payloads)
 
     def init(self, params: Params) -> StepState:
         return self.aggregator.init(params)
@@ -99,11 +101,13 @@ class StrategyCore:
             groups = merged(groups, self.planned_round_event(t))
         return composed(groups)
 
-    def local_preconditioner(self, state: StepState, *, public: bool = False) -> Updates | None:
-        """The A the round's private (or public) clients divide their local gradients by, if any."""
-        if self.client_preconditioner is None or (public and not self.public_clients_precondition):
-            return None
-        return self.client_preconditioner(state)
+    def payloads(self, state: StepState, *, public: bool = False) -> dict[str, Updates]:
+        """The payloads the round's private (or public) clients are sent, by name, from the state."""
+        return round_payloads(self.client_payloads, state, public=public)
+
+    def payload_names(self, *, public: bool = False) -> tuple[str, ...]:
+        """The names of the payloads the private (or public) clients may be sent (none sent in some rounds)."""
+        return payload_names(self.client_payloads, public=public)
 
     def sample_cohort(self, private_ids: Sequence[str], round_index: int) -> list[str]:
         """The private cohort of round ``round_index`` (depends only on seed and round)."""

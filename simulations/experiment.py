@@ -19,6 +19,7 @@ import torch
 from fedpub.clients.cohort_training import CohortTrainer
 from fedpub.clients.device import resolve_device
 from fedpub.clients.local_training import LocalTrainingConfig
+from fedpub.clients.payload_hooks import check_strategy_payloads
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset
 from fedpub.data.users import EvaluationUsers, evaluation_users, load_data
@@ -108,7 +109,8 @@ def build_experiment(
     ``deployment`` (``flwr run``): ``privacy.randomness`` and ``privacy.diagnostics`` ``auto`` mean a secret privacy
     seed and no diagnostics (in a simulation: reproducible, with diagnostics). ``node_users``: (private, public or
     None) users found as nodes (``flower.private_users: nodes``), replacing the data's (None public: the data's,
-    the server's pool); the strategy is built for their number. A configured tracker whose library is missing is
+    the server's pool); the strategy is built for their number, and refused when it sends clients a payload local
+training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracker whose library is missing is
     refused first (:func:`~fedpub.simulations.tracking.check_trackers`)."""
     check_trackers(config.tracking)
     data = load_data(config)
@@ -120,6 +122,7 @@ def build_experiment(
         config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name
     )
     built = build_experiment_strategy(config, data, randomness=randomness)
+    check_strategy_payloads(built.core)
     return Experiment(
         config=config,
         train=data.train,

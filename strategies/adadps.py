@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fedpub.config import PreconditionConfig
+from fedpub.payloads import ClientPayload
 from fedpub.step import Step
 from fedpub.steps.precondition import current_preconditioner, precondition, token_frequency_preconditioner
 from fedpub.types import Params, StepState, Updates
@@ -26,6 +27,15 @@ def preconditioning_steps(config: PreconditionConfig, side_information: Updates 
 def client_preconditioner(state: StepState) -> Updates | None:
     """The A the clients divide their local gradients by this round (None: not yet any)."""
     return current_preconditioner(state["precondition"])
+
+
+def client_payloads(config: PreconditionConfig | None) -> tuple[ClientPayload, ...]:
+    """With the client placement, the payload ``preconditioner`` (the hook of that name divides each local
+    gradient by it): sent to every private client, and to the public clients too when A does not come from the
+    public users (their updates are the statistics A is made of, so they train plainly)."""
+    if config is None or config.placement != "client":
+        return ()
+    return (ClientPayload("preconditioner", client_preconditioner, public=config.source != "public"),)
 
 
 def token_frequency_side_information(

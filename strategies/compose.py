@@ -95,8 +95,6 @@ def build_strategy(
         scale = ppsgd.noise_test_scale(config.public_schedule, budget, rate, rounds, noise_multiplier)
     steps = strategy_steps(config, noise_multiplier, seed, rounds, side_information, sampling,
                            secure_sampler=secure_sampler, schedule_noise_scale=scale)
-    precondition = config.precondition
-    local = precondition is not None and precondition.placement == "client"
     return StrategyCore(
         config.name,
         named_chain(*steps),
@@ -104,7 +102,6 @@ def build_strategy(
         population,
         seed,
         config.public_clients_per_round,
-        client_preconditioner=adadps.client_preconditioner if local else None,
-        public_clients_precondition=local and precondition.source != "public",
+        client_payloads=adadps.client_payloads(config.precondition),
         public_update_bound=config.public_update_limit * config.clip_norm,
     )

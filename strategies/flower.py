@@ -2,7 +2,8 @@
 
 A transport over the core's :class:`~fedpub.round_driver.RoundDriver` (DESIGN.md §6): it discovers which node
 holds which user (a QUERY at start, since the server cannot read a node's ``node_config``), sends each round's
-plan as TRAIN messages (the global model, the round, and payloads such as AdaDPS's local preconditioner), turns
+plan as TRAIN messages (the global model, the round, and the recipe's client payloads, each under its own record
+name, such as AdaDPS's local preconditioner), turns
 the replies back into updates and hands them to the driver, which aggregates, prices the round's actual event
 against the budget and composes it. No maths lives here.
 
@@ -37,7 +38,7 @@ from flwr.serverapp.strategy import Strategy
 
 from fedpub import protocol as key
 from fedpub.config import RECIPE_DEFAULTS, PrivacyConfig, StrategyConfig
-from fedpub.flags import FlagError, privacy_flag
+from fedpub.flags import FlagError, name_list, privacy_flag
 from fedpub.node_identity import IdentityError, UserRegistry
 from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
@@ -107,7 +108,7 @@ class PublicPool(Protocol):
     client_ids: Sequence[str]
 
     def train(self, params: Params, plan: RoundPlan) -> Mapping[str, Updates]:
-        """The updates of ``plan.public_cohort`` trained from ``params`` (with ``plan.public_preconditioner``)."""
+        """The updates of ``plan.public_cohort`` trained from ``params`` (with ``plan.public_payloads``)."""
         ...
 
 
@@ -120,8 +121,8 @@ class TrainFnPool:
     ``train_fn(weights, data[user])`` returns the weights after local training from ``weights`` (a fresh copy of
     the global model's state dict; bind the learning rate and epochs with ``functools.partial``), as a standard
     ClientApp would reply them; the pool turns them into the update. ``data``: public user id → that user's data,
-    whatever ``train_fn`` takes (a DataLoader, tensors). A pool cannot apply AdaDPS's client-side preconditioner
-    (a strategy that sends public users one refuses it)."""
+    whatever ``train_fn`` takes (a DataLoader, tensors). A pool cannot apply client payloads (a strategy that sends
+    its public users one, such as AdaDPS's client-side preconditioner from side information, refuses it)."""
 
     def __init__(self, train_fn: TrainFn, data: Mapping[str, Any]) -> None:
         if not data:
@@ -405,12 +406,13 @@ def model_mismatch(got: Mapping[str, torch.Tensor], model: Params, *, dtypes: bo
     return None
 
 
-def read_reply(reply: Message, sent: Params, client_id: str, *, preconditioned: bool) -> tuple[Updates, dict]:
+def read_reply(
+    reply: Message, sent: Params, client_id: str, *, payloads: Sequence[str] = ()
+) -> tuple[Updates, dict]:
     """The update and metrics of one reply, in fedpub's form (``update``) or Flower's standard form (new weights
     under ``arrays``: Δ = new − ``sent``). Raises :class:`ProtocolMismatch` for a reply without either record or
     whose names or shapes are not the model's (the message names the differing keys), :class:`MalformedReply` for
-    a reply naming another user, and for one that did not train with the preconditioner it was sent
-    (``preconditioned``)."""
+    a reply naming another user, and for one whose applied payloads are not the ``payloads`` it was sent."""
     content = reply.content
     metrics = {
         k: float(v) for k, v in (content[key.METRICS] if key.METRICS in content else {}).items()
@@ -425,8 +427,8 @@ def read_reply(reply: Message, sent: Params, client_id: str, *, preconditioned: 
         if key.CLIENT_ID in info and str(info[key.CLIENT_ID]) != client_id:
             raise MalformedReply(f"the reply answers for user {info[key.CLIENT_ID]}, but its node holds {client_id}")
         try:
-            trained_preconditioned = privacy_flag(info.get(key.PRECONDITIONED, False), key=key.PRECONDITIONED,
-                                                  source=f"user {client_id}'s reply")
+            applied = name_list(info.get(key.PAYLOADS_APPLIED, []), key=key.PAYLOADS_APPLIED,
+                                source=f"user {client_id}'s reply")
         except FlagError as error:
             raise MalformedReply(str(error)) from None
     elif key.ARRAYS in content:
@@ -435,18 +437,22 @@ def read_reply(reply: Message, sent: Params, client_id: str, *, preconditioned: 
         if mismatch is not None:
             raise ProtocolMismatch(f"the weights under `{key.ARRAYS}` do not fit the model: {mismatch}")
         update = {k: weights[k].to(sent[k].dtype) - sent[k] for k in sent}
-        trained_preconditioned = False
+        applied = ()
     else:
         raise ProtocolMismatch(
             f"no `{key.UPDATE}` or `{key.ARRAYS}` record (got {sorted(content.keys())}): a standard ClientApp "
             f"replies its new weights under `{key.ARRAYS}`, a fedpub one its update under `{key.UPDATE}` "
             "(clients/flower_protocol.py: update_reply)"
         )
-    if preconditioned and not trained_preconditioned:
+    ignored, unsent = sorted(set(payloads) - set(applied)), sorted(set(applied) - set(payloads))
+    if ignored:
         raise MalformedReply(
-            f"the node was sent a `{key.PRECONDITIONER}` (AdaDPS client placement) and did not say it trained with "
-            f"it (`{key.CLIENT}.{key.PRECONDITIONED}`): a ClientApp must divide its local gradients by it"
+            f"the node was sent the payloads {ignored} (records {[key.payload_record(n) for n in ignored]}) and did "
+            f"not say it trained with them (`{key.CLIENT}.{key.PAYLOADS_APPLIED}`): a ClientApp must apply every "
+            "payload it is sent (clients/flower_protocol.py: read_train, update_reply)"
         )
+    if unsent:
+        raise MalformedReply(f"the reply says it applied the payloads {unsent}, which the node was not sent")
     return update, metrics
 
 
@@ -505,9 +511,10 @@ class FedpubStrategy(Strategy):
         if evaluate == "all" and diagnostics is False:
             raise ValueError("evaluate='all' sends back the private nodes' metrics, which DP does not cover: turn "
                              "diagnostics on (diagnostics=True, or None in a simulation) or evaluate='public'")
-        if isinstance(public_pool, TrainFnPool) and core.client_preconditioner and core.public_clients_precondition:
-            raise ValueError(f"strategy `{core.name}` sends public users AdaDPS's client-side preconditioner, which "
-                             "a TrainFnPool cannot apply: use AdaDPS's server placement, or public nodes")
+        if isinstance(public_pool, TrainFnPool) and core.payload_names(public=True):
+            raise ValueError(f"strategy `{core.name}` sends its public users the payloads "
+                             f"{list(core.payload_names(public=True))}, which a TrainFnPool cannot apply: use public "
+                             "nodes, or (AdaDPS's preconditioner) strategy.precondition.placement: server")
         if public_pool is not None and public_nodes:
             raise ValueError("give either a server-held public_pool or public_nodes=True, not both")
         if core.public_cohort and public_pool is None and not public_nodes:
@@ -660,9 +667,8 @@ class FedpubStrategy(Strategy):
                 key.ARRAYS: arrays,
                 key.CONFIG: ConfigRecord({**config, key.ROUND: plan.round, key.CLIENT_ID: cid, key.PUBLIC: public}),
             })
-            preconditioner = plan.preconditioner(public)
-            if preconditioner is not None:
-                content[key.PRECONDITIONER] = to_array_record(preconditioner)
+            for name, tensors in plan.payloads(public).items():
+                content[key.payload_record(name)] = to_array_record(tensors)
             node = (self.nodes.public if public else self.nodes.private)[cid]
             messages.append(Message(content, dst_node_id=node, message_type=MessageType.TRAIN))
         return messages
@@ -682,7 +688,7 @@ class FedpubStrategy(Strategy):
                 continue  # not asked this round
             try:
                 update, reply_metrics = read_reply(
-                    reply, self._params, cid, preconditioned=plan.preconditioner(is_public) is not None
+                    reply, self._params, cid, payloads=tuple(plan.payloads(is_public))
                 )
             except Exception as exc:  # noqa: BLE001 (a reply that cannot be read is a failed reply)
                 log(WARNING, "fedpub: a malformed reply of %s user %s in round %d: %s: %s",

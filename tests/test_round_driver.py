@@ -40,7 +40,7 @@ def _update(seed: int):
     return {k: torch.randn(s, generator=g) for k, s in SHAPES.items()}
 
 
-def test_the_plan_is_the_cores_cohorts_and_the_client_preconditioner():
+def test_the_plan_is_the_cores_cohorts_and_the_client_payloads():
     core = _core(name="adadps", public_clients_per_round=2)
     driver = _driver(core, public_ids=PUBLIC)
     params = _params()
@@ -48,12 +48,12 @@ def test_the_plan_is_the_cores_cohorts_and_the_client_preconditioner():
     plan = driver.plan(3, state)
     assert list(plan.private_cohort) == core.sample_cohort(PRIVATE, 3)
     assert list(plan.public_cohort) == core.sample_public_cohort(PUBLIC, 3) and len(plan.public_cohort) == 2
-    assert plan.private_preconditioner is None  # no public statistics yet
+    assert plan.private_payloads == {}  # no public statistics yet
     outcome = driver.finish(plan, params, state, {c: _update(i) for i, c in enumerate(plan.private_cohort)},
                             {c: _update(100 + i) for i, c in enumerate(plan.public_cohort)})
     later = driver.plan(4, outcome.state)
-    assert later.private_preconditioner is not None and later.preconditioner(public=False) is later.private_preconditioner
-    assert later.public_preconditioner is None  # public users train plainly when A comes from them
+    assert set(later.private_payloads) == {"preconditioner"} and later.payloads(public=False) is later.private_payloads
+    assert later.public_payloads == {}  # public users train plainly when A comes from them
 
 
 def test_replies_of_users_not_planned_are_ignored_and_missing_ones_count_as_failed():

@@ -23,14 +23,19 @@ def _generators(count, offset=0):
     return [torch.Generator().manual_seed(offset + i) for i in range(count)]
 
 
+def payloads(preconditioner):
+    """AdaDPS's client payload, or none."""
+    return {} if preconditioner is None else {"preconditioner": preconditioner}
+
+
 def _assert_same_as_loop(model, datas, config, task, preconditioner=None):
     params = model_params(model)
     loop = [
-        train_client(model, params, d, config, g, task, preconditioner=preconditioner)
+        train_client(model, params, d, config, g, task, payloads=payloads(preconditioner))
         for d, g in zip(datas, _generators(len(datas)))
     ]
     vectorised = train_cohort_vectorised(
-        model, params, datas, config, _generators(len(datas)), task, preconditioner=preconditioner
+        model, params, datas, config, _generators(len(datas)), task, payloads=payloads(preconditioner)
     )
     assert len(vectorised) == len(loop)
     for a, b in zip(loop, vectorised):
@@ -94,14 +99,14 @@ def test_bag_of_words_users_trained_cut_and_stacked_match_the_loop(sparse, monke
     g = torch.Generator().manual_seed(2)
     preconditioner = {k: 0.5 + torch.rand(v.shape, generator=g) for k, v in params.items()}
     monkeypatch.setattr(cohort_training, "STACKED_ELEMENTS_BUDGET", 3 * (90 * 20 + 20))  # fits cut users only
-    loop = [train_client(model, params, d, config, gen, TAG_PREDICTION, preconditioner=preconditioner,
+    loop = [train_client(model, params, d, config, gen, TAG_PREDICTION, payloads=payloads(preconditioner),
                          sparse_update=sparse) for d, gen in zip(datas, _generators(5))]
     groups = cohort_training._groups(
         [cohort_training.plan_local_training(d, config, gen) for d, gen in zip(datas, _generators(5))],
         [cohort_training.input_columns(model, d.x) for d in datas], cohort_training._elements(model))
     assert sorted(len(group) for group in groups) == [1, 1, 3]  # 3 users fit the budget only because they are cut
     vectorised = train_cohort_vectorised(model, params, datas, config, _generators(5), TAG_PREDICTION,
-                                         preconditioner=preconditioner, sparse_updates=sparse)
+                                         payloads=payloads(preconditioner), sparse_updates=sparse)
     for a, b in zip(loop, vectorised):
         assert a.update.keys() == b.update.keys()
         for name in a.update:

@@ -80,12 +80,12 @@ def test_cut_training_gives_the_update_of_training_the_whole_weight(config, prec
     data = _bag_of_words(11, seed=1)
     whole = train_client(
         twin, _twin_params(params), data, config, torch.Generator().manual_seed(7), TAG_PREDICTION,
-        preconditioner=None if preconditioner is None else _twin_params(preconditioner),
+        payloads={} if preconditioner is None else {"preconditioner": _twin_params(preconditioner)},
     )
     for sparse_update in (False, True):
         cut = train_client(
             model, params, data, config, torch.Generator().manual_seed(7), TAG_PREDICTION,
-            preconditioner=preconditioner, sparse_update=sparse_update,
+            payloads={} if preconditioner is None else {"preconditioner": preconditioner}, sparse_update=sparse_update,
         )
         weight = cut.update["0.weight"]
         assert isinstance(weight, ColumnUpdate) == sparse_update

@@ -61,7 +61,7 @@ def test_local_sgd_takes_torch_optim_sgds_steps_with_momentum_prox_term_and_prec
     g = torch.Generator().manual_seed(5)
     divisors = {k: 0.5 + torch.rand(v.shape, generator=g) for k, v in params.items()}
     data = _data(n=11)
-    result = train_client(model, params, data, config, torch.Generator().manual_seed(2), preconditioner=divisors)
+    result = train_client(model, params, data, config, torch.Generator().manual_seed(2), payloads={"preconditioner": divisors})
 
     reference = build_model("emnist_mlp", 10)
     reference.load_state_dict(params)

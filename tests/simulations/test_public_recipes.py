@@ -55,11 +55,11 @@ def test_client_side_adadps_trains_private_clients_with_the_public_preconditione
     core = experiment.strategy
     params = {k: v.detach().clone() for k, v in experiment.new_model().named_parameters()}
     state = core.init(params)
-    assert core.local_preconditioner(state) is None  # no public statistics yet: A = 1
+    assert core.payloads(state) == {}  # no public statistics yet: A = 1
     public = [{k: torch.full_like(v, 0.01 if k == "0.weight" else 0.03) for k, v in params.items()}]
     state = core.aggregate(params, [], state, 0, public_updates=public).state
-    a = core.local_preconditioner(state)
-    assert a is not None and core.local_preconditioner(state, public=True) is None  # public users train plain
+    a = core.payloads(state)["preconditioner"]
+    assert core.payloads(state, public=True) == {}  # public users train plain
     raw = {k: float(v.flatten()[0]) + 1e-3 for k, v in public[0].items()}  # bias-corrected |Δ| + eps
     mean = sum(raw[k] * params[k].numel() for k in params) / sum(v.numel() for v in params.values())
     for k in params:
@@ -74,13 +74,14 @@ def test_a_unit_preconditioner_leaves_local_training_exactly_as_it_was(tiny_emni
     config = LocalTrainingConfig(epochs=2, batch_size=4, lr=0.1)
     plain = train_client(model, params, data, config, torch_generator(1))
     ones = {k: torch.ones_like(v) for k, v in params.items()}
-    unit = train_client(model, params, data, config, torch_generator(1), preconditioner=ones)
-    halves = train_client(model, params, data, config, torch_generator(1), preconditioner={k: 2 * v for k, v in ones.items()})
+    unit = train_client(model, params, data, config, torch_generator(1), payloads={"preconditioner": ones})
+    twos = {"preconditioner": {k: 2 * v for k, v in ones.items()}}
+    halves = train_client(model, params, data, config, torch_generator(1), payloads=twos)
     for k in params:
         assert torch.equal(plain.update[k], unit.update[k])
     first_step = LocalTrainingConfig(epochs=1, batch_size=len(data), lr=0.1)  # one step: Δ/2 exactly
     one = train_client(model, params, data, first_step, torch_generator(1))
-    two = train_client(model, params, data, first_step, torch_generator(1), preconditioner={k: 2 * v for k, v in ones.items()})
+    two = train_client(model, params, data, first_step, torch_generator(1), payloads=twos)
     for k in params:
         torch.testing.assert_close(two.update[k], one.update[k] / 2)
     assert not torch.equal(halves.update["0.weight"], plain.update["0.weight"])
@@ -182,7 +183,7 @@ def test_token_frequency_adadps_on_stackoverflow_tags(tiny_emnist_dir, tmp_path)
                     precondition={"source": "token_frequency", "placement": "client"})
     experiment = build_experiment(cfg)
     params = {k: v.detach() for k, v in experiment.new_model().named_parameters()}
-    a = experiment.strategy.local_preconditioner(experiment.strategy.init(params))
+    a = experiment.strategy.payloads(experiment.strategy.init(params))["preconditioner"]
     words = a[registry.model("so_tag_logreg").bag_of_words_weight]
     assert words.shape[1] == experiment.train.num_features and torch.equal(a["0.bias"], torch.ones_like(a["0.bias"]))
     floor = torch.tensor(cfg.strategy.precondition.floor, dtype=words.dtype)  # the floor as the weights hold it

@@ -154,7 +154,7 @@ class TinyPublicPool:
     """(round, whether the round sends the private clients a preconditioner)."""
 
     def train(self, params: Mapping[str, torch.Tensor], plan: RoundPlan) -> dict[str, dict[str, torch.Tensor]]:
-        self.sent_preconditioner.append((plan.round, plan.private_preconditioner is not None))
+        self.sent_preconditioner.append((plan.round, "preconditioner" in plan.private_payloads))
         return {cid: {k: torch.full_like(v, 0.1) for k, v in params.items()} for cid in plan.public_cohort}
 
 

@@ -32,6 +32,9 @@ def query(msg: Message, context: Context) -> Message:
 @app.train()
 def train_fn(msg: Message, context: Context) -> Message:
     task = read_train(msg)
+    unknown = sorted(set(task.payloads) - {"preconditioner"})
+    if unknown:  # training without a payload would be another mechanism: fail the message, naming it
+        raise ValueError(f"this ClientApp cannot apply the payloads {unknown} (it applies: preconditioner)")
     partition_id = int(context.node_config["partition-id"])
     new, num_examples, loss = train(
         task.params,
@@ -40,12 +43,10 @@ def train_fn(msg: Message, context: Context) -> Message:
         lr=float(setting(context.run_config, "local-lr")),
         batch_size=int(setting(context.run_config, "batch-size")),
         seed=1_000 * partition_id + task.round,
-        preconditioner=task.preconditioner,
+        preconditioner=task.payloads.get("preconditioner"),
     )
     update = {k: new[k] - task.params[k] for k in task.params}
-    return update_reply(
-        msg, update, num_examples, {"train-loss": loss}, preconditioned=task.preconditioner is not None
-    )
+    return update_reply(msg, update, num_examples, {"train-loss": loss}, applied=task.payloads)
 
 
 @app.evaluate()
