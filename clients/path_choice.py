@@ -68,7 +68,7 @@ class GroupKey:
         return str(self.smallest) if largest == self.smallest else f"{self.smallest}-{largest}"
 
     def __str__(self) -> str:
-        return f"{self.model} × {self.sizes} users" if self.model else users
+        return f"{self.model} × {self.sizes} users" if self.model else f"{self.sizes} users"
 
 
 @dataclass

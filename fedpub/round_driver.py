@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import dp_accounting
-import torch
 
 from fedpub.cohort_updates import global_norms, tensor_norms
 from fedpub.column_update import UpdateValue
