@@ -73,6 +73,11 @@ class Cohort:
     def __repr__(self) -> str:
         return f"Cohort({len(self._rows)} rows of {sorted(self._like)})"
 
+    @property
+    def like(self) -> Params:
+        """The tensors the rows are shaped like (the model's parameters: names, shapes, dtypes, devices)."""
+        return self._like
+
     def norms(self) -> torch.Tensor:
         """Each row's global L2 norm, shape ``(rows,)``, float64 (each tensor's norm in its own dtype)."""
         norms = self._norms if self._norms is not None else global_norms(tensor_norms(self._rows, self._like))
@@ -89,10 +94,6 @@ class Cohort:
         if self._factors is not None:
             rows = [{k: v * f for k, v in row.items()} for row, f in zip(rows, self._factors.tolist(), strict=True)]
         return Cohort([fn(row) for row in rows], self._like)
-
-    def zeros(self) -> Updates:
-        """Zeros shaped like one row."""
-        return {key: torch.zeros_like(like) for key, like in self._like.items()}
 
     def sum(self, times: float | None = None) -> Updates:
         """Σ_k factors[k] · rows[k], each row added once into one model-sized sum; with ``times``, that sum times

@@ -6,7 +6,9 @@ client payloads, :mod:`fedpub.payloads`, e.g. AdaDPS's local preconditioner, Li 
 :meth:`RoundDriver.finish` hands the replies to the strategy core, prices the round's **actual** DP event (PPSGD's and a budget schedule's z_t differ round to round) against
 the budget *before* anything is released, and composes it into the accountant. The in-process engine, the
 Flower strategy and the SecAgg+ variant are transports over it: they deliver the plan and bring the replies
-back; they never sample, price or compose themselves.
+back; they never sample, price or compose themselves. A transport that sums the per-user part elsewhere (workers,
+devices, a secure sum) uses the round's two halves instead: :meth:`RoundDriver.prepare` (what the users' side is
+sent: :class:`~fedpub.strategy.RoundPrep`) and :meth:`RoundDriver.finish_from_sum`.
 
 :meth:`RoundDriver.admit` is the budget rule before a round starts: a round past the planned ones (the rounds
 the noise was calibrated and the recipe laid out over) or whose planned event would take ε past the budget is
@@ -34,8 +36,8 @@ from fedpub.cohort_updates import global_norms, tensor_norms
 from fedpub.column_update import UpdateValue
 from fedpub.payloads import Payloads
 from fedpub.privacy.accountant import UserLevelAccountant
-from fedpub.strategy import RoundOutcome, StrategyCore, fits
-from fedpub.types import Params, StepState
+from fedpub.strategy import RoundOutcome, RoundPrep, StrategyCore, fits, usable_rows
+from fedpub.types import Params, StepState, Updates
 
 Reply = Mapping[str, UpdateValue]
 """One client's update (the parameters' keys; a tensor may be a ColumnUpdate)."""
@@ -85,6 +87,16 @@ class RoundPlan:
 
     def payloads(self, public: bool) -> Payloads:
         return self.public_payloads if public else self.private_payloads
+
+
+@dataclass(frozen=True)
+class PreparedRound:
+    """A planned round prepared from its public replies: the core's :class:`~fedpub.strategy.RoundPrep` and how
+    many public replies were refused."""
+
+    plan: RoundPlan
+    prep: RoundPrep
+    public_refused: int
 
 
 class RoundDriver:
@@ -201,18 +213,47 @@ class RoundDriver:
         ones contribute nothing) plus ``extra`` private rows counted in the sampled cohort (an audit's canaries).
         Returns the outcome, its event composed, or None when the round is refused (:meth:`admit`) or releasing
         it would exceed the budget (then nothing is composed and :attr:`stopped_by_budget` is set)."""
+        prepared = self.prepare(plan, params, state, public_replies, extra=len(extra))
+        if prepared is None:
+            return None
+        updates = [private_replies[c] for c in plan.private_cohort if c in private_replies] + list(extra)
+        mapped = self.core.per_user(usable_rows(updates, params), prepared.prep)
+        return self._released(prepared, self.core.finish_from_users(prepared.prep, mapped))
+
+    def prepare(
+        self,
+        plan: RoundPlan,
+        params: Params,
+        state: StepState,
+        public_replies: Mapping[str, Reply] = {},  # noqa: B006 (read only)
+        *,
+        extra: int = 0,
+    ) -> PreparedRound | None:
+        """The round's first half, before any private update is seen: the round admitted (None when refused:
+        :meth:`admit`), its public replies screened (:meth:`screen_public`) and the core's preparation
+        (:meth:`StrategyCore.prepare_round`, for the plan's private cohort plus ``extra`` rows)."""
         if not self.admit(plan.round):
             return None
         self._check_noise(params)
-        updates = [private_replies[c] for c in plan.private_cohort if c in private_replies] + list(extra)
         public = self.screen_public(plan, params, public_replies)
-        outcome = self.core.aggregate(
-            params, updates, state, plan.round, sampled=len(plan.private_cohort) + len(extra), public_updates=public,
-        )
+        answered = sum(1 for c in plan.public_cohort if c in public_replies)
+        prep = self.core.prepare_round(params, state, plan.round, sampled=len(plan.private_cohort) + extra,
+                                       public_updates=public)
+        return PreparedRound(plan, prep, answered - len(public))
+
+    def finish_from_sum(
+        self, prepared: PreparedRound, total: Updates, users: int, tallies: Mapping[str, float]
+    ) -> RoundOutcome | None:
+        """The round's second half from the sum of the per-user part (:meth:`StrategyCore.per_user`) over
+        ``users`` users and their summed ``tallies``: the outcome, its event composed, or None when releasing it
+        would exceed the budget."""
+        return self._released(prepared, self.core.finish_from_sum(prepared.prep, total, users, tallies))
+
+    def _released(self, prepared: PreparedRound, outcome: RoundOutcome) -> RoundOutcome | None:
         if self.core.public_cohort:
-            answered = sum(1 for c in plan.public_cohort if c in public_replies)
-            outcome = replace(outcome, metrics={**outcome.metrics, "public_cohort_refused": answered - len(public)})
-        return outcome if self.release(outcome.event, outcome.diagnostics, round_index=plan.round) else None
+            outcome = replace(outcome, metrics={**outcome.metrics, "public_cohort_refused": prepared.public_refused})
+        released = self.release(outcome.event, outcome.diagnostics, round_index=prepared.plan.round)
+        return outcome if released else None
 
     def screen_public(self, plan: RoundPlan, params: Params, replies: Mapping[str, Reply]) -> list[Reply]:
         """The usable updates of ``plan``'s public cohort among ``replies``. One without the model's names and

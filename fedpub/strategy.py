@@ -5,6 +5,11 @@ A strategy is a recipe, not a subclass (DESIGN.md §2): ``strategies/*.py`` buil
 :meth:`StrategyCore.aggregate` with the cohort's updates and compose the returned DP event. Before any
 round runs, :meth:`StrategyCore.planned_event` composes the events the steps declare (``Step.releases``)
 into the run's planned event, which calibration and the budget check price.
+
+A round is cut at the sum (DESIGN.md §9): :meth:`StrategyCore.prepare_round` (no private data: the values a
+device would be sent), :meth:`StrategyCore.per_user` wherever the updates are, and
+:meth:`StrategyCore.finish_from_sum` from their sum. :meth:`StrategyCore.aggregate`, the in-process path, is their
+composition, the cut summing the cohort's rows in one pass.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from fedpub.column_update import ColumnUpdate, UpdateValue
 from fedpub.payloads import ClientPayload, check_declared, payload_names, round_payloads
 from fedpub.privacy.events import CohortRule, Group, composed, merged, round_event
 from fedpub.seeding import numpy_generator
-from fedpub.step import Releases, Step
+from fedpub.step import Chain, ChainPrep, Mapped, Releases, UserSum
 from fedpub.types import Params, RoundContext, StepState, Updates
 
 
@@ -62,6 +67,16 @@ def usable_rows(updates: Sequence[Mapping[str, UpdateValue]], params: Params) ->
 
 
 @dataclass(frozen=True)
+class RoundPrep:
+    """A round prepared before any private update is seen: the global model and the chain's preparation (the
+    round's context, the state, the values each per-user step's map reads: what a worker, a device or a secure
+    sum's clients would be sent besides the model)."""
+
+    params: Params
+    chain: ChainPrep
+
+
+@dataclass(frozen=True)
 class StrategyCore:
     """``aggregator`` maps the stacked private updates to the increment of the global model; ``sampling`` is
     the cohort rule over the ``population`` private users; ``public_cohort`` public users per round (sampled apart, costing no privacy) provide its
@@ -70,7 +85,7 @@ class StrategyCore:
     the state: :mod:`fedpub.payloads`)."""
 
     name: str
-    aggregator: Step
+    aggregator: Chain
     sampling: CohortRule
     population: int
     seed: int
@@ -80,6 +95,8 @@ class StrategyCore:
 
     def __post_init__(self) -> None:
         check_declared(self.client_payloads)
+        if not self.aggregator.has_cut:
+            raise ValueError(f"strategy `{self.name}`: its chain has no sum (an `aggregate` step)")
 
     def init(self, params: Params) -> StepState:
         return self.aggregator.init(params)
@@ -123,24 +140,19 @@ class StrategyCore:
         rng = numpy_generator(self.seed, round_index, "public_cohort")
         return [public_ids[i] for i in sorted(rng.choice(len(public_ids), size=size, replace=False))]
 
-    def aggregate(
+    def prepare_round(
         self,
         params: Params,
-        updates: Sequence[Mapping[str, UpdateValue]],
         state: StepState,
         round_index: int,
         *,
-        sampled: int | None = None,
-        public_updates: Sequence[Updates] = (),
-    ) -> RoundOutcome:
-        """Aggregate the replies of one round. Unusable replies (NaN/Inf, wrong keys or shapes) and
-        missing ones (``sampled`` users were asked, default ``len(updates)``) contribute nothing:
-        the mechanism and its accounting stay those of the sampled cohort. The steps get the usable
-        updates as a :class:`~fedpub.cohort_updates.Cohort` (never stacked unless a step asks) and the round's
-        inputs (:data:`~fedpub.types.ROUND_INPUTS`): the usable public updates are the ``public_updates`` input
-        (the same, maybe no rows) and their mean the ``public_mean`` input (None when there is none)."""
-        sampled = len(updates) if sampled is None else sampled
-        rows, public_rows = usable_rows(updates, params), usable_rows(public_updates, params)
+        sampled: int,
+        public_updates: Sequence[Mapping[str, UpdateValue]] = (),
+    ) -> RoundPrep:
+        """Round ``round_index``'s preparation before any private update is seen (``sampled`` private users were
+        asked): the round's inputs (:data:`~fedpub.types.ROUND_INPUTS`) from the usable public updates (their
+        mean the ``public_mean`` input, None when there is none) and the per-user steps' preparations."""
+        public_rows = usable_rows(public_updates, params)
         ctx = RoundContext(
             round=round_index,
             seed=self.seed,
@@ -151,16 +163,58 @@ class StrategyCore:
             num_public=len(public_rows),
         )
         public_mean = public_rows.mean() if len(public_rows) else None
-        result = self.aggregator.update(
-            rows, state, ctx=ctx, public_mean=public_mean, public_updates=public_rows
-        )
+        prep = self.aggregator.prepare(params, state, ctx=ctx, public_mean=public_mean, public_updates=public_rows)
+        return RoundPrep(params, prep)
+
+    def per_user(self, rows: Cohort, prep: RoundPrep) -> Mapped:
+        """The per-user part of the round on ``rows`` (a whole cohort, a worker's share or one user's update as a
+        cohort of one row: :func:`usable_rows`), wherever they are: the updates to sum and the tallies to sum
+        beside them (``step/tally``, one value per row), pure."""
+        return self.aggregator.apply(rows, prep.chain)
+
+    def finish_from_sum(
+        self, prep: RoundPrep, total: Updates, users: int, tallies: Mapping[str, float]
+    ) -> RoundOutcome:
+        """The rest of the round from the sum of :meth:`per_user` over the ``users`` whose updates it holds (summed
+        in process, across workers or by a secure sum) and their ``tallies`` summed. The per-user diagnostics stay
+        where the users were."""
+        return self._finish(prep, UserSum(Cohort([total], prep.params), users, tallies), {})
+
+    def aggregate(
+        self,
+        params: Params,
+        updates: Sequence[Mapping[str, UpdateValue]],
+        state: StepState,
+        round_index: int,
+        *,
+        sampled: int | None = None,
+        public_updates: Sequence[Updates] = (),
+    ) -> RoundOutcome:
+        """Aggregate the replies of one round in process: :meth:`prepare_round`, :meth:`per_user` on the usable
+        rows, and :meth:`finish_from_sum` of their sum, formed by the cut in one pass. Unusable replies (NaN/Inf,
+        wrong keys or shapes) and missing ones (``sampled`` users were asked, default ``len(updates)``) contribute
+        nothing: the mechanism and its accounting stay those of the sampled cohort. The steps get the usable
+        updates as a :class:`~fedpub.cohort_updates.Cohort` (never stacked unless a step asks)."""
+        sampled = len(updates) if sampled is None else sampled
+        prep = self.prepare_round(params, state, round_index, sampled=sampled, public_updates=public_updates)
+        return self.finish_from_users(prep, self.per_user(usable_rows(updates, params), prep))
+
+    def finish_from_users(self, prep: RoundPrep, mapped: Mapped) -> RoundOutcome:
+        """The rest of the round from the per-user part of the users in process (:meth:`per_user`), their rows
+        summed by the cut (the same values as :meth:`finish_from_sum` of their sum formed in the same order)."""
+        total = UserSum(mapped.updates, len(mapped.updates), mapped.tally_sums())
+        return self._finish(prep, total, mapped.diagnostics)
+
+    def _finish(self, prep: RoundPrep, total: UserSum, diagnostics: Mapping[str, float]) -> RoundOutcome:
+        result = self.aggregator.finish(total, prep.chain, diagnostics=diagnostics)
         metrics = dict(result.metrics)
         if self.public_cohort:
-            metrics["public_cohort_used"] = float(len(public_rows))
+            metrics["public_cohort_used"] = float(prep.chain.ctx.num_public)
+        sampled = prep.chain.ctx.cohort_size
         diagnostics = {
-            **result.diagnostics, "cohort_sampled": float(sampled), "cohort_failed": float(sampled - len(rows))
+            **result.diagnostics, "cohort_sampled": float(sampled), "cohort_failed": float(sampled - total.users)
         }
-        new_params = tree.add(params, result.updates)
+        new_params = tree.add(prep.params, result.updates)
         return RoundOutcome(
             new_params, result.state, metrics, round_event(self.sampling, result.events), diagnostics
         )

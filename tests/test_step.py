@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedpub.privacy.events import PoissonSampling
-from fedpub.step import EmptyState, Releases, Step, chain, named_chain, stateless
+from fedpub.step import EmptyState, Prepared, Releases, Step, after_sum_step, chain, named_chain, user_step
 from fedpub.steps.aggregate import aggregate
 from fedpub.strategy import StrategyCore
 from fedpub.types import ROUND_INPUTS, RoundContext, StepResult
@@ -22,7 +22,7 @@ def _adder(amount: float, output: str | None = None) -> Step:
         outputs = {output: amount} if output else {}
         return StepResult(out, {"calls": state["calls"] + 1}, {"added": amount}, outputs=outputs)
 
-    return Step(init, update, optional_inputs=("offset",), outputs=(output,) if output else ())
+    return after_sum_step(update, init=init, optional_inputs=("offset",), outputs=(output,) if output else ())
 
 
 def _reader(required: tuple[str, ...] = (), optional: tuple[str, ...] = (), writes: tuple[str, ...] = ()) -> Step:
@@ -31,7 +31,7 @@ def _reader(required: tuple[str, ...] = (), optional: tuple[str, ...] = (), writ
     def update(updates, state: EmptyState, *, ctx, **given):
         return StepResult(updates, state, dict.fromkeys(given, 1.0), outputs=dict.fromkeys(writes, 0.0))
 
-    return stateless(update, inputs=required, optional_inputs=optional, outputs=writes)
+    return after_sum_step(update, inputs=required, optional_inputs=optional, outputs=writes)
 
 
 def test_named_chain_runs_in_order_and_feeds_outputs_forward():
@@ -104,11 +104,11 @@ def test_a_required_input_missing_at_run_time_and_an_undeclared_output_are_refus
     def update(updates, state, *, ctx):
         return StepResult(updates, state, outputs={"clip_norm": 1.0} if ctx.round else {})
 
-    sometimes = stateless(update, outputs=("clip_norm",))
+    sometimes = after_sum_step(update, outputs=("clip_norm",))
     step = named_chain(("clip", sometimes), ("noise", _reader(required=("clip_norm",))))
     with pytest.raises(ValueError, match=r"step 'noise' requires \['clip_norm'\], which no earlier step gave"):
         step.update({}, step.init({}), ctx=CTX)
-    undeclared = named_chain(("clip", stateless(update)))
+    undeclared = named_chain(("clip", after_sum_step(update)))
     with pytest.raises(ValueError, match=r"step 'clip' gave the outputs \['clip_norm'\], which it does not declare"):
         undeclared.update({}, undeclared.init({}), ctx=RoundContext(**{**CTX.__dict__, "round": 1}))
 
@@ -121,7 +121,10 @@ def test_a_chain_takes_only_the_round_inputs():
 
 
 def test_the_strategy_core_gives_the_steps_every_round_input():
-    probe = named_chain(("probe", _reader(optional=tuple(ROUND_INPUTS))), ("aggregate", aggregate()))
+    def prepare(like, state, *, ctx, **given):
+        return Prepared(state, metrics=dict.fromkeys(given, 1.0))
+
+    probe = named_chain(("probe", user_step(prepare, optional_inputs=tuple(ROUND_INPUTS))), ("aggregate", aggregate()))
     core = StrategyCore("probe", probe, PoissonSampling(0.5), population=10, seed=0)
     params = {"w": torch.zeros(2)}
     outcome = core.aggregate(params, [{"w": torch.ones(2)}], core.init(params), 0, public_updates=[params])
@@ -149,10 +152,10 @@ def test_the_chain_declares_its_steps_releases_in_order_feeding_declared_outputs
 
     plain = _adder(0.0)
     step = named_chain(
-        ("schedule", Step(plain.init, plain.update, outputs=("noise_multiplier",), releases=schedule)),
+        ("schedule", after_sum_step(plain.update, init=plain.init, outputs=("noise_multiplier",), releases=schedule)),
         ("plain", plain),
-        ("noise", Step(plain.init, plain.update, optional_inputs=("noise_multiplier",), releases=noise)),
-        ("count", Step(plain.init, plain.update, releases=count)),
+        ("noise", after_sum_step(plain.update, init=plain.init, optional_inputs=("noise_multiplier",), releases=noise)),
+        ("count", after_sum_step(plain.update, init=plain.init, releases=count)),
     )
     assert step.releases(0) == Releases((g(0.5), g(9.0)), {"noise_multiplier": 0.5})
     assert step.releases(1) == Releases((g(2.0), g(9.0)), {})

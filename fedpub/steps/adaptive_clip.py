@@ -4,7 +4,9 @@
 Each round clips to C_t, releases the noisy count of users whose update norm was at most C_t
 (sensitivity 1 under add/remove, Gaussian noise of std σ_b: ``GaussianDpEvent(σ_b)``) and moves
 the norm geometrically: C_{t+1} = C_t · exp(−η (b̃_t − γ)), with b̃_t the noisy unclipped fraction
-(count ÷ the expected cohort m). The round's noise uses C_t (the ``clip_norm`` output), not C_{t+1}.
+(count ÷ the expected cohort m). The round's noise uses C_t (the ``clip_norm`` output), not C_{t+1}. Per user
+the step clips to C_t and tallies the bit ‖Δ_k‖ ≤ C_t beside the update; after the sum it noises the summed
+bits and moves C.
 With ``secure_sampler`` the count's noise is added by OpenDP (:mod:`fedpub.privacy.secure_noise`), like the
 mean's in :mod:`fedpub.steps.gaussian_noise`.
 """
@@ -17,12 +19,15 @@ from typing import TypedDict
 import dp_accounting
 import torch
 
+from collections.abc import Mapping
+from typing import Any
+
 from fedpub.cohort_updates import Cohort
 from fedpub.privacy.secure_noise import add_secure_gaussian, require_secure_sampler
 from fedpub.seeding import torch_generator
-from fedpub.step import Releases, Step
+from fedpub.step import Finished, Mapped, Prepared, Releases, Step, UserSum, user_step
 from fedpub.steps.clip import clip_factors, norm_diagnostics
-from fedpub.types import Params, RoundContext, StepResult
+from fedpub.types import Params, RoundContext
 
 
 class AdaptiveClipState(TypedDict):
@@ -57,29 +62,32 @@ def adaptive_clip(
         rng = torch_generator(seed, "adaptive_clip").get_state()
         return AdaptiveClipState(clip_norm=float(initial_clip_norm), rng=rng)
 
-    def update(updates: Cohort, state: AdaptiveClipState, *, ctx: RoundContext) -> StepResult:
+    def prepare(like: Params, state: AdaptiveClipState, *, ctx: RoundContext) -> Prepared:
         c = state["clip_norm"]
+        return Prepared(state, {"clip_norm": c}, {"clip_norm": c}, {"clip_norm": c})
+
+    def apply(updates: Cohort, values: Mapping[str, Any]) -> Mapped:
+        c = values["clip_norm"]
         norms = updates.norms()
+        unclipped = (norms <= c).double()
+        return Mapped(updates.scale(clip_factors(norms, c)), {"unclipped": unclipped}, norm_diagnostics(norms, c))
+
+    def finish(total: UserSum, state: AdaptiveClipState, *, ctx: RoundContext, values: Mapping[str, Any]) -> Finished:
+        c = state["clip_norm"]
         gen = torch.Generator()
         gen.set_state(state["rng"])
-        count = float((norms <= c).sum())
+        count = total.tallies["unclipped"]
         if secure_sampler:
             noisy_count = float(add_secure_gaussian(torch.tensor([count], dtype=torch.float64), count_noise_std))
         else:
             noisy_count = count + float(torch.normal(0.0, 1.0, size=(), generator=gen)) * count_noise_std
         unclipped_fraction = noisy_count / ctx.expected_cohort
         next_c = c * math.exp(-learning_rate * (unclipped_fraction - target_quantile))
-        metrics = {"clip_norm": c, "next_clip_norm": next_c, "noisy_unclipped_fraction": unclipped_fraction}
-        return StepResult(
-            updates.scale(clip_factors(norms, c)),
-            AdaptiveClipState(clip_norm=next_c, rng=gen.get_state()),
-            metrics,
-            (dp_accounting.GaussianDpEvent(count_noise_std),),
-            outputs={"clip_norm": c},
-            diagnostics=norm_diagnostics(norms, c),
-        )
+        metrics = {"next_clip_norm": next_c, "noisy_unclipped_fraction": unclipped_fraction}
+        return Finished(AdaptiveClipState(clip_norm=next_c, rng=gen.get_state()), metrics,
+                        (dp_accounting.GaussianDpEvent(count_noise_std),))
 
     def releases(round_index: int) -> Releases:
         return Releases((dp_accounting.GaussianDpEvent(count_noise_std),))
 
-    return Step(init, update, outputs=("clip_norm",), releases=releases)
+    return user_step(prepare, apply=apply, finish=finish, init=init, outputs=("clip_norm",), releases=releases)

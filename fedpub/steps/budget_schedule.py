@@ -2,14 +2,14 @@
 private model training?", Table 2): the rounds in ``boosted_rounds`` use the smaller noise
 multiplier ``boosted_noise_multiplier`` (handed to the noise step as the ``noise_multiplier``
 output, and declared so: the planned run, which calibration prices, has the boosted rounds); the other rounds
-keep the calibrated z, chosen so the composition reaches the target ε.
+keep the calibrated z, chosen so the composition reaches the target ε. A per-user step that only prepares (the
+updates pass unchanged).
 """
 
 from __future__ import annotations
 
-from fedpub.cohort_updates import Cohort
-from fedpub.step import EmptyState, Releases, Step, stateless
-from fedpub.types import RoundContext, StepResult
+from fedpub.step import EmptyState, Prepared, Releases, Step, user_step
+from fedpub.types import Params, RoundContext
 
 
 def budget_schedule(boosted_rounds: range, boosted_noise_multiplier: float) -> Step:
@@ -17,12 +17,12 @@ def budget_schedule(boosted_rounds: range, boosted_noise_multiplier: float) -> S
     if not boosted_noise_multiplier > 0:
         raise ValueError(f"boosted_noise_multiplier must be > 0, got {boosted_noise_multiplier}")
 
-    def update(updates: Cohort, state: EmptyState, *, ctx: RoundContext) -> StepResult:
+    def prepare(like: Params, state: EmptyState, *, ctx: RoundContext) -> Prepared:
         boosted = ctx.round in boosted_rounds
         outputs = {"noise_multiplier": boosted_noise_multiplier} if boosted else {}
-        return StepResult(updates, state, {"boosted": float(boosted)}, outputs=outputs)
+        return Prepared(state, outputs=outputs, metrics={"boosted": float(boosted)})
 
     def releases(round_index: int) -> Releases:
         return Releases(outputs={"noise_multiplier": boosted_noise_multiplier} if round_index in boosted_rounds else {})
 
-    return stateless(update, outputs=("noise_multiplier",), releases=releases)
+    return user_step(prepare, outputs=("noise_multiplier",), releases=releases)

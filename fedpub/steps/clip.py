@@ -1,7 +1,8 @@
 """Per-user L2 clipping with a fixed norm: the sensitivity bound of user-level DP-FedAvg.
 
 Each row of the cohort's updates is scaled by min(1, C / ||Δ_k||) (McMahan et al. 2018,
-"Learning differentially private recurrent language models"). C lives in the state, so an
+"Learning differentially private recurrent language models"): a per-user step whose map reads only C
+(:func:`clip_rows`, shared by the steps that clip to a C of their own). C lives in the state, so an
 adaptive-clipping step can replace it; the step hands C to later steps as the output ``clip_norm``.
 """
 
@@ -12,9 +13,12 @@ from typing import TypedDict
 
 import torch
 
+from collections.abc import Mapping
+from typing import Any
+
 from fedpub.cohort_updates import Cohort
-from fedpub.step import Step
-from fedpub.types import Params, RoundContext, StepResult
+from fedpub.step import Mapped, Prepared, Step, user_step
+from fedpub.types import Params, RoundContext
 
 
 class ClipState(TypedDict):
@@ -43,6 +47,13 @@ def norm_diagnostics(norms: torch.Tensor, clip_norm: float) -> dict[str, float]:
     }
 
 
+def clip_rows(updates: Cohort, values: Mapping[str, Any]) -> Mapped:
+    """Every row clipped to the ``clip_norm`` of ``values``, with the norms' diagnostics."""
+    c = values["clip_norm"]
+    norms = updates.norms()
+    return Mapped(updates.scale(clip_factors(norms, c)), diagnostics=norm_diagnostics(norms, c))
+
+
 def clip(clip_norm: float) -> Step:
     """Clip every client's update to L2 norm ``clip_norm`` (``math.inf`` disables clipping)."""
     if not clip_norm > 0:
@@ -51,13 +62,8 @@ def clip(clip_norm: float) -> Step:
     def init(params: Params) -> ClipState:
         return ClipState(clip_norm=float(clip_norm))
 
-    def update(updates: Cohort, state: ClipState, *, ctx: RoundContext) -> StepResult:
+    def prepare(like: Params, state: ClipState, *, ctx: RoundContext) -> Prepared:
         c = state["clip_norm"]
-        norms = updates.norms()
-        clipped = updates.scale(clip_factors(norms, c))
-        return StepResult(
-            clipped, ClipState(clip_norm=c), {"clip_norm": c}, outputs={"clip_norm": c},
-            diagnostics=norm_diagnostics(norms, c),
-        )
+        return Prepared(ClipState(clip_norm=c), {"clip_norm": c}, {"clip_norm": c}, {"clip_norm": c})
 
-    return Step(init, update, outputs=("clip_norm",))
+    return user_step(prepare, apply=clip_rows, init=init, outputs=("clip_norm",))

@@ -28,7 +28,7 @@ import torch
 from fedpub.noise_prefetch import draw_normals, prefetch_normals, standard_normals
 from fedpub.privacy.secure_noise import add_secure_gaussian, require_secure_sampler
 from fedpub.seeding import torch_generator
-from fedpub.step import Releases, Step
+from fedpub.step import Releases, Step, after_sum_step
 from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
@@ -114,4 +114,5 @@ def gaussian_noise(
         z = default_noise_multiplier if noise_multiplier is None else noise_multiplier
         return Releases((dp_accounting.GaussianDpEvent(z),))
 
-    return Step(init, update, inputs=("clip_norm",), optional_inputs=("noise_multiplier",), releases=releases)
+    return after_sum_step(update, init=init, inputs=("clip_norm",), optional_inputs=("noise_multiplier",),
+                          releases=releases)

@@ -19,7 +19,7 @@ import math
 import torch
 
 from fedpub import tree
-from fedpub.step import EmptyState, Step, stateless
+from fedpub.step import EmptyState, Step, after_sum_step
 from fedpub.types import RoundContext, StepResult, Updates
 
 
@@ -44,7 +44,7 @@ def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
         mixed = tree.add(tree.scale(updates, alpha), tree.scale(public_mean, 1 - alpha))
         return StepResult(mixed, state, {"alpha": alpha})
 
-    return stateless(update, optional_inputs=("public_mean",))
+    return after_sum_step(update, optional_inputs=("public_mean",))
 
 
 def quadratic_mirror(preconditioner: torch.Tensor) -> Step:
@@ -70,4 +70,4 @@ def quadratic_mirror(preconditioner: torch.Tensor) -> Step:
         mapped = (preconditioner @ flat).split([v.numel() for v in updates.values()])
         return StepResult({k: m.view_as(v) for (k, v), m in zip(updates.items(), mapped)}, state, {})
 
-    return stateless(update)
+    return after_sum_step(update)

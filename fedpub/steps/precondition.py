@@ -12,21 +12,22 @@ update A = 1. Public-statistics A is scaled to mean 1 over all coordinates: the 
 model updates, not of gradients, so only their relative sizes are meaningful, and the clip norm and
 learning rates keep the scale they have without preconditioning. Placement "server" divides every private update, and the public mean, by A before
 clipping; placement "client" leaves the updates as they are, because each client already divided
-its local gradients by the A of :func:`current_preconditioner` (Alg. 3). A = 1 is DP-FedAvg.
+its local gradients by the A of :func:`current_preconditioner` (Alg. 3). A = 1 is DP-FedAvg. The step prepares
+A from its state and the public updates; at the server placement its per-user map divides by A.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Literal, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
 
 import torch
 
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
-from fedpub.step import Step
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.step import Mapped, Prepared, Step, user_step
+from fedpub.types import Params, RoundContext, Updates
 
 
 class PublicStatistics(TypedDict):
@@ -75,14 +76,14 @@ def precondition(
             raise ValueError("the static preconditioner must have the parameters' names and shapes")
         return SideInformation(static=tree.clone(static))
 
-    def update(
-        updates: Cohort,
+    def prepare(
+        like: Params,
         state: PreconditionState,
         *,
         ctx: RoundContext,
         public_updates: Cohort | None = None,
         public_mean: Updates | None = None,
-    ) -> StepResult:
+    ) -> Prepared:
         used = 0 if public_updates is None else len(public_updates)
         if "static" not in state and used:
             stacked = public_updates.stacked().items()
@@ -97,7 +98,6 @@ def precondition(
             a = tree.map_tree(torch.ones_like, state["v"])
         outputs: dict[str, Updates] = {"preconditioner": a}
         if placement == "server":
-            updates = updates.map(lambda row: {k: v / a[k] for k, v in row.items()})
             if public_mean is not None:
                 outputs["public_mean"] = {k: v / a[k] for k, v in public_mean.items()}
         values = torch.cat([x.detach().flatten().double() for x in a.values()])
@@ -107,10 +107,15 @@ def precondition(
             "preconditioner_mean": float(values.mean()),
             "public_updates": float(used),
         }
-        return StepResult(updates, state, metrics, outputs=outputs)
+        return Prepared(state, {"preconditioner": a}, outputs, metrics)
+
+    def divide(updates: Cohort, values: Mapping[str, Any]) -> Mapped:
+        a = values["preconditioner"]
+        return Mapped(updates.map(lambda row: {k: v / a[k] for k, v in row.items()}))
 
     declared = ("preconditioner", "public_mean") if placement == "server" else ("preconditioner",)
-    return Step(init, update, optional_inputs=("public_updates", "public_mean"), outputs=declared)
+    return user_step(prepare, apply=divide if placement == "server" else None, init=init,
+                     optional_inputs=("public_updates", "public_mean"), outputs=declared)
 
 
 def current_preconditioner(state: PreconditionState) -> Updates | None:

@@ -29,7 +29,8 @@ this run's own noise. The clip test reads no noise (C_t means the same in both),
 
 Δ̄_pub is public, so the schedule costs no privacy; the accountant composes the rounds' different z_t. The
 step declares z_0 for every round (the later z_t depend on the public users): the planned run is one of
-constant noise, and the round driver prices each round's actual z_t before releasing it.
+constant noise, and the round driver prices each round's actual z_t before releasing it. The schedule reads
+only public users, so the step prepares everything before the sum; per user it clips to C_t.
 """
 
 from __future__ import annotations
@@ -38,10 +39,9 @@ import math
 from typing import TypedDict
 
 from fedpub import tree
-from fedpub.cohort_updates import Cohort
-from fedpub.step import Releases, Step
-from fedpub.steps.clip import clip_factors, norm_diagnostics
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.step import Prepared, Releases, Step, user_step
+from fedpub.steps.clip import clip_rows
+from fedpub.types import Params, RoundContext, Updates
 
 
 def tcdp_rho(epsilon: float, delta: float) -> float:
@@ -101,16 +101,14 @@ def public_schedule(
     def init(params: Params) -> ScheduleState:
         return ScheduleState(clip_norm=float(initial_clip_norm), noise_multiplier=float(initial_noise_multiplier))
 
-    def update(
-        updates: Cohort,
+    def prepare(
+        like: Params,
         state: ScheduleState,
         *,
         ctx: RoundContext,
         public_mean: Updates | None = None,
-    ) -> StepResult:
+    ) -> Prepared:
         c, z = state["clip_norm"], state["noise_multiplier"]
-        norms = updates.norms()
-        clipped = updates.scale(clip_factors(norms, c))
         next_c, next_z, public_norm = c, z, math.nan
         if public_mean is not None:
             public_norm = float(tree.global_norm(public_mean))
@@ -127,16 +125,15 @@ def public_schedule(
             "next_noise_multiplier": next_z,
             "public_norm": public_norm,
         }
-        return StepResult(
-            clipped,
+        return Prepared(
             ScheduleState(clip_norm=next_c, noise_multiplier=next_z),
+            {"clip_norm": c},
+            {"clip_norm": c, "noise_multiplier": z},
             metrics,
-            outputs={"clip_norm": c, "noise_multiplier": z},
-            diagnostics=norm_diagnostics(norms, c),
         )
 
     def releases(round_index: int) -> Releases:
         return Releases(outputs={"noise_multiplier": float(initial_noise_multiplier)})
 
-    return Step(init, update, optional_inputs=("public_mean",), outputs=("clip_norm", "noise_multiplier"),
-                releases=releases)
+    return user_step(prepare, apply=clip_rows, init=init, optional_inputs=("public_mean",),
+                     outputs=("clip_norm", "noise_multiplier"), releases=releases)

@@ -5,18 +5,22 @@ data in privacy preserving machine learning", Alg. 2 and eq. 2).
 every private update before clipping; ``add_center`` adds c_t back to the noisy mean, *outside*
 the noisy sum: Δ̄ = c_t + (Σ_k clip(Δ_k − c_t, C) + N(0, z²C²)) / m. Adding or removing one private
 user then moves the noisy sum by at most C whatever c_t is, and c_t (public) costs no privacy.
-With no public update this round, c_t = 0 and the round is DP-FedAvg.
+With no public update this round, c_t = 0 and the round is DP-FedAvg. ``recenter`` is a per-user step whose
+map reads only c_t (what a device would be sent); ``add_center`` runs after the sum.
 """
 
 from __future__ import annotations
 
 import math
 
+from collections.abc import Mapping
+from typing import Any
+
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
-from fedpub.step import EmptyState, Step, stateless
+from fedpub.step import EmptyState, Mapped, Prepared, Step, after_sum_step, user_step
 from fedpub.steps.clip import clip_factors
-from fedpub.types import RoundContext, StepResult, Updates
+from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
 def recenter(center_clip: float = math.inf) -> Step:
@@ -24,23 +28,26 @@ def recenter(center_clip: float = math.inf) -> Step:
     if not center_clip > 0:
         raise ValueError(f"center_clip must be > 0 (or inf), got {center_clip}")
 
-    def update(
-        updates: Cohort,
+    def prepare(
+        like: Params,
         state: EmptyState,
         *,
         ctx: RoundContext,
         public_mean: Updates | None = None,
-    ) -> StepResult:
+    ) -> Prepared:
         if public_mean is None:
-            center = updates.zeros()
+            center = tree.zeros_like(like)
         else:
             factor = clip_factors(tree.global_norm(public_mean).reshape(1), center_clip)
             center = tree.scale(public_mean, float(factor))
-        shifted = updates.map(lambda row: tree.sub(row, center))
         metrics = {"center_norm": float(tree.global_norm(center))}
-        return StepResult(shifted, state, metrics, outputs={"center": center})
+        return Prepared(state, {"center": center}, {"center": center}, metrics)
 
-    return stateless(update, optional_inputs=("public_mean",), outputs=("center",))
+    def apply(updates: Cohort, values: Mapping[str, Any]) -> Mapped:
+        center = values["center"]
+        return Mapped(updates.map(lambda row: tree.sub(row, center)))
+
+    return user_step(prepare, apply=apply, optional_inputs=("public_mean",), outputs=("center",))
 
 
 def add_center(extended: bool = False) -> Step:
@@ -61,4 +68,4 @@ def add_center(extended: bool = False) -> Step:
             mean = tree.add(tree.scale(mean, m / (m + k)), tree.scale(public_mean, k / (m + k)))
         return StepResult(mean, state)
 
-    return stateless(update, inputs=("center",), optional_inputs=("public_mean",))
+    return after_sum_step(update, inputs=("center",), optional_inputs=("public_mean",))

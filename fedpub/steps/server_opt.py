@@ -12,7 +12,7 @@ from typing import TypedDict
 import torch
 
 from fedpub import tree
-from fedpub.step import EmptyState, Step, stateless
+from fedpub.step import EmptyState, Step, after_sum_step
 from fedpub.types import Params, RoundContext, StepResult, Updates
 
 
@@ -46,7 +46,7 @@ def server_sgd(lr: float, momentum: float = 0.0) -> Step:
         velocity = tree.add(tree.scale(state["velocity"], momentum), updates)
         return StepResult(tree.scale(velocity, lr), MomentumState(velocity=velocity))
 
-    return Step(init, update) if momentum else stateless(plain)
+    return after_sum_step(update, init=init) if momentum else after_sum_step(plain)
 
 
 def server_adam(lr: float, beta1: float = 0.9, beta2: float = 0.99, eps: float = 1e-3) -> Step:
@@ -68,4 +68,4 @@ def server_adam(lr: float, beta1: float = 0.9, beta2: float = 0.99, eps: float =
         }
         return StepResult(increment, AdamState(m=m, v=v, count=count))
 
-    return Step(init, update)
+    return after_sum_step(update, init=init)

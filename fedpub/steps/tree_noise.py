@@ -36,7 +36,7 @@ import torch
 
 from fedpub import tree
 from fedpub.seeding import torch_generator
-from fedpub.step import Releases, Step
+from fedpub.step import Releases, Step, after_sum_step
 from fedpub.steps.gaussian_noise import standard_normal
 from fedpub.types import Params, RoundContext, StepResult, Updates
 
@@ -123,4 +123,5 @@ def tree_noise(noise_multiplier: float, seed: int, *, rounds_per_tree: int, roun
         _refuse_schedule(noise_multiplier)
         return Releases(tree_event(round_index))
 
-    return Step(init, update, inputs=("clip_norm",), optional_inputs=("noise_multiplier",), releases=releases)
+    return after_sum_step(update, init=init, inputs=("clip_norm",), optional_inputs=("noise_multiplier",),
+                          releases=releases)

@@ -2,8 +2,10 @@
 
 :data:`CASES` registers a small valid instance of each factory (several where its configurations differ), with
 the updates and inputs to run it on; a test fails when a factory of ``fedpub/steps/`` has no case. Each case is
-checked for: names declared as its ``update`` takes them; the DP events it declares (``releases``) are the ones
-its ``update`` emits; outputs within the declared ones and metrics that are
+checked for: names declared as its ``update`` (a per-user step's ``prepare``) takes them; the DP events it declares
+(``releases``) are the ones its ``update`` emits; a per-user step's map of one user alone is that user's row of the
+cohort's map (it can run wherever the update is), its tallies summing to the cohort's; a chain that puts a step in
+the wrong phase is refused when built, naming the step; outputs within the declared ones and metrics that are
 floats; the update keeps the parameters' shapes; inputs, parameters and state not mutated; two fresh instances
 give the same round (deterministic from the seed); the state after a round survives ``torch.save``/``torch.load``
 (as checkpoints do) and the next round from the reloaded state equals the next round from the original.
@@ -25,7 +27,7 @@ import torch
 
 import fedpub.steps
 from fedpub.cohort_updates import Cohort
-from fedpub.step import Step
+from fedpub.step import Mapped, Step, named_chain
 from fedpub.steps.adaptive_clip import adaptive_clip
 from fedpub.steps.aggregate import aggregate
 from fedpub.steps.budget_schedule import budget_schedule
@@ -62,47 +64,47 @@ def _spd(size: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Case:
-    """``make()`` builds the step afresh (the same seed each time) from ``factory``; it runs on the cohort
-    (``"cohort"``: the steps before the average) or on one mean update (``"mean"``), with ``inputs(params)`` as
-    its keyword inputs, in a round with ``context`` changed from the default."""
+    """``make()`` builds the step afresh (the same seed each time) from ``factory``; it runs on the cohort (the
+    steps of phase ``per_user`` and the cut) or on one mean update (``after_sum``), as ``phase`` says it declares,
+    with ``inputs(params)`` as its keyword inputs, in a round with ``context`` changed from the default."""
 
     factory: Callable[..., Step]
     make: Callable[[], Step]
-    updates: Literal["cohort", "mean"]
+    phase: Literal["per_user", "cut", "after_sum"]
     inputs: Callable[[Params], dict[str, Any]] = lambda params: {}
     context: dict[str, Any] = field(default_factory=dict)
 
 
 CASES: dict[str, Case] = {
-    "adaptive_clip": Case(adaptive_clip, lambda: adaptive_clip(1.0, 0.5, 0.2, 1.0, seed=3), "cohort"),
-    "aggregate": Case(aggregate, aggregate, "cohort"),
-    "budget_schedule": Case(budget_schedule, lambda: budget_schedule(range(2), 0.5), "cohort"),
-    "clip": Case(clip, lambda: clip(1.0), "cohort"),
+    "adaptive_clip": Case(adaptive_clip, lambda: adaptive_clip(1.0, 0.5, 0.2, 1.0, seed=3), "per_user"),
+    "aggregate": Case(aggregate, aggregate, "cut"),
+    "budget_schedule": Case(budget_schedule, lambda: budget_schedule(range(2), 0.5), "per_user"),
+    "clip": Case(clip, lambda: clip(1.0), "per_user"),
     "gaussian_noise": Case(
-        gaussian_noise, lambda: gaussian_noise(1.3, seed=7), "mean",
+        gaussian_noise, lambda: gaussian_noise(1.3, seed=7), "after_sum",
         lambda params: {"clip_norm": 0.5, "noise_multiplier": 0.9},
     ),
-    "mirror": Case(mirror, lambda: mirror(10, 0.2), "mean", lambda params: {"public_mean": _full(params, 1.0)},
+    "mirror": Case(mirror, lambda: mirror(10, 0.2), "after_sum", lambda params: {"public_mean": _full(params, 1.0)},
                    {"round": 3}),
-    "quadratic_mirror": Case(quadratic_mirror, lambda: quadratic_mirror(_spd(15)), "mean"),  # w (4, 3), b (3)
-    "precondition_server": Case(precondition, lambda: precondition("server"), "cohort", _public),
-    "precondition_client": Case(precondition, lambda: precondition("client"), "cohort",
+    "quadratic_mirror": Case(quadratic_mirror, lambda: quadratic_mirror(_spd(15)), "after_sum"),  # w (4, 3), b (3)
+    "precondition_server": Case(precondition, lambda: precondition("server"), "per_user", _public),
+    "precondition_client": Case(precondition, lambda: precondition("client"), "per_user",
                                 lambda params: {"public_updates": _public(params)["public_updates"]}),
     "precondition_static": Case(
         precondition, lambda: precondition("server", static={"w": torch.full((4, 3), 2.0), "b": torch.ones(3)}),
-        "cohort", _public,
+        "per_user", _public,
     ),
-    "public_schedule": Case(public_schedule, lambda: public_schedule(1.0, 1.2, **SCHEDULE), "cohort",
+    "public_schedule": Case(public_schedule, lambda: public_schedule(1.0, 1.2, **SCHEDULE), "per_user",
                             lambda params: {"public_mean": _full(params, 0.01)}),
-    "recenter": Case(recenter, lambda: recenter(0.5), "cohort", lambda params: {"public_mean": _full(params, 1.0)}),
+    "recenter": Case(recenter, lambda: recenter(0.5), "per_user", lambda params: {"public_mean": _full(params, 1.0)}),
     "add_center": Case(
-        add_center, lambda: add_center(extended=True), "mean",
+        add_center, lambda: add_center(extended=True), "after_sum",
         lambda params: {"center": _full(params, 0.5), "public_mean": _full(params, 1.0)}, {"num_public": 3},
     ),
-    "server_sgd": Case(server_sgd, lambda: server_sgd(1.0), "mean"),
-    "server_sgd_momentum": Case(server_sgd, lambda: server_sgd(0.5, momentum=0.9), "mean"),
-    "server_adam": Case(server_adam, lambda: server_adam(0.1), "mean"),
-    "tree_noise": Case(tree_noise, lambda: tree_noise(1.1, seed=7, rounds_per_tree=4, rounds=8), "mean",
+    "server_sgd": Case(server_sgd, lambda: server_sgd(1.0), "after_sum"),
+    "server_sgd_momentum": Case(server_sgd, lambda: server_sgd(0.5, momentum=0.9), "after_sum"),
+    "server_adam": Case(server_adam, lambda: server_adam(0.1), "after_sum"),
+    "tree_noise": Case(tree_noise, lambda: tree_noise(1.1, seed=7, rounds_per_tree=4, rounds=8), "after_sum",
                        lambda params: {"clip_norm": 0.5}),
 }
 
@@ -165,14 +167,16 @@ def _save_load(state: Any) -> Any:
 
 
 def _round(case: Case, params: Params, stacked: dict[str, torch.Tensor], ctx: RoundContext):
-    updates = cohort(stacked) if case.updates == "cohort" else _full(params, 0.5)
+    updates = _full(params, 0.5) if case.phase == "after_sum" else cohort(stacked)
     return updates, case.inputs(params), dataclasses.replace(ctx, **case.context)
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_declared_names_are_the_keyword_inputs_update_takes(case):
     step = case.make()
-    parameters = inspect.signature(step.update).parameters.values()
+    assert step.phase == case.phase
+    takes = step.user.prepare if step.user is not None else step.cut if step.cut is not None else step.update
+    parameters = inspect.signature(takes).parameters.values()
     assert not [p for p in parameters if p.kind is p.VAR_KEYWORD], "update takes **kwargs: it would hide names"
     keywords = {p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY and p.name != "ctx"}
     assert set(keywords) == set(step.reads)
@@ -221,3 +225,47 @@ def test_the_declared_releases_are_the_events_the_update_emits(case, params, sta
     accepted = inspect.signature(step.releases).parameters
     declared = step.releases(ctx.round, **{n: v for n, v in inputs.items() if n in accepted})
     assert declared.events == tuple(emitted)
+
+
+PER_USER = {name: case for name, case in CASES.items() if case.phase == "per_user"}
+
+
+@pytest.mark.parametrize("case", PER_USER.values(), ids=PER_USER.keys())
+def test_a_per_user_map_of_one_user_alone_is_its_row_of_the_cohorts(case, params, stacked, ctx):
+    """The per-user part runs wherever an update is: one user's update mapped alone (a cohort of one row) is
+    that user's row of the whole cohort's map, and its tallies sum to the cohort's."""
+    updates, inputs, ctx = _round(case, params, stacked, ctx)
+    step = case.make()
+    prepared = step.user.prepare(params, step.init(params), ctx=ctx, **inputs)
+    apply = step.user.apply or (lambda rows, values: Mapped(rows))
+    whole = apply(updates, prepared.values)
+    rows = _snapshot(whole.updates)
+    for k in range(len(updates)):
+        alone = apply(cohort({name: v[k : k + 1] for name, v in stacked.items()}), prepared.values)
+        _assert_equal(_snapshot(alone.updates), {name: v[k : k + 1] for name, v in rows.items()}, f"user {k}")
+        for tally, values in whole.tallies.items():
+            assert torch.equal(alone.tallies[tally], values[k : k + 1]), f"user {k}'s tally {tally}"
+    result = step.update(updates, step.init(params), ctx=ctx, **inputs)
+    _assert_equal(result.updates, whole.updates, "update, the composition of the parts")
+
+
+_MISORDERED = {
+    "mirror before the sum": ((("clip", clip(1.0)), ("mirror", mirror(10)), ("aggregate", aggregate())), "mirror"),
+    "a clip after the sum": ((("aggregate", aggregate()), ("clip", clip(1.0))), "clip"),
+    "noise with no sum": ((("clip", clip(1.0)), ("noise", gaussian_noise(1.0, seed=0))), "noise"),
+    "two sums": ((("clip", clip(1.0)), ("aggregate", aggregate()), ("again", aggregate())), "again"),
+    "a round inside a chain": ((("inner", named_chain(("clip", clip(1.0)), ("aggregate", aggregate()))),), "inner"),
+}
+
+
+@pytest.mark.parametrize("steps, culprit", _MISORDERED.values(), ids=_MISORDERED.keys())
+def test_a_chain_with_a_step_in_the_wrong_phase_is_refused_naming_it(steps, culprit):
+    with pytest.raises(ValueError, match=f"step '{culprit}'"):
+        named_chain(*steps)
+
+
+def test_every_step_declares_a_phase_the_chain_orders():
+    assert {case.make().phase for case in CASES.values()} == {"per_user", "cut", "after_sum"}
+    ordered = named_chain(("recenter", recenter()), ("clip", clip(1.0)), ("aggregate", aggregate()),
+                          ("noise", gaussian_noise(1.0, seed=0)), ("add_center", add_center()), ("mirror", mirror(3)))
+    assert ordered.phase == "round" and ordered.has_cut
