@@ -81,7 +81,7 @@ def _check(parts: tuple[Part, ...]) -> None:
                    *(s for s in p.steers if s not in STEERABLE), *([p.phase] if p.phase not in (None, *PHASES) else [])]
         if unknown:
             raise RegistryError(f"part {p.section!r} names {unknown}; slots: {SLOTS}, transports: {tuple(TRANSPORTS)}, "
-                                f"steerable: {STEERABLE}, phases: {tuple(PHASES)}")
+                                f"steerable: {STEERABLE}, phases: {PHASES}")
         if (p.phase is None) == (not p.steps):
             raise RegistryError(f"part {p.section!r}: a part adds steps to the chain or is a run phase, not both")
         if BASE_RECIPE in p.recipes + p.default_in:
@@ -97,14 +97,6 @@ RECIPE_NAMES: tuple[str, ...] = tuple(dict.fromkeys((BASE_RECIPE, *(r for p in P
 """Every ``strategy.name``."""
 PUBLIC_PARTS: tuple[str, ...] = tuple(p.section for p in PARTS if p.trains_public)
 """The sections that train public users."""
-
-
-def part(section: str) -> Part:
-    """The part of ``section``; a ValueError lists the registered ones."""
-    for p in PARTS:
-        if p.section == section:
-            return p
-    raise ValueError(f"unknown recipe part {section!r}; registered: {', '.join(p.section for p in PARTS)}")
 
 
 def switched_on(recipe: str) -> tuple[str, ...]:

@@ -21,12 +21,9 @@ SLOTS: tuple[str, ...] = (
 STEERABLE: tuple[str, ...] = ("clip_norm", "noise_multiplier")
 """What a part may steer round by round (the private mean's C_t and z_t)."""
 
-PHASES: Mapping[str, str] = {
-    "before_rounds": "before the first round",
-    "across_rounds": "over the rounds' global models",
-    "after_rounds": "after the last round",
-}
-"""When a part that adds no step runs, in words."""
+PHASES: tuple[str, ...] = ("before_rounds", "across_rounds", "after_rounds")
+"""When a part that adds no step runs: before the first round (warm start), over the rounds' global models (model
+average), after the last round (model reuse)."""
 
 TRANSPORTS: Mapping[str, str] = {
     "in_process": "the in-process engine (fedpub run --backend inprocess)",

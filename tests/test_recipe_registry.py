@@ -21,6 +21,7 @@ from fedpub.strategies.compose import strategy_steps
 from fedpub.strategies.flower import FedpubStrategy
 
 BASE = {"clip_norm": 1.0, "noise_multiplier": 1.0}
+MIRROR = next(p for p in recipe_registry.PARTS if p.section == "mirror")
 
 
 def _recipe_sections() -> list[str]:
@@ -87,8 +88,7 @@ def test_a_new_part_is_chained_by_its_slot_and_two_parts_in_one_slot_are_refused
     ctx = BuildContext(config, PoissonSampling(0.1), 100, 1.0, 0, 5)
     names = [name for name, _ in strategy_steps(ctx)]
     assert names == ["recenter", "clip", "aggregate", "noise", "add_center", "mirror", "server_opt"]
-    clashing = dataclasses.replace(recipe_registry.part("mirror"),
-                                   steps={"recenter": "fedpub.strategies.dope:recenter_steps"})
+    clashing = dataclasses.replace(MIRROR, steps={"recenter": "fedpub.strategies.dope:recenter_steps"})
     monkeypatch.setattr(recipe_registry, "PARTS", tuple(clashing if p.section == "mirror" else p
                                                         for p in recipe_registry.PARTS))
     with pytest.raises(ValueError, match="strategy.recenter and strategy.mirror both fill the chain's `recenter` step"):
@@ -96,6 +96,6 @@ def test_a_new_part_is_chained_by_its_slot_and_two_parts_in_one_slot_are_refused
 
 
 def test_a_declaration_that_names_an_unknown_slot_or_transport_is_refused():
-    bad = dataclasses.replace(recipe_registry.part("mirror"), transports=("in_process", "carrier_pigeon"))
+    bad = dataclasses.replace(MIRROR, transports=("in_process", "carrier_pigeon"))
     with pytest.raises(recipe_registry.RegistryError, match="part 'mirror' names \\['carrier_pigeon'\\]"):
         recipe_registry._check((*recipe_registry.PARTS[:3], bad))
