@@ -17,6 +17,7 @@ import pydantic
 import yaml
 from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
+from fedpub import recipe_registry
 from fedpub.config_section import Section
 from fedpub.data import registry
 from fedpub.data.spec import PUBLIC_POOLS
@@ -321,29 +322,11 @@ class ModelAverageConfig(Section):
     decay: float = Field(0.9, gt=0, lt=1, description="ema: avg ← decay·avg + (1−decay)·w")
 
 
-RECIPE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "dp_fedavg": (),
-    "dope": ("recenter",),
-    "adadps": ("precondition",),
-    "pda_dpmd": ("mirror",),
-    "ppsgd": ("public_schedule", "model_reuse"),
-    "dp_ftrl": ("tree_aggregation",),
-}
-"""Each recipe name and the sections it switches on (with their defaults when left out or null): what the recipe is."""
-
-RECIPE_DEFAULTS: dict[str, tuple[str, ...]] = {
-    "pda_dpmd": ("warm_start",),
-}
-"""Each recipe name and the sections it turns on by default (with their defaults) when the key is left out: an
-explicit ``null`` turns one off (PDA-DPMD's Algorithm 1 pretrains on public data, line 1; ``warm_start: null``
-runs it cold). A resolved config writes the null, so it reads back the same."""
-
-
 class StrategyConfig(Section):
     """User-level DP-FedAvg (McMahan et al. 2018) plus the public-data parts, which compose: a recipe
     ``name`` switches its own section on, and any section may be added to any recipe."""
 
-    name: Literal["dp_fedavg", "dope", "adadps", "pda_dpmd", "ppsgd", "dp_ftrl"] = "dp_fedavg"
+    name: Literal[recipe_registry.RECIPE_NAMES] = recipe_registry.BASE_RECIPE
     clip_norm: float = Field(
         1.0, gt=0, allow_inf_nan=True, description="L2 clip of each user's update; .inf = off (with z = 0: FedAvg)"
     )
@@ -377,17 +360,18 @@ class StrategyConfig(Section):
         if not isinstance(raw, dict):
             return raw
         filled = dict(raw)
-        name = filled.get("name", "dp_fedavg")
-        for section in RECIPE_SECTIONS.get(name, ()) if isinstance(name, str) else ():
+        name = filled.get("name", recipe_registry.BASE_RECIPE)
+        for section in recipe_registry.switched_on(name) if isinstance(name, str) else ():
             if filled.get(section) is None:
                 filled[section] = {}
-        for section in RECIPE_DEFAULTS.get(name, ()) if isinstance(name, str) else ():
+        for section in recipe_registry.on_by_default(name) if isinstance(name, str) else ():
             if section not in filled:
                 filled[section] = {}
         sampling = filled.get("sampling", cls.model_fields["sampling"].default.model_dump(exclude={"kind"}))
-        if filled.get("tree_aggregation") is not None and isinstance(sampling, dict) and "kind" not in sampling:
-            filled["sampling"] = {**sampling, "kind": "epoch_blocks"}  # the default cohort rule of a tree
-        if "public_clients_per_round" not in filled and _needs_public_cohort(filled):
+        kinds = [p.sampling_kind for p in recipe_registry.active(filled) if p.sampling_kind is not None]
+        if kinds and isinstance(sampling, dict) and "kind" not in sampling:
+            filled["sampling"] = {**sampling, "kind": kinds[0]}  # the cohort rule the part needs, by default
+        if "public_clients_per_round" not in filled and recipe_registry.public_cohort(filled):
             filled["public_clients_per_round"] = 10
         return filled
 
@@ -397,18 +381,18 @@ class StrategyConfig(Section):
             raise ValueError("give exactly one of noise_multiplier or target_epsilon")
         if math.isinf(self.clip_norm) and (self.noise_multiplier or self.target_epsilon):
             raise ValueError("an infinite clip_norm only goes with noise_multiplier: 0")
-        steering = [s for s in ("adaptive_clip", "public_schedule", "budget_schedule") if getattr(self, s)]
+        steering = recipe_registry.steering(self)
         if len(steering) > 1:
             raise ValueError(f"{' and '.join(steering)} both set the round's clip or noise: choose one")
-        if self.tree_aggregation is not None:
-            if steering:
-                raise ValueError(f"tree_aggregation noises a whole tree with one C and one z: remove {steering[0]}")
-            if self.sampling.kind != "epoch_blocks":
-                raise ValueError(f"tree_aggregation needs each user at most once per tree: sampling.kind must be "
-                                 f"epoch_blocks, got {self.sampling.kind}")
-        if _needs_public_cohort(self.model_dump()) and self.public_clients_per_round == 0:
-            raise ValueError("public_clients_per_round is 0, but recenter/mirror/public_schedule/precondition "
-                             "(source public) train public users each round")
+        for part in recipe_registry.active(self):
+            if part.needs_fixed is not None and steering:
+                raise ValueError(f"{part.section} {part.needs_fixed}: remove {steering[0]}")
+            if part.sampling_kind is not None and self.sampling.kind != part.sampling_kind:
+                raise ValueError(f"{part.section} {part.sampling_why}: sampling.kind must be {part.sampling_kind}, "
+                                 f"got {self.sampling.kind}")
+        public = recipe_registry.public_cohort(self)
+        if public and self.public_clients_per_round == 0:
+            raise ValueError(f"public_clients_per_round is 0, but {'/'.join(public)} train public users each round")
         pre = self.precondition
         if pre and pre.source == "public" and pre.placement == "client" and (self.recenter or self.mirror):
             raise ValueError(
@@ -417,12 +401,6 @@ class StrategyConfig(Section):
                 "recenter or mirror"
             )
         return self
-
-
-def _needs_public_cohort(section: dict) -> bool:
-    precondition = section.get("precondition")
-    public_statistics = isinstance(precondition, dict) and precondition.get("source", "public") == "public"
-    return public_statistics or any(section.get(s) is not None for s in ("recenter", "mirror", "public_schedule"))
 
 
 class PrivacyConfig(Section):
@@ -573,7 +551,7 @@ def _check_public_users(config: ExperimentConfig) -> None:
     """A recipe that trains public users needs some: data.public (a fraction, or the dataset's held-out split), or
     the server's own users when the private users are nodes."""
     strategy, public = config.strategy, config.data.public
-    needs = [n for n in ("warm_start", "model_reuse") if getattr(strategy, n) is not None]
+    needs = recipe_registry.public_phases(strategy)
     if strategy.public_clients_per_round:
         needs.insert(0, f"public_clients_per_round ({strategy.public_clients_per_round})")
     has_public = public.pool == "heldout" or public.fraction > 0 or config.flower.private_users == "nodes"

@@ -34,6 +34,7 @@ from typing import Any
 from fedpub.clients.round_training import train_users
 from fedpub.data.cache import CachedClients
 from fedpub.noise_prefetch import cancel_prefetch, core_left_for_draws
+from fedpub.recipe_registry import check_transport
 from fedpub.round_driver import CohortsKeepFailing
 from fedpub.types import Params, Updates
 from fedpub.simulations.experiment import Experiment
@@ -98,6 +99,7 @@ def run_in_process(
     ``on_resume(k)`` is called (and ``log`` told) when a checkpointed run resumes from round k. A run the
     directory holds finished is not run again: its result comes back with ``already_finished``.
     SIGINT/SIGTERM stop the run at the end of its round, checkpointed (:class:`RunInterrupted`)."""
+    check_transport(experiment.config.strategy, "in_process")
     if tune_allocator:
         keep_freed_memory()
     session = RunSession(experiment, run_dir, fresh=fresh)

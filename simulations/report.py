@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from fedpub import recipe_registry  # noqa: E402
 from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
 
 if TYPE_CHECKING:
@@ -49,11 +50,6 @@ NEIGHBOURS = {
 }
 """The neighbouring relations of fedpub's cohort rules, in words."""
 
-PUBLIC_PARTS = (
-    "recenter", "precondition", "mirror", "public_schedule", "budget_schedule", "warm_start", "model_reuse",
-    "model_average",
-)
-
 
 def write_summary(
     path: Path,
@@ -67,7 +63,7 @@ def write_summary(
     cfg = experiment.config
     strategy = experiment.strategy
     metric = experiment.task.headline
-    parts = [name for name in PUBLIC_PARTS if getattr(cfg.strategy, name) is not None]
+    parts = [name for name in recipe_registry.PUBLIC_PARTS if getattr(cfg.strategy, name) is not None]
     moving_clip = cfg.strategy.adaptive_clip is not None or cfg.strategy.public_schedule is not None
     lines = [
         f"# Run `{cfg.name}`",

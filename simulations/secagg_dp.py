@@ -29,8 +29,8 @@ nothing wraps. The error of the sum is under k·2c/T per coordinate (k survivors
 
 What the server still sees in the clear: which users were sampled and which dropped, nothing per user
 (the reply carries no metrics and weight 1). Only plain DP-FedAvg or DP-FTRL is run: fixed C, no public
-users, no adaptive clipping, recentering, preconditioning, mirror or budget schedule. No checkpoint/resume, no
-experiment tracking.
+users, no part but those whose declaration lists the transport ``flower_secagg`` (:mod:`fedpub.recipe_registry`:
+DP-FTRL's tree aggregation). No checkpoint/resume, no experiment tracking.
 
 Run it: ``python -m fedpub.simulations.secagg_dp CONFIG [--rounds R]`` (Flower simulation, one SuperNode per
 training user); it prints each round's noise std and ε and writes ``<output_dir>/<name>/secagg_dp.json``, the
@@ -66,6 +66,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedpub.clients.client_app import ClientRuntime, node_client_id, query_reply, runtime, train_user
 from fedpub import protocol as key
+from fedpub import recipe_registry
 from fedpub import tree
 from fedpub.atomic import write_json_atomic
 from fedpub.cohort_updates import Cohort
@@ -80,6 +81,7 @@ from fedpub.simulations.experiment import Experiment, build_experiment
 from fedpub.simulations.flower_env import offline_flower_environment
 from fedpub.simulations.flower_simulation import backend_config
 from fedpub.strategies.common import secure_noise_sampler
+from fedpub.strategies.build_context import BuildContext
 from fedpub.strategies.compose import strategy_steps
 from fedpub.strategies.flower import discover_nodes
 
@@ -152,18 +154,15 @@ def check_supported(config: ExperimentConfig) -> None:
         )
     if not math.isfinite(strategy.clip_norm):
         raise ValueError("the SecAgg+ variant needs a finite strategy.clip_norm (clients clip, SecAgg+ quantises)")
-    unsupported = [
-        name
-        for name in ("adaptive_clip", "recenter", "precondition", "mirror", "public_schedule", "budget_schedule",
-                     "warm_start", "model_reuse", "model_average")
-        if getattr(strategy, name) is not None
-    ]
+    unsupported = recipe_registry.unsupported(strategy, "flower_secagg")
     if strategy.public_clients_per_round:
         unsupported.append("public_clients_per_round")
     if unsupported:
+        parts = recipe_registry.supported("flower_secagg")
         raise ValueError(
-            f"the SecAgg+ variant runs plain DP-FedAvg or DP-FTRL (fixed C, server optimizer); remove strategy."
-            f"{', strategy.'.join(unsupported)} or run in-process (fedpub run CONFIG)"
+            "the SecAgg+ variant runs DP-FedAvg's private mean (fixed C, server optimizer) with no part but "
+            f"strategy.{', strategy.'.join(parts)}; remove "
+            f"strategy.{', strategy.'.join(unsupported)} or run in-process (fedpub run CONFIG)"
         )
     if config.tracking != TrackingConfig():
         raise ValueError("the SecAgg+ variant writes secagg_dp.json only and sends nothing to a tracker: remove "
@@ -288,8 +287,10 @@ class SecAggDpStrategy(Strategy):
         self.model = experiment.new_model()
         self.params = model_params(self.model)
         secure = secure_noise_sampler(config.privacy.noise_sampler, reproducible=not experiment.randomness.secret)
-        steps = dict(strategy_steps(config.strategy, experiment.noise_multiplier, self.core.seed, config.rounds, None,
-                                    self.core.sampling, secure_sampler=secure))
+        steps = dict(strategy_steps(BuildContext(
+            config.strategy, self.core.sampling, self.core.population, experiment.noise_multiplier, self.core.seed,
+            config.rounds, secure_sampler=secure,
+        )))
         self.noise, self.server_opt = steps["noise"], steps["server_opt"]
         self.noise_state, self.opt_state = self.noise.init(self.params), self.server_opt.init(self.params)
         self.driver = experiment.round_driver(experiment.new_accountant())

@@ -33,6 +33,7 @@ from fedpub.simulations.flower_simulation import simulated_nodes
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.session import RunResult, RunSession
 from fedpub.node_identity import UserRegistry
+from fedpub.recipe_registry import check_transport
 from fedpub.strategies.flower import FedpubStrategy, NodeMap, discover_nodes, to_array_record
 
 
@@ -98,6 +99,7 @@ def run_on_grid(
     (``flwr run``): the privacy seed is secret and diagnostics are off unless the config says otherwise. With
     ``flower.private_users: nodes`` the private users are the nodes that register as private (checked against
     ``flower.user_registry`` when set), found before the strategy is built for their number."""
+    check_transport(config.strategy, "flower")
     flower = config.flower
     registry = UserRegistry.load(flower.user_registry) if flower.user_registry is not None else None
     nodes = discover_private_nodes(grid, config, registry) if flower.private_users == "nodes" else None

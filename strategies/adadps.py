@@ -14,12 +14,15 @@ from fedpub.config import PreconditionConfig
 from fedpub.payloads import ClientPayload
 from fedpub.step import Step
 from fedpub.steps.precondition import current_preconditioner, precondition, token_frequency_preconditioner
+from fedpub.strategies.build_context import BuildContext
 from fedpub.types import Params, StepState, Updates
 
 
-def preconditioning_steps(config: PreconditionConfig, side_information: Updates | None) -> list[tuple[str, Step]]:
-    """The step placed first in the chain (before recentering and clipping)."""
-    step = precondition(config.placement, static=side_information, beta=config.beta, eps=config.eps,
+def preconditioning_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
+    """The step placed first in the chain (before recentering and clipping); A fixed by ``ctx.side_information``
+    when given."""
+    config = ctx.config.precondition
+    step = precondition(config.placement, static=ctx.side_information, beta=config.beta, eps=config.eps,
                         statistic=config.statistic)
     return [("precondition", step)]
 

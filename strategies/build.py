@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import dp_accounting
 import torch
 
+from fedpub import recipe_registry
 from fedpub.config import ExperimentConfig, PrivacyConfig, StrategyConfig
 from fedpub.data import registry
 from fedpub.data.base import FederatedDataset
@@ -173,6 +174,8 @@ def build_experiment_strategy(
     )
     if built.core.public_cohort and not data.public_ids:
         raise ValueError(f"strategy `{strategy.name}` trains public users, but the data has none: set data.public")
-    if (strategy.warm_start or strategy.model_reuse) and not data.public_ids:
-        raise ValueError("strategy.warm_start and strategy.model_reuse train on public users: set data.public")
+    phases = recipe_registry.public_phases(strategy)
+    if phases and not data.public_ids:
+        verb = "trains" if len(phases) == 1 else "train"
+        raise ValueError(f"strategy.{' and strategy.'.join(phases)} {verb} on public users: set data.public")
     return built

@@ -8,16 +8,19 @@ the mechanism, its sensitivity C and its accounting are DP-FedAvg's; with c_t = 
 
 from __future__ import annotations
 
-from fedpub.config import RecenterConfig
 from fedpub.step import Step
 from fedpub.steps.recenter import add_center, recenter
+from fedpub.strategies.build_context import BuildContext
 
 
-def recentering_steps(
-    config: RecenterConfig, clip_norm: float
-) -> tuple[list[tuple[str, Step]], list[tuple[str, Step]]]:
-    """(before the clip: subtract the center; after the noise: add it back). The center is clipped to
-    ``config.center_clip``, by default the clip norm C: c_t is added to the model outside the noisy sum, so an
-    unclipped one lets a diverged public user move the model without bound."""
-    center_clip = clip_norm if config.center_clip is None else config.center_clip
-    return [("recenter", recenter(center_clip))], [("add_center", add_center(config.extended))]
+def recenter_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
+    """Before the clip: subtract the center, clipped to ``recenter.center_clip``, by default the clip norm C: c_t is
+    added to the model outside the noisy sum, so an unclipped one lets a diverged public user move the model
+    without bound."""
+    config = ctx.config.recenter
+    return [("recenter", recenter(ctx.config.clip_norm if config.center_clip is None else config.center_clip))]
+
+
+def add_center_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
+    """After the noise: add the center back (and, extended, the public updates' share of the average)."""
+    return [("add_center", add_center(ctx.config.recenter.extended))]

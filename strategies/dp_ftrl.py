@@ -12,31 +12,23 @@ noise → add the center (DOPE's center is public, outside the noisy sum).
 
 from __future__ import annotations
 
-from fedpub.config import StrategyConfig
-from fedpub.privacy.events import CohortRule, EpochBlocks
+from fedpub.privacy.events import EpochBlocks
 from fedpub.step import Step
-from fedpub.steps.aggregate import aggregate
-from fedpub.steps.clip import clip
 from fedpub.steps.tree_noise import tree_noise
+from fedpub.strategies.build_context import BuildContext
 
 
-def private_mean_steps(
-    config: StrategyConfig,
-    noise_multiplier: float,
-    seed: int,
-    sampling: CohortRule,
-    rounds: int,
-    *,
-    secure_sampler: bool = False,
-) -> list[tuple[str, Step]]:
-    """clip → aggregate (÷ m) → tree noise, the tree restarting every epoch of ``sampling``'s blocks. The tree
-    has no secure sampler: its release adds stored node noise to the mean in float arithmetic, the very thing
-    the secure sampler avoids, so ``secure_sampler`` is refused (docs/privacy.md)."""
-    if secure_sampler:
+def tree_noise_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
+    """The noise slot of the private mean (after clip → aggregate ÷ m): tree noise, the tree restarting every epoch
+    of the sampling's blocks. The tree has no secure sampler: its release adds stored node noise to the mean in
+    float arithmetic, the very thing the secure sampler avoids, so ``secure_sampler`` is refused
+    (docs/privacy.md)."""
+    if ctx.secure_sampler:
         raise ValueError("privacy.noise_sampler `opendp` does not cover strategy.tree_aggregation: DP-FTRL's release "
                          "adds stored tree noise to the mean in floating point; use privacy.noise_sampler: torch")
+    sampling = ctx.sampling
     if not isinstance(sampling, EpochBlocks):
         raise ValueError(f"strategy.tree_aggregation needs each user at most once per tree: strategy.sampling.kind "
                          f"must be epoch_blocks, got {type(sampling).__name__}")
-    noise = tree_noise(noise_multiplier, seed, rounds_per_tree=sampling.rounds_per_epoch, rounds=rounds)
-    return [("clip", clip(config.clip_norm)), ("aggregate", aggregate()), ("noise", noise)]
+    noise = tree_noise(ctx.noise_multiplier, ctx.seed, rounds_per_tree=sampling.rounds_per_epoch, rounds=ctx.rounds)
+    return [("noise", noise)]

@@ -37,7 +37,8 @@ from flwr.superlink.grid import InMemoryGrid
 from flwr.serverapp.strategy import Strategy
 
 from fedpub import protocol as key
-from fedpub.config import RECIPE_DEFAULTS, PrivacyConfig, StrategyConfig
+from fedpub import recipe_registry
+from fedpub.config import PrivacyConfig, StrategyConfig
 from fedpub.flags import FlagError, name_list, privacy_flag
 from fedpub.node_identity import IdentityError, UserRegistry
 from fedpub.round_driver import RoundDriver, RoundPlan
@@ -575,15 +576,16 @@ class FedpubStrategy(Strategy):
         ``diagnostics``. Then ``strategy.start(grid, initial_arrays, num_rounds=rounds)``."""
         strategy_cfg = StrategyConfig.model_validate(strategy) if isinstance(strategy, Mapping) else strategy
         privacy_cfg = PrivacyConfig.model_validate(privacy or {}) if not isinstance(privacy, PrivacyConfig) else privacy
-        server_side = [n for n in ("warm_start", "model_reuse", "model_average") if getattr(strategy_cfg, n) is not None]
-        if server_side:
-            by_default = [n for n in server_side if n in RECIPE_DEFAULTS.get(strategy_cfg.name, ())]
+        refused = recipe_registry.unsupported(strategy_cfg, "flower_strategy")
+        if refused:
+            by_default = [n for n in refused if n in recipe_registry.on_by_default(strategy_cfg.name)]
             default = "".join(f" (strategy `{strategy_cfg.name}` turns strategy.{n} on by default: set it to null to "
                               "turn it off)" for n in by_default)
             raise ValueError(
-                f"strategy.{', strategy.'.join(server_side)} run around the rounds in fedpub's own ServerApp (fedpub run "
-                "--backend flower, flwr run .), not in the strategy: remove them here (pretrain or average the model "
-                f"in your ServerApp){default}"
+                f"strategy.{', strategy.'.join(refused)} run in fedpub's own ServerApp (fedpub run --backend flower, "
+                "flwr run .), not in the strategy (transport `flower_strategy` runs: "
+                f"{', '.join(recipe_registry.supported('flower_strategy'))}): remove them here (pretrain or average "
+                f"the model in your ServerApp){default}"
             )
         built = build_private_strategy(
             strategy_cfg, privacy_cfg, population=population, rounds=rounds,

@@ -7,11 +7,12 @@ floor. The public part is post-processing: the mechanism and its accounting are 
 
 from __future__ import annotations
 
-from fedpub.config import MirrorConfig
 from fedpub.step import Step
 from fedpub.steps.mirror import mirror
+from fedpub.strategies.build_context import BuildContext
 
 
-def mirror_steps(config: MirrorConfig, rounds: int) -> list[tuple[str, Step]]:
-    """The mix, placed after the noise (K defaults to the run's ``rounds``)."""
-    return [("mirror", mirror(config.decay_rounds or rounds, config.alpha_floor))]
+def mirror_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
+    """The mix, placed after the noise (K defaults to the run's rounds)."""
+    config = ctx.config.mirror
+    return [("mirror", mirror(config.decay_rounds or ctx.rounds, config.alpha_floor))]

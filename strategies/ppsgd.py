@@ -18,6 +18,7 @@ from fedpub.config import PublicScheduleConfig
 from fedpub.privacy.accountant import PrivacyBudget
 from fedpub.step import Step
 from fedpub.steps.public_schedule import public_schedule, tcdp_noise_ratio
+from fedpub.strategies.build_context import BuildContext
 
 
 def noise_test_scale(
@@ -48,3 +49,12 @@ def schedule_step(config: PublicScheduleConfig, clip_norm: float, noise_multipli
         noise_test_scale=noise_scale,
         min_noise_multiplier=config.min_noise_multiplier,
     )
+
+
+def schedule_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
+    """The clip slot of the private mean: the schedule's step, its budget test against k times the run's noise (k
+    from the run's budget and sampling rate, :func:`noise_test_scale`)."""
+    config = ctx.config
+    rate = ctx.sampling.expected_cohort(ctx.population) / ctx.population
+    scale = noise_test_scale(config.public_schedule, ctx.budget, rate, ctx.rounds, ctx.noise_multiplier)
+    return [("clip", schedule_step(config.public_schedule, config.clip_norm, ctx.noise_multiplier, scale))]

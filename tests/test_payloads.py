@@ -8,13 +8,14 @@ from fedpub.config import PreconditionConfig
 from fedpub.payloads import ClientPayload
 from fedpub.privacy.events import PoissonSampling
 from fedpub.step import chain
+from fedpub.steps.aggregate import aggregate
 from fedpub.steps.clip import clip
 from fedpub.strategies import adadps
 from fedpub.strategy import StrategyCore
 
 
 def _core(*payloads: ClientPayload) -> StrategyCore:
-    return StrategyCore("t", chain(clip(1.0)), PoissonSampling(0.5), 4, 0, client_payloads=payloads)
+    return StrategyCore("t", chain(clip(1.0), aggregate()), PoissonSampling(0.5), 4, 0, client_payloads=payloads)
 
 
 def test_each_payload_goes_to_the_clients_it_declares_and_only_when_it_has_tensors():

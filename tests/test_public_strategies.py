@@ -24,6 +24,7 @@ from fedpub.privacy.events import PoissonSampling
 from fedpub.cohort_updates import Cohort
 from fedpub.step import named_chain
 from fedpub.types import RoundContext
+from fedpub.strategies.build_context import BuildContext
 from fedpub.strategies.compose import build_strategy, strategy_steps
 
 SHAPES = {"w": (6, 4), "b": (4,)}
@@ -77,7 +78,8 @@ def test_adding_one_user_moves_the_pre_noise_sum_by_at_most_c_t(recipe, scale, p
     newcomer = _random_tree(seed + 100, scale)
     core = _core(RECIPES[recipe])
     state = core.aggregate(params, cohort, core.init(params), 0, public_updates=public).state  # C, z, A move
-    steps = strategy_steps(_config(RECIPES[recipe]), Z, 0, ROUNDS, None, PoissonSampling(COHORT / POPULATION))
+    steps = strategy_steps(BuildContext(_config(RECIPES[recipe]), PoissonSampling(COHORT / POPULATION), POPULATION, Z,
+                                        0, ROUNDS))
     names = [name for name, _ in steps]
     pre_noise = named_chain(*steps[: names.index("noise")])
     ctx = RoundContext(round=1, seed=0, population=POPULATION, sampling_rate=COHORT / POPULATION,

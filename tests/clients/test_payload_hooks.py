@@ -19,6 +19,7 @@ from fedpub.models.seeded import model_params
 from fedpub.payloads import ClientPayload
 from fedpub.privacy.events import PoissonSampling
 from fedpub.step import chain
+from fedpub.steps.aggregate import aggregate
 from fedpub.steps.clip import clip
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import CLASSIFICATION
@@ -53,10 +54,10 @@ def test_a_payload_without_a_hook_is_refused_by_a_client_and_by_the_cohort_namin
 
 def test_a_strategy_sending_a_payload_without_a_hook_is_refused_when_the_run_is_built():
     center = ClientPayload("center", lambda state: None, private=False, public=True)
-    core = StrategyCore("dope_x", chain(clip(1.0)), PoissonSampling(0.5), 4, 0, client_payloads=(center,))
+    core = StrategyCore("dope_x", chain(clip(1.0), aggregate()), PoissonSampling(0.5), 4, 0, client_payloads=(center,))
     with pytest.raises(UnknownPayload, match=r"strategy `dope_x`'s public clients would be sent the payloads "
                                              r"\['center'\]"):
         check_strategy_payloads(core)
     known = ClientPayload("preconditioner", lambda state: None, public=True)
-    check_strategy_payloads(StrategyCore("adadps", chain(clip(1.0)), PoissonSampling(0.5), 4, 0,
+    check_strategy_payloads(StrategyCore("adadps", chain(clip(1.0), aggregate()), PoissonSampling(0.5), 4, 0,
                                          client_payloads=(known,)))

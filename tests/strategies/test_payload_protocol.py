@@ -13,6 +13,7 @@ from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import PoissonSampling
 from fedpub.round_driver import RoundDriver
 from fedpub.step import chain
+from fedpub.steps.aggregate import aggregate
 from fedpub.steps.clip import clip
 from fedpub.strategies.flower import FedpubStrategy, MalformedReply, TrainFnPool, read_reply, to_array_record
 from fedpub.strategy import StrategyCore
@@ -78,7 +79,7 @@ def test_the_applied_list_is_read_strictly(applied):
 
 def test_a_server_held_train_fn_pool_cannot_be_sent_a_payload():
     center = ClientPayload("center", lambda state: None, private=False, public=True)
-    core = StrategyCore("t", chain(clip(1.0)), PoissonSampling(0.5), 2, 0, public_cohort=1, client_payloads=(center,))
+    core = StrategyCore("t", chain(clip(1.0), aggregate()), PoissonSampling(0.5), 2, 0, public_cohort=1, client_payloads=(center,))
     driver = RoundDriver(core, UserLevelAccountant(), private_ids=None, delta=1e-5)
     pool = TrainFnPool(lambda weights, data: weights, {"p0": None})
     with pytest.raises(ValueError, match=r"sends its public users the payloads \['center'\], which a TrainFnPool "
