@@ -58,10 +58,10 @@ PARTS: tuple[Part, ...] = (
         transports=("in_process", "flower", "flower_strategy", "flower_secagg"),
     ),
     Part("warm_start", default_in=("pda_dpmd",), trains_public=True, phase="before_rounds",
-         transports=("in_process", "flower")),
+         transports=("in_process", "flower", "flower_strategy")),
     Part("model_reuse", recipes=("ppsgd",), trains_public=True, phase="after_rounds",
-         transports=("in_process", "flower")),
-    Part("model_average", phase="across_rounds", transports=("in_process", "flower")),
+         transports=("in_process", "flower", "flower_strategy")),
+    Part("model_average", phase="across_rounds", transports=("in_process", "flower", "flower_strategy")),
 )
 """Every part, in the order of ``StrategyConfig``'s fields (the recipe names follow it)."""
 

@@ -24,18 +24,18 @@ import torch
 import yaml
 
 from fedpub.clients.cohort_training import CohortTrainer
-from fedpub.config import PublicTrainingConfig, dump_config
+from fedpub.clients.public_training import PooledPublicTrainer
+from fedpub.config import dump_config
 from fedpub.data import registry
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.ledger import write_ledger
 from fedpub.privacy.randomness import PrivacyRandomness
+from fedpub.run_phases import RunPhases
 from fedpub.strategy import RoundOutcome
 from fedpub.types import Params
 from fedpub.simulations.evaluation import EvaluationSet, evaluate
 from fedpub.simulations.experiment import Experiment
-from fedpub.simulations.model_average import averaged_params, init_average, update_average
-from fedpub.simulations.public_training import pooled_data, train_on_public
 from fedpub.simulations.report import write_plot, write_summary
 from fedpub.simulations.run_dir import RunDirectory, RunDirectoryError
 from fedpub.simulations.run_lock import RunLock
@@ -207,8 +207,14 @@ class RunSession:
         self.state = experiment.strategy.init(self.params)
         self.accountant = experiment.new_accountant()
         self.rounds_done = 0
-        self.average = init_average()
+        self.phases = RunPhases.from_config(cfg.strategy)
+        """The recipe's run phases: warm start, the model average, model reuse."""
+        self.public_trainer = PooledPublicTrainer(
+            self.model, experiment.public_data, experiment.public_ids, experiment.task, cfg.seed
+        )
+        self.average = self.phases.init_average()
         self.public_metrics: dict[str, float] = {}
+        """The run phases' metrics not yet written (``warm_start/...`` go into the first round's record)."""
         if checkpoint is not None:
             check_checkpoint_params(run_dir, checkpoint["params"], self.params)
             self.params, self.state = checkpoint["params"], checkpoint["strategy_state"]
@@ -216,8 +222,8 @@ class RunSession:
             self.rounds_done = checkpoint["rounds_done"]
             self.average = checkpoint.get("model_average", self.average)
             self._unreleased = checkpoint.get("record")
-        elif cfg.strategy.warm_start is not None:
-            self.params = self._train_on_public(self.params, cfg.strategy.warm_start, "warm_start")
+        else:
+            self.params, self.public_metrics = self.phases.before_rounds(self.params, self.public_trainer)
         self.driver = experiment.round_driver(self.accountant)
         """Plans each round and finishes it from the replies: the budget rule and the accountant's composition."""
         self.eval_set = EvaluationSet.pooled(experiment.test, experiment.eval_users.ids, experiment.device)
@@ -285,17 +291,6 @@ class RunSession:
         self._trackers.close()
         self._lock.release(remove_empty=not self._started)
 
-    def _train_on_public(self, params: Params, config: PublicTrainingConfig, purpose: str) -> Params:
-        """``params`` trained on the pooled public users (warm start or model reuse); its training
-        metrics go into the next record as ``<purpose>/<metric>``."""
-        experiment = self.experiment
-        data = pooled_data(experiment.public_data, experiment.public_ids)
-        trained, metrics = train_on_public(
-            self.model, params, data, config, experiment.task, seed=experiment.config.seed, purpose=purpose
-        )
-        self.public_metrics.update({f"{purpose}/{k}": v for k, v in metrics.items()})
-        return trained
-
     @property
     def delta(self) -> float:
         return self.experiment.config.privacy.delta
@@ -333,8 +328,7 @@ class RunSession:
             record["epsilon"] = self.accountant.epsilon(self.delta)
         record |= {"delta": self.delta, **outcome.metrics, **self.public_metrics}
         self.public_metrics = {}
-        if cfg.strategy.model_average is not None:
-            self.average = update_average(cfg.strategy.model_average, self.average, self.params)
+        self.average = self.phases.update_average(self.average, self.params)
         if evaluates:
             record.update(self._evaluate(), evaluated_on=self.experiment.eval_users.label)
         diagnostics = {
@@ -394,7 +388,7 @@ class RunSession:
         """Evaluate ``params`` (the global model) and, when configured, the averaged model (``avg_``), on the test
         examples (``eval_*``) and on the validation users' (``val_*``, when there are validation users)."""
         self.last_eval = self._evaluate_params(self.params if params is None else params)
-        averaged = averaged_params(self.average)
+        averaged = self.phases.averaged(self.average)
         if averaged is not None:
             self.last_eval.update({f"avg_{k}": v for k, v in self._evaluate_params(averaged).items()})
         self.last_eval_round = self.rounds_done
@@ -438,12 +432,11 @@ class RunSession:
             self._evaluate()
         self.checkpoint()
         released = self.params
-        reuse = self.experiment.config.strategy.model_reuse
-        if reuse is not None:  # post-processing on public data; the checkpoint keeps the private w_T
+        if self.phases.model_reuse is not None:  # post-processing on public data; the checkpoint keeps the private w_T
             private_eval = {f"private_{k}": v for k, v in self.last_eval.items()}
-            released = self._train_on_public(self.params, reuse, "model_reuse")
+            released, reuse_metrics = self.phases.after_rounds(self.params, self.public_trainer)
             self._evaluate(released)
-            self.last_eval.update({**private_eval, **self.public_metrics})
+            self.last_eval.update({**private_eval, **reuse_metrics})
             self.run_dir.save_released_params(released)
         final_metrics = {**self.last_eval, "evaluated_on": self.experiment.eval_users.label}
         self.run_dir.save_final_metrics(final_metrics)

@@ -15,7 +15,8 @@ strategy is built. The message protocol is :mod:`fedpub.protocol`; a standard Fl
 under ``arrays``) is accepted too, its update computed on the server.
 
 For a Flower user's own ServerApp, :meth:`FedpubStrategy.from_config` builds the strategy from a strategy
-config and the population, as short as Flower's ``FedAvg``.
+config and the population, as short as Flower's ``FedAvg``; ``start`` then runs the recipe's run phases
+(:mod:`fedpub.run_phases`: warm start, the model average, model reuse) around the rounds, as ``fedpub run`` does.
 """
 
 from __future__ import annotations
@@ -34,16 +35,17 @@ from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.superlink.grid import InMemoryGrid
-from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy import Result, Strategy
 
 from fedpub import protocol as key
 from fedpub import recipe_registry
-from fedpub.config import PrivacyConfig, StrategyConfig
+from fedpub.config import PrivacyConfig, PublicTrainingConfig, StrategyConfig
 from fedpub.flags import FlagError, name_list, privacy_flag
 from fedpub.node_identity import IdentityError, UserRegistry
 from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import PoissonSampling
+from fedpub.run_phases import PublicTrainer, RunPhases
 from fedpub.seeding import numpy_generator
 from fedpub.strategy import RoundOutcome, StrategyCore
 from fedpub.types import Params, StepState, Updates
@@ -143,6 +145,29 @@ class TrainFnPool:
                 )
             updates[cid] = {k: new[k].detach().to(params[k].dtype) - params[k] for k in params}
         return updates
+
+
+PooledTrainFn = Callable[[dict[str, torch.Tensor], PublicTrainingConfig], Mapping[str, torch.Tensor]]
+"""A user's training on the pooled public data: (the model's weights, a phase's section: epochs, batch size, lr,
+momentum and, for model reuse, ``prox_weight`` λ of λ‖w − the given weights‖²) → the trained weights."""
+
+
+class TrainFnPublicTrainer:
+    """The run phases' public trainer (:class:`~fedpub.run_phases.PublicTrainer`: warm start, model reuse) from the
+    user's own ``train_fn`` over the public users' pooled data on the server; it reports no training metrics."""
+
+    def __init__(self, train_fn: PooledTrainFn) -> None:
+        self.train_fn = train_fn
+
+    def train_public(
+        self, params: Params, config: PublicTrainingConfig, purpose: str
+    ) -> tuple[Params, dict[str, float]]:
+        new = self.train_fn({k: v.detach().clone() for k, v in params.items()}, config)
+        mismatch = model_mismatch(new, params)
+        if mismatch is not None:
+            raise ValueError(f"the pooled train function returned weights ({purpose}) that do not fit the model: "
+                             f"{mismatch}; it must return the trained model's state dict")
+        return {k: new[k].detach().to(params[k].dtype) for k in params}, {}
 
 
 @dataclass
@@ -484,7 +509,13 @@ class FedpubStrategy(Strategy):
     Flower's round 1 (a resumed run); ``public_population`` the public nodes to wait for when the users are
     learnt from the nodes (default: the recipe's public cohort); ``nodes`` the users' nodes when they were
     discovered before the strategy was built (a deployment whose private users are nodes), else the strategy
-    discovers them at its first round, checking their claims against ``registry`` when given."""
+    discovers them at its first round, checking their claims against ``registry`` when given.
+
+    ``phases``: the recipe's run phases :meth:`start` runs around the rounds (none: fedpub's own ServerApp, whose
+    run session runs them), their public-data training by ``public_trainer``: warm start from the first model (not
+    when resuming, ``first_round`` > 0), the model average after each released round (:attr:`average`;
+    :meth:`averaged_arrays`; with an ``evaluate_fn`` also evaluated, as ``avg_<metric>``) and model reuse of the last
+    round's model, which ``start``'s result holds as the released model. Their metrics: :attr:`phase_metrics`."""
 
     def __init__(
         self,
@@ -502,8 +533,17 @@ class FedpubStrategy(Strategy):
         evaluate: str = "public",
         fraction_evaluate: float = 1.0,
         diagnostics: bool | None = None,
+        phases: RunPhases = RunPhases(),
+        public_trainer: PublicTrainer | None = None,
     ) -> None:
         core = driver.core
+        if phases.public_sections and public_trainer is None:
+            raise ValueError(
+                f"strategy.{', strategy.'.join(phases.public_sections)} train the model on the public users' pooled "
+                "data around the rounds: give public_trainer= (fedpub.clients.public_training.PooledPublicTrainer "
+                "over the public users' data, or TrainFnPublicTrainer(your pooled train function)), or turn them off "
+                "(null)"
+            )
         if evaluate not in ("public", "all"):
             raise ValueError(f"evaluate={evaluate!r}: give 'public' (the public nodes) or 'all' (every node; the "
                              "private nodes' metrics are diagnostics outside the DP guarantee)")
@@ -543,6 +583,11 @@ class FedpubStrategy(Strategy):
         self._plan: RoundPlan | None = None
         self._protocol_matched = False
         """Whether a private reply has fit the model (until then, a round of only mismatches stops the run)."""
+        self.phases, self.public_trainer = phases, public_trainer
+        self.average = phases.init_average()
+        self.phase_metrics: dict[str, float] = {}
+        self._global: Params = {}
+        """The last released global model (the first model before round 1)."""
 
     @classmethod
     def from_config(
@@ -556,6 +601,8 @@ class FedpubStrategy(Strategy):
         public_pool: PublicPool | None = None,
         public_nodes: bool = False,
         public_population: int | None = None,
+        public_trainer: PublicTrainer | None = None,
+        private_ids: Sequence[str] | None = None,
         side_information: Updates | None = None,
         stop_after_failed_rounds: int | None = 3,
         node_wait_timeout: float = 120.0,
@@ -570,36 +617,40 @@ class FedpubStrategy(Strategy):
         ``population`` nodes that declare themselves private (or have no query handler) when the run starts; more
         at once is an error, later ones are not users of the run. Public users come from ``public_pool`` or, with
         ``public_nodes``, from nodes that declare themselves public: the strategy waits for ``public_population``
-        of them (default: the recipe's public cohort), and uses those connected when discovery ends. ``seed`` None: the noise and the cohorts draw from a seed taken from
+        of them (default: the recipe's public cohort), and uses those connected when discovery ends.
+        ``private_ids``: the private users' ids when the server knows them (every node answers discovery with its
+        user id, as fedpub's ClientApp does; with a server-held ``public_pool`` or none), else the nodes are learnt
+        when the run starts. ``seed`` None: the noise and the cohorts draw from a seed taken from
         the OS's entropy and held only in this process (give one to reproduce a run, at the cost that whoever
-        knows it can rebuild the noise). ``options``: the constructor's ``evaluate``, ``fraction_evaluate`` and
-        ``diagnostics``. Then ``strategy.start(grid, initial_arrays, num_rounds=rounds)``."""
+        knows it can rebuild the noise). The recipe's run phases (``warm_start``, on by default for ``pda_dpmd``;
+        ``model_reuse``, PPSGD's; ``model_average``) run in ``start`` as in ``fedpub run``, those that train on the
+        public users' pooled data with ``public_trainer``. ``options``: the constructor's ``evaluate``,
+        ``fraction_evaluate`` and ``diagnostics``. Then ``strategy.start(grid, initial_arrays, num_rounds=rounds)``.
+        """
         strategy_cfg = StrategyConfig.model_validate(strategy) if isinstance(strategy, Mapping) else strategy
         privacy_cfg = PrivacyConfig.model_validate(privacy or {}) if not isinstance(privacy, PrivacyConfig) else privacy
-        refused = recipe_registry.unsupported(strategy_cfg, "flower_strategy")
-        if refused:
-            by_default = [n for n in refused if n in recipe_registry.on_by_default(strategy_cfg.name)]
-            default = "".join(f" (strategy `{strategy_cfg.name}` turns strategy.{n} on by default: set it to null to "
-                              "turn it off)" for n in by_default)
-            raise ValueError(
-                f"strategy.{', strategy.'.join(refused)} run in fedpub's own ServerApp (fedpub run --backend flower, "
-                "flwr run .), not in the strategy (transport `flower_strategy` runs: "
-                f"{', '.join(recipe_registry.supported('flower_strategy'))}): remove them here (pretrain or average "
-                f"the model in your ServerApp){default}"
-            )
+        recipe_registry.check_transport(strategy_cfg, "flower_strategy")
         built = build_private_strategy(
             strategy_cfg, privacy_cfg, population=population, rounds=rounds,
             seed=secrets.randbits(63) if seed is None else seed, reproducible=seed is not None,
             side_information=side_information,
         )
         budget = strategy_cfg.target_epsilon if built.budget_epsilon is None else built.budget_epsilon
+        if private_ids is not None and public_nodes:
+            raise ValueError("private_ids is for a server-held public pool (or none): with public_nodes=True the "
+                             "users are learnt from the nodes; leave private_ids out")
+        if private_ids is not None and len(private_ids) != population:
+            raise ValueError(f"private_ids names {len(private_ids)} users for a population of {population}")
+        public_ids = list(public_pool.client_ids) if public_pool is not None and private_ids is not None else ()
         driver = RoundDriver(
-            built.core, built.new_accountant(), private_ids=None, delta=privacy_cfg.delta, budget_epsilon=budget,
+            built.core, built.new_accountant(), private_ids=private_ids, public_ids=public_ids,
+            delta=privacy_cfg.delta, budget_epsilon=budget,
             planned_rounds=rounds, noise_multiplier=built.noise_multiplier,
             stop_after_failed_rounds=stop_after_failed_rounds,
         )
         return cls(driver, public_pool=public_pool, public_nodes=public_nodes, node_wait_timeout=node_wait_timeout,
-                   on_round=on_round, public_population=public_population, **options)
+                   on_round=on_round, public_population=public_population, phases=RunPhases.from_config(strategy_cfg),
+                   public_trainer=public_trainer, **options)
 
     @property
     def core(self) -> StrategyCore:
@@ -737,7 +788,8 @@ class FedpubStrategy(Strategy):
         if outcome is None:
             log(WARNING, "fedpub: %s", self.driver.refusal)
             return None, None
-        self.state = outcome.state
+        self.state, self._global = outcome.state, outcome.params
+        self.average = self.phases.update_average(self.average, outcome.params)
         answered = [read.metrics[c] for c in plan.private_cohort if c in read.metrics]
         if self.on_round is not None:
             examples = int(sum(m.get(key.NUM_EXAMPLES, 0) for m in answered))
@@ -747,6 +799,55 @@ class FedpubStrategy(Strategy):
         metrics = {**outcome.metrics, "epsilon": self.epsilon(), "delta": self.driver.delta,
                    **self.round_diagnostics(outcome, answered)}
         return to_array_record(outcome.params), MetricRecord({k: float(v) for k, v in metrics.items()})
+
+    # -- the run phases around the rounds (fedpub.run_phases) ----------------------------------------------------
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Flower's rounds (``Strategy.start``) with the recipe's run phases around them: the rounds start from
+        the warm-started ``initial_arrays`` (a fresh run), and the result's ``arrays`` is the released model (model
+        reuse of the last round's model, or that model)."""
+        params = to_tensors(initial_arrays)
+        if self.first_round == 0:
+            params, self.phase_metrics = self.phases.before_rounds(params, self.public_trainer)
+        self._global = params
+        result = super().start(grid, to_array_record(params), num_rounds, timeout, train_config, evaluate_config,
+                               self._with_average(evaluate_fn))
+        released, metrics = self.phases.after_rounds(self._global, self.public_trainer)
+        self.phase_metrics.update(metrics)
+        if self.phase_metrics:
+            log(INFO, "fedpub: run phases: %s", self.phase_metrics)
+        result.arrays = to_array_record(released)
+        return result
+
+    def averaged_arrays(self) -> ArrayRecord | None:
+        """The model average (``strategy.model_average``) of the released rounds (None before the first or when
+        the recipe has none)."""
+        averaged = self.phases.averaged(self.average)
+        return None if averaged is None else to_array_record(averaged)
+
+    def _with_average(
+        self, evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None
+    ) -> Callable[[int, ArrayRecord], MetricRecord | None] | None:
+        """``evaluate_fn`` that also evaluates the model average, its metrics prefixed ``avg_`` (as fedpub run's)."""
+        if evaluate_fn is None or self.phases.model_average is None:
+            return evaluate_fn
+
+        def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+            metrics, averaged = evaluate_fn(server_round, arrays), self.averaged_arrays()
+            of_average = None if averaged is None else evaluate_fn(server_round, averaged)
+            if of_average is None:
+                return metrics
+            return MetricRecord({**(metrics or {}), **{f"avg_{k}": v for k, v in of_average.items()}})
+
+        return evaluate
 
     # -- federated evaluation: the public nodes' (and, as a diagnostic, the private nodes') evaluate handlers ------
     def configure_evaluate(

@@ -4,7 +4,7 @@ against the noise (ϕ‖Δ̄_pub‖ < k·sqrt(d)·z_t C_t/m) the budget per roun
 it is small against the clip (φ‖Δ̄_pub‖ < C_t) the clip shrinks (C ← (1−β)C). The rounds' Gaussians
 of different z are composed by the PLD/RDP accountant (not the paper's tCDP) and the run stops
 before the budget would be exceeded; then the model is reused: fine-tuned on public data with
-λ‖w − w_T‖² (``simulations/public_training.py``).
+λ‖w − w_T‖² (a run phase, :mod:`fedpub.run_phases`).
 
 The defaults are the paper's (α = β = 0.3, ϕ = 10, φ = 100, no floor on z). ϕ was set for the paper's
 noise, which for the same (ε, δ, q, T) is k = q·sqrt(26T/ρ_total)/z times this run's per coordinate

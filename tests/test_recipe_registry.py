@@ -73,15 +73,20 @@ def test_the_config_lists_come_from_the_declarations():
     assert StrategyConfig(name="dp_ftrl", **BASE).sampling.kind == "epoch_blocks"
 
 
-def test_a_transport_refuses_a_part_it_does_not_list_naming_both():
+def test_a_transport_refuses_a_part_it_does_not_list_naming_both(monkeypatch):
     averaged = StrategyConfig(model_average={}, **BASE)
     recipe_registry.check_transport(averaged, "in_process")
     with pytest.raises(ValueError, match=r"does not run strategy.model_average \(transport `flower_secagg` runs: "
                                          r"tree_aggregation\)"):
         recipe_registry.check_transport(averaged, "flower_secagg")
-    with pytest.raises(ValueError, match=r"strategy.model_average run in fedpub's own ServerApp.*transport "
-                                         r"`flower_strategy`"):
-        FedpubStrategy.from_config({**BASE, "model_average": {}}, population=4, rounds=2, seed=0)
+    small = {**BASE, "sampling": {"clients_per_round": 2}}
+    FedpubStrategy.from_config({**small, "model_average": {}}, population=4, rounds=2, seed=0)  # the drop-in runs it
+    local_only = dataclasses.replace(MIRROR, transports=("in_process",))
+    monkeypatch.setattr(recipe_registry, "PARTS", tuple(local_only if p.section == "mirror" else p
+                                                        for p in recipe_registry.PARTS))
+    with pytest.raises(ValueError, match=r"does not run strategy.mirror \(transport `flower_strategy`"):
+        FedpubStrategy.from_config({**small, "name": "pda_dpmd", "warm_start": None}, population=4, rounds=2, seed=0,
+                                   public_nodes=True)
     with pytest.raises(ValueError, match="unknown transport 'grpc'"):
         recipe_registry.unsupported(averaged, "grpc")
 

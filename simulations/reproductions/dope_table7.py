@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedpub.clients.public_training import pooled_data, train_on_public
 from fedpub.simulations.compare import deep_merge
 from fedpub.simulations.evaluation import EvaluationSet, evaluate
 from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.public_training import pooled_data, train_on_public
 from fedpub.simulations.reproductions.claims import Claim
 from fedpub.simulations.reproductions.federated import (
     CLIENT_LR,

@@ -1,7 +1,7 @@
 import torch
 
 from fedpub.config import ModelAverageConfig
-from fedpub.simulations.model_average import averaged_params, init_average, update_average
+from fedpub.model_average import averaged_params, init_average, update_average
 
 
 def test_all_is_the_mean_of_every_rounds_model():
