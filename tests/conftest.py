@@ -38,7 +38,8 @@ def tiny_config(data_dir: Path, out_dir: Path, **overrides: Any) -> ExperimentCo
         "output_dir": str(out_dir),
         "device": "cpu",
         # every writer private (N = 16), evaluated on private users' test examples, labelled so: asked for
-        # explicitly, since by default (`auto`, no public users) a fraction of them would be held out of N
+        # explicitly, since by default (`auto`, no public users) a fraction of them would be held out of N; a
+        # run given public users evaluates on theirs (`auto`) unless it says otherwise
         "data": {"source": "synthetic_emnist", "path": str(data_dir), "synthetic": TINY_SYNTHETIC, "eval_clients": 4,
                  "eval_users": "all"},
         "model": {"name": "emnist_small_cnn"},
@@ -54,6 +55,8 @@ def tiny_config(data_dir: Path, out_dir: Path, **overrides: Any) -> ExperimentCo
             raw[key] = {**raw[key], **value}
         else:
             raw[key] = value
+    if raw["data"].get("public") and "eval_users" not in overrides.get("data", {}):
+        raw["data"]["eval_users"] = "auto"
     return parse_config(raw)
 
 
