@@ -12,6 +12,7 @@ import pytest
 import torch
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from fedpub import recipe_registry
 from fedpub.config import PrivacyConfig, StrategyConfig
 from fedpub.privacy.events import PoissonSampling
 from fedpub.steps.project import top_subspace
@@ -138,6 +139,8 @@ def test_the_config_switches_it_on_with_pdp_and_refuses_what_cannot_run():
         _core(_config(projection={"k": 12}, public_clients_per_round=10))
     with pytest.raises(ValueError, match="noise_space"):
         _config(projection={"noise_space": "tangent"})
+    with pytest.raises(ValueError, match=r"does not run strategy.projection .*transport `flower_secagg`"):
+        recipe_registry.check_transport(_config(), "flower_secagg")  # the basis is no client payload yet
     with pytest.raises(ValueError, match="placement `server` with recenter, mirror or projection"):
         _config(precondition={"placement": "client"})
     composed = [name for name, _ in _core(_config(name="dope", projection={"k": K, "noise_space": "subspace"},
