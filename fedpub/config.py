@@ -238,6 +238,17 @@ class PreconditionConfig(Section):
     floor: float = Field(1e-2, gt=0, description="token_frequency: smallest A_j")
 
 
+class ProjectionConfig(Section):
+    """PDP-SGD / GEP (Zhou et al. 2021, Yu et al. 2021): project each private update onto the top-k subspace of
+    the round's public updates before clipping."""
+
+    k: int = Field(10, ge=1, description="the subspace's dimension; at most public_clients_per_round")
+    noise_space: Literal["ambient", "subspace"] = Field(
+        "ambient", description="`ambient`: the noise in all d dimensions; `subspace`: the noisy mean projected too, "
+        "so the noise lies in the k subspace dimensions (post-processing: the same ε)"
+    )
+
+
 class MirrorConfig(Section):
     """PDA-DPMD (Amid et al. 2022): g = α_t·private + (1 − α_t)·public, α_t = cos(πt/2K). The recipe also
     pretrains on public data (``warm_start``, on by default: Algorithm 1 line 1); Algorithm 1's output, the average
@@ -344,6 +355,7 @@ class StrategyConfig(Section):
     )
     recenter: RecenterConfig | None = None
     precondition: PreconditionConfig | None = None
+    projection: ProjectionConfig | None = None
     mirror: MirrorConfig | None = None
     public_schedule: PublicScheduleConfig | None = None
     budget_schedule: BudgetScheduleConfig | None = None
@@ -394,11 +406,12 @@ class StrategyConfig(Section):
         if public and self.public_clients_per_round == 0:
             raise ValueError(f"public_clients_per_round is 0, but {'/'.join(public)} train public users each round")
         pre = self.precondition
-        if pre and pre.source == "public" and pre.placement == "client" and (self.recenter or self.mirror):
+        geometric = self.recenter or self.mirror or self.projection
+        if pre and pre.source == "public" and pre.placement == "client" and geometric:
             raise ValueError(
                 "precondition with source `public` and placement `client` trains public users without A, so "
-                "their mean is in another geometry than the private updates: use placement `server` with "
-                "recenter or mirror"
+                "their updates are in another geometry than the private updates: use placement `server` with "
+                "recenter, mirror or projection"
             )
         return self
 

@@ -40,6 +40,11 @@ PARTS: tuple[Part, ...] = (
         steps={"precondition": "fedpub.strategies.adadps:preconditioning_steps"}, payloads=("preconditioner",),
         payload_builder="fedpub.strategies.adadps:client_payloads",
     ),
+    Part(
+        "projection", recipes=("pdp",), trains_public=True,
+        steps={"project": "fedpub.strategies.projection:project_steps",
+               "project_noise": "fedpub.strategies.projection:project_noise_steps"},
+    ),
     Part("mirror", recipes=("pda_dpmd",), trains_public=True,
          steps={"mirror": "fedpub.strategies.pda_dpmd:mirror_steps"}),
     Part(

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 SLOTS: tuple[str, ...] = (
-    "precondition", "recenter", "budget_schedule", "clip", "aggregate", "noise", "add_center", "mirror", "server_opt",
+    "precondition", "recenter", "project", "budget_schedule", "clip", "aggregate", "noise", "project_noise",
+    "add_center", "mirror", "server_opt",
 )
 """The chain's order (DESIGN.md §3): a step's slot is also its name in the chain and in the strategy's state."""
 

@@ -24,7 +24,7 @@ PUBLIC = {"public": {"fraction": 0.25, "seed": 0}}  # 4 of the 16 writers are pu
 FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}
 ADAPTIVE = {"adaptive_clip": {"target_quantile": 0.5, "learning_rate": 0.2, "count_noise_std": 2.0}}
 
-RECIPES = {  # each section at least once (adaptive clipping with three recipes), in 8 Flower simulations
+RECIPES = {  # each section at least once (adaptive clipping with three recipes), in 9 Flower simulations
     "dope+adaptive_clip": {"name": "dope", "public_clients_per_round": 2, **ADAPTIVE},
     "dope+warm_start+model_average": {"name": "dope", "public_clients_per_round": 2,
                                       "warm_start": {"epochs": 1, "lr": 0.1},
@@ -35,6 +35,8 @@ RECIPES = {  # each section at least once (adaptive clipping with three recipes)
                                       "budget_schedule": {"boosted_rounds": 1, "boosted_noise_multiplier": 0.6}},
     "pda_dpmd+adaptive_clip": {"name": "pda_dpmd", "public_clients_per_round": 2, "mirror": {"decay_rounds": 2},
                                **ADAPTIVE},
+    "pdp+recenter": {"name": "pdp", "public_clients_per_round": 2, "recenter": {},
+                     "projection": {"k": 2, "noise_space": "subspace"}},
     "ppsgd": {"name": "ppsgd", "public_clients_per_round": 2,
               "public_schedule": {"budget_growth": 1.0, "noise_test_factor": 1e-9},  # z falls every round
               "model_reuse": {"epochs": 1, "prox_weight": 0.5}},
@@ -95,6 +97,8 @@ def test_every_recipe_on_flower_gives_the_in_process_model_and_ledger(tiny_emnis
         assert "warm_start/train_loss" in records[0] and "avg_eval_accuracy" in records[-1]
     if recipe == "ppsgd":
         assert "model_reuse/train_loss" in local.final_metrics
+    if recipe.startswith("pdp"):
+        assert all(r["project/projected"] == 1 and r["project/rank"] == 2 for r in records)
     if recipe.startswith("pda_dpmd"):
         assert records[-1]["mirror/alpha"] < 1
 

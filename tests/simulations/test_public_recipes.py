@@ -36,6 +36,7 @@ def _records(cfg):
         ({"name": "adadps", "public_clients_per_round": 2}, "precondition/preconditioner_max"),
         ({"name": "adadps", "precondition": {"placement": "server"}}, "precondition/preconditioner_mean"),
         ({"name": "pda_dpmd", "mirror": {"decay_rounds": 2}}, "mirror/alpha"),
+        ({"name": "pdp", "projection": {"k": 3, "noise_space": "subspace"}}, "project/rank"),
         ({"name": "dope", "recenter": {"extended": True}, "precondition": {"placement": "server"}, "mirror": {}},
          "recenter/center_norm"),
     ],

@@ -35,6 +35,7 @@ from fedpub.steps.clip import clip
 from fedpub.steps.gaussian_noise import gaussian_noise
 from fedpub.steps.mirror import mirror, quadratic_mirror
 from fedpub.steps.precondition import precondition
+from fedpub.steps.project import project, project_noise, top_subspace
 from fedpub.steps.public_schedule import public_schedule
 from fedpub.steps.recenter import add_center, recenter
 from fedpub.steps.server_opt import server_adam, server_sgd
@@ -94,6 +95,10 @@ CASES: dict[str, Case] = {
         precondition, lambda: precondition("server", static={"w": torch.full((4, 3), 2.0), "b": torch.ones(3)}),
         "per_user", _public,
     ),
+    "project": Case(project, lambda: project(2), "per_user",
+                    lambda params: {"public_updates": _public(params)["public_updates"]}),
+    "project_noise": Case(project_noise, project_noise, "after_sum",
+                          lambda params: {"basis": top_subspace(_public(params)["public_updates"], 2)}),
     "public_schedule": Case(public_schedule, lambda: public_schedule(1.0, 1.2, **SCHEDULE), "per_user",
                             lambda params: {"public_mean": _full(params, 0.01)}),
     "recenter": Case(recenter, lambda: recenter(0.5), "per_user", lambda params: {"public_mean": _full(params, 1.0)}),
