@@ -150,8 +150,8 @@ def test_the_config_opens_cropped_views_of_the_look_alike_files(tmp_path: Path) 
 def test_an_exported_user_reads_back_as_the_population_sees_it(tmp_path: Path, fmt: str) -> None:
     write_synthetic_cifar100(tmp_path / "world", SyntheticCifar100Spec(num_clients=3, test_clients=1,
                                                                         examples_per_client=5))
-    config = parse_config({"data": {"source": "cifar100_h5", "path": str(tmp_path / "world")},
-                           "model": {"name": "cifar100_resnet18_gn"}})
+    config = parse_config({"data": {"source": "cifar100_h5", "path": str(tmp_path / "world"), "eval_users": "all"},
+                           "model": {"name": "cifar100_resnet18_gn"}})  # 3 users: none to hold out for evaluation
     population = load_data(config).train
     out = export_user(tmp_path / "world" / TRAIN_FILE, "1", tmp_path / ("me" if fmt == "folder" else "me.h5"), fmt=fmt)
     user = load_device_user(out, config, client_id="1")
