@@ -108,13 +108,17 @@ def open_splits(config: ExperimentConfig) -> Splits:
     return splits
 
 
-def load_data(config: ExperimentConfig) -> FederatedData:
-    """The training and test users, and which users are public (DESIGN.md §5: never in N); the training and
+def load_data(config: ExperimentConfig, splits: Splits | None = None) -> FederatedData:
+    """The training and test users (``splits``, the users a Python caller gives for ``data.source: python``; else
+    the source's), and which users are public (DESIGN.md §5: never in N); the training and
     public users are read through a :class:`~fedpub.data.cache.CachedClients` of ``data.cache_mb``. With
     ``flower.private_users: nodes`` the private users are nodes, not data: every user of the server's files is
     public (its server-held pool) and ``private_ids`` is empty."""
     public = config.data.public
-    splits = open_splits(config)
+    if splits is not None and config.data.source != "python":
+        raise ValueError(f"users given from Python (fedpub.run(config, data=...)) need data.source: python; the "
+                         f"config's data.source is {config.data.source}")
+    splits = splits or open_splits(config)
     train = splits.train
     if config.data.uniform_users is not None:
         train = UniformUsers(train, config.data.uniform_users, seed=config.seed)

@@ -1,0 +1,116 @@
+"""A table of examples with a user column as a :class:`~fedpub.data.base.FederatedDataset`: Flower Datasets'
+natural-id partitioning (one partition per distinct user id), read lazily.
+
+Opening reads the user column only: ``pyarrow`` dictionary-encodes it and one stable argsort groups the rows by
+user (a 100k-user table is listed without reading an example); a user's examples are the rows taken when a round
+samples the user. The rows come from a Hugging Face ``datasets.Dataset`` (its features decode images) or a
+``pyarrow.Table`` (Parquet, Arrow, CSV); the columns are ``data.table``'s, a missing one refused naming the field
+and the table's columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from fedpub.data.base import ClientData, DatasetError
+from fedpub.data.spec import resolve
+from fedpub.data.user_table_dataset import TableConfig
+
+Rows = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""The inputs and labels of the given rows (numpy arrays, first axis = rows)."""
+
+
+def check_columns(columns: list[str], table: TableConfig, where: str) -> None:
+    """Refuse a ``data.table`` column that ``where`` lacks, naming the field and the columns it has."""
+    for field in ("user", "x", "y"):
+        name = getattr(table, field)
+        if name not in columns:
+            raise DatasetError(f"data.table.{field} {name!r} is not a column of {where}; its columns: "
+                               f"{', '.join(columns)}")
+
+
+def auto_transform(x: np.ndarray) -> torch.Tensor:
+    """8-bit images -> float32 v / 255 with a channel axis ``(N, C, H, W)``; floats -> float32; integers -> int64."""
+    if x.dtype == np.uint8:
+        images = torch.from_numpy(x.astype(np.float32) / np.float32(255.0))
+        if images.ndim == 3:
+            return images.unsqueeze(1)
+        return images.permute(0, 3, 1, 2).contiguous() if images.ndim == 4 else images
+    if np.issubdtype(x.dtype, np.floating):
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    if np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_:
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64))
+    raise DatasetError(f"data.table.transform auto cannot make a tensor of {x.dtype} inputs; name a transform "
+                       "('package.module:callable' taking the numpy array)")
+
+
+class UserTable:
+    """The users of one split of a table: ``client_ids`` sorted, ``num_examples`` from the index, ``client_data``
+    the user's rows through ``rows`` and ``data.table.transform``."""
+
+    def __init__(self, users: pa.ChunkedArray | pa.Array, rows: Rows, table: TableConfig, num_classes: int,
+                 where: str) -> None:
+        encoded = pc.cast(users, pa.string()).combine_chunks() if isinstance(users, pa.ChunkedArray) else \
+            pc.cast(users, pa.string())
+        if encoded.null_count:
+            raise DatasetError(f"{where}: {encoded.null_count} rows have no user (data.table.user {table.user!r})")
+        encoded = encoded.dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        names = encoded.dictionary.to_pylist()
+        self._order = np.argsort(codes, kind="stable")
+        counts = np.bincount(codes, minlength=len(names))
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        self._span = {name: (int(starts[i]), int(counts[i])) for i, name in enumerate(names)}
+        self.client_ids: list[str] = sorted(names)
+        self.num_classes = num_classes
+        self._rows, self._where = rows, where
+        self._transform: Callable[[np.ndarray], Any] = (
+            auto_transform if table.transform == "auto" else resolve(table.transform))
+
+    def num_examples(self, client_id: str) -> int:
+        return self._locate(client_id)[1]
+
+    def _locate(self, client_id: str) -> tuple[int, int]:
+        try:
+            return self._span[client_id]
+        except KeyError:
+            raise KeyError(f"client {client_id!r} is not in {self._where}") from None
+
+    def client_data(self, client_id: str) -> ClientData:
+        start, count = self._locate(client_id)
+        x, y = self._rows(self._order[start:start + count])
+        inputs = self._transform(x)
+        return ClientData(inputs if isinstance(inputs, torch.Tensor) else torch.as_tensor(inputs),
+                          torch.from_numpy(np.asarray(y, dtype=np.int64)))
+
+
+def arrow_values(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column as a numpy array: numbers as they are, (nested) lists of equal length as extra axes."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    shape = [len(array)]
+    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
+            pa.types.is_fixed_size_list(array.type):
+        lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+        if len(lengths) and (lengths != lengths[0]).any():
+            raise DatasetError("a list column's rows differ in length: stack them with a data.table.transform")
+        shape.append(int(lengths[0]) if len(lengths) else 0)
+        array = array.flatten()
+    return array.to_numpy(zero_copy_only=False).reshape(shape)
+
+
+def label_classes(labels: pa.ChunkedArray | pa.Array, table: TableConfig, where: str) -> int:
+    """``data.table.num_classes``, else the label column's maximum + 1 (labels must be integers >= 0)."""
+    if table.num_classes is not None:
+        return table.num_classes
+    if not pa.types.is_integer(labels.type):
+        raise DatasetError(f"data.table.y {table.y!r} of {where} holds {labels.type}, not integer labels")
+    low, high = pc.min_max(labels).values()
+    if low.as_py() is None or low.as_py() < 0:
+        raise DatasetError(f"data.table.y {table.y!r} of {where}: labels must be integers >= 0 (min {low})")
+    return int(high.as_py()) + 1

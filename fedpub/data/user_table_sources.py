@@ -1,0 +1,113 @@
+"""How a config's ``data`` section opens a table of examples with a user column, one function per ``data.source`` of
+its declaration (:mod:`fedpub.data.user_table_dataset`): a Hugging Face dataset (``datasets.load_from_disk`` of
+``data.path``, or ``datasets.load_dataset`` of ``data.table.hub``), Parquet/Arrow/CSV files (``pyarrow.dataset``),
+or the users handed to ``fedpub.run(config, data=...)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedpub.config import ExperimentConfig
+from fedpub.data.base import DatasetError, Splits
+from fedpub.data.file_report import FileDescribers, FileReport
+from fedpub.data.user_table import UserTable, arrow_values, check_columns, label_classes
+
+_EXTRA = "install fedpub's `hf` extra (pip install 'fedpub[hf]')"
+
+
+def _datasets() -> Any:
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError(f"data.source huggingface reads with the `datasets` library: {_EXTRA}") from None
+    return datasets
+
+
+def _hf_split(config: ExperimentConfig, split: str) -> Any:
+    datasets, table = _datasets(), config.data.table
+    if table.hub is not None:
+        return datasets.load_dataset(table.hub, split=split)
+    path = config.data.path
+    if not path.is_dir():
+        raise DatasetError(f"data.path {path}: no Hugging Face dataset folder there (write one with save_to_disk, "
+                           "or set data.table.hub to load one by name)")
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise DatasetError(f"data.table split {split!r} is not a split of {path}; its splits: "
+                               f"{', '.join(loaded)}")
+        return loaded[split]
+    return loaded
+
+
+def _hf_users(config: ExperimentConfig, split: str) -> UserTable:
+    table = config.data.table
+    dataset = _hf_split(config, split)
+    where = f"{table.hub or config.data.path} ({split})"
+    check_columns(list(dataset.column_names), table, where)
+    label = dataset.features[table.y]
+    num_classes = table.num_classes or getattr(label, "num_classes", None) or label_classes(
+        dataset.with_format("arrow", columns=[table.y])[:][table.y], table, where)
+    values = dataset.with_format("numpy", columns=[table.x, table.y])
+
+    def rows(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        batch = values[indices]
+        return np.asarray(batch[table.x]), np.asarray(batch[table.y])
+
+    users = dataset.with_format("arrow", columns=[table.user])[:][table.user]
+    return UserTable(users, rows, table, num_classes, where)
+
+
+def open_huggingface(config: ExperimentConfig) -> Splits:
+    """The training users of ``data.table.split``, the test users of ``data.table.test_split`` (or the same)."""
+    table = config.data.table
+    train = _hf_users(config, table.split)
+    return Splits(train, train if table.test_split is None else _hf_users(config, table.test_split))
+
+
+_FORMATS = {".parquet": "parquet", ".arrow": "ipc", ".feather": "ipc", ".ipc": "ipc", ".csv": "csv"}
+
+
+def _read_table(path: Path) -> Any:
+    try:
+        import pyarrow.dataset as ds
+    except ImportError:
+        raise DatasetError(f"data.source table reads with pyarrow: {_EXTRA}") from None
+    files = sorted(p for p in path.iterdir() if p.suffix in _FORMATS) if path.is_dir() else [path]
+    if not files or not path.exists():
+        raise DatasetError(f"data.path {path}: no {', '.join(_FORMATS)} file there")
+    formats = {_FORMATS.get(f.suffix) for f in files}
+    if len(formats) != 1 or None in formats:
+        raise DatasetError(f"data.path {path}: one format of {', '.join(_FORMATS)} expected, got "
+                           f"{', '.join(sorted(f.name for f in files))}")
+    return ds.dataset([str(f) for f in files], format=formats.pop()).to_table()
+
+
+def open_table(config: ExperimentConfig) -> Splits:
+    """Every row of the file(s) at ``data.path``; the test users are the same users (evaluation users held out)."""
+    table, path = config.data.table, config.data.path
+    arrow = _read_table(path)
+    check_columns(arrow.column_names, table, str(path))
+    x, y = arrow.column(table.x), arrow.column(table.y)
+
+    def rows(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return arrow_values(x.take(indices)), arrow_values(y.take(indices))
+
+    users = UserTable(arrow.column(table.user), rows, table, label_classes(y, table, str(path)), str(path))
+    return Splits(users, users)
+
+
+def open_python(config: ExperimentConfig) -> Splits:
+    raise DatasetError("data.source python: the users are given to fedpub.run(config, data=...) from Python; "
+                       "a run from the command line or a Flower app reads data.source huggingface or table")
+
+
+def _describe(path: Path, report: FileReport, deep: bool) -> None:
+    raise DatasetError(f"{path}: a table of examples is described by `fedpub data info --config CONFIG`")
+
+
+DESCRIBERS = FileDescribers(label="a table of examples with a user column", hdf5=_describe)
