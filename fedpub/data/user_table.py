@@ -43,9 +43,9 @@ def auto_transform(x: np.ndarray) -> torch.Tensor:
             return images.unsqueeze(1)
         return images.permute(0, 3, 1, 2).contiguous() if images.ndim == 4 else images
     if np.issubdtype(x.dtype, np.floating):
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        return torch.from_numpy(np.array(x, dtype=np.float32))  # a copy: arrow's buffers are read-only
     if np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_:
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64))
+        return torch.from_numpy(np.array(x, dtype=np.int64))
     raise DatasetError(f"data.table.transform auto cannot make a tensor of {x.dtype} inputs; name a transform "
                        "('package.module:callable' taking the numpy array)")
 
