@@ -10,6 +10,7 @@ and the table's columns.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -90,9 +91,22 @@ class UserTable:
                           torch.from_numpy(np.asarray(y, dtype=np.int64)))
 
 
+def _images(array: pa.StructArray) -> np.ndarray:
+    """Encoded images (Hugging Face's Image feature in a Parquet file: ``{bytes, path}``) decoded by Pillow, stacked."""
+    from PIL import Image
+
+    decoded = [np.asarray(Image.open(io.BytesIO(b))) for b in array.field("bytes").to_pylist()]
+    if len({d.shape for d in decoded}) > 1:
+        raise DatasetError("the images differ in size: resize them with a data.table.transform")
+    return np.stack(decoded)
+
+
 def arrow_values(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A column as a numpy array: numbers as they are, (nested) lists of equal length as extra axes."""
+    """A column as a numpy array: numbers as they are, (nested) lists of equal length as extra axes, encoded images
+    (``{bytes, path}`` structs) decoded."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_struct(array.type) and array.type.get_field_index("bytes") >= 0:
+        return _images(array)
     shape = [len(array)]
     while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
             pa.types.is_fixed_size_list(array.type):

@@ -61,5 +61,6 @@ USER_TABLE = Dataset(
     files=(),
     client_fields=frozenset(),
     describers=f"{_SOURCES}:DESCRIBERS",
+    device="fedpub.data.user_table_device:DEVICE",
     config_fields={"table": (TableConfig, TableConfig())},
 )

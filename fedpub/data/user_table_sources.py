@@ -15,6 +15,7 @@ from fedpub.config import ExperimentConfig
 from fedpub.data.base import DatasetError, Splits
 from fedpub.data.file_report import FileDescribers, FileReport
 from fedpub.data.user_table import UserTable, arrow_values, check_columns, label_classes
+from fedpub.data.user_table_dataset import TableConfig
 
 _EXTRA = "install fedpub's `hf` extra (pip install 'fedpub[hf]')"
 
@@ -27,11 +28,11 @@ def _datasets() -> Any:
     return datasets
 
 
-def _hf_split(config: ExperimentConfig, split: str) -> Any:
+def _hf_split(config: ExperimentConfig, split: str, path: Path | None = None) -> Any:
     datasets, table = _datasets(), config.data.table
-    if table.hub is not None:
+    if table.hub is not None and path is None:
         return datasets.load_dataset(table.hub, split=split)
-    path = config.data.path
+    path = path or config.data.path
     if not path.is_dir():
         raise DatasetError(f"data.path {path}: no Hugging Face dataset folder there (write one with save_to_disk, "
                            "or set data.table.hub to load one by name)")
@@ -44,10 +45,11 @@ def _hf_split(config: ExperimentConfig, split: str) -> Any:
     return loaded
 
 
-def _hf_users(config: ExperimentConfig, split: str) -> UserTable:
+def hf_users(config: ExperimentConfig, split: str, path: Path | None = None) -> UserTable:
+    """The users of ``split`` of the config's Hugging Face dataset (of the folder ``path``, when given)."""
     table = config.data.table
-    dataset = _hf_split(config, split)
-    where = f"{table.hub or config.data.path} ({split})"
+    dataset = _hf_split(config, split, path)
+    where = f"{path or table.hub or config.data.path} ({split})"
     check_columns(list(dataset.column_names), table, where)
     label = dataset.features[table.y]
     num_classes = table.num_classes or getattr(label, "num_classes", None) or label_classes(
@@ -65,14 +67,14 @@ def _hf_users(config: ExperimentConfig, split: str) -> UserTable:
 def open_huggingface(config: ExperimentConfig) -> Splits:
     """The training users of ``data.table.split``, the test users of ``data.table.test_split`` (or the same)."""
     table = config.data.table
-    train = _hf_users(config, table.split)
-    return Splits(train, train if table.test_split is None else _hf_users(config, table.test_split))
+    train = hf_users(config, table.split)
+    return Splits(train, train if table.test_split is None else hf_users(config, table.test_split))
 
 
 _FORMATS = {".parquet": "parquet", ".arrow": "ipc", ".feather": "ipc", ".ipc": "ipc", ".csv": "csv"}
 
 
-def _read_table(path: Path) -> Any:
+def read_table(path: Path) -> Any:
     try:
         import pyarrow.dataset as ds
     except ImportError:
@@ -87,17 +89,21 @@ def _read_table(path: Path) -> Any:
     return ds.dataset([str(f) for f in files], format=formats.pop()).to_table()
 
 
-def open_table(config: ExperimentConfig) -> Splits:
-    """Every row of the file(s) at ``data.path``; the test users are the same users (evaluation users held out)."""
-    table, path = config.data.table, config.data.path
-    arrow = _read_table(path)
+def table_users(path: Path, table: TableConfig) -> UserTable:
+    """The users of the table file(s) at ``path``, read with the columns of ``table``."""
+    arrow = read_table(path)
     check_columns(arrow.column_names, table, str(path))
     x, y = arrow.column(table.x), arrow.column(table.y)
 
     def rows(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return arrow_values(x.take(indices)), arrow_values(y.take(indices))
 
-    users = UserTable(arrow.column(table.user), rows, table, label_classes(y, table, str(path)), str(path))
+    return UserTable(arrow.column(table.user), rows, table, label_classes(y, table, str(path)), str(path))
+
+
+def open_table(config: ExperimentConfig) -> Splits:
+    """Every row of the file(s) at ``data.path``; the test users are the same users (evaluation users held out)."""
+    users = table_users(config.data.path, config.data.table)
     return Splits(users, users)
 
 

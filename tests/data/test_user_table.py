@@ -147,3 +147,24 @@ def test_a_column_the_data_lacks_is_refused_naming_the_field_and_the_columns(fem
     with pytest.raises(DatasetError, match=f"data.table.{field} '{value}' is not a column of .*; its columns: "
                                            "image, writer_id, hsf_id, character"):
         load_data(config)
+
+
+def test_a_device_node_reads_its_own_users_rows_from_a_table_file_or_a_dataset_folder(femnist_dir, tmp_path):
+    from flwr.app import Context, RecordDict
+
+    from fedpub.clients.client_app import node_runtime
+
+    def node(node_config: dict) -> Context:
+        return Context(run_id=1, node_id=1, node_config=node_config, state=RecordDict(), run_config={})
+
+    config = _femnist_config(femnist_dir, tmp_path)
+    population = load_data(config).train
+    writer = population.client_ids[3]
+    mine = datasets.load_from_disk(str(femnist_dir)).filter(lambda w: w == writer, input_columns="writer_id")
+    mine.to_parquet(str(tmp_path / "mine.parquet"))
+    mine.save_to_disk(str(tmp_path / "mine"))
+    for path, extra in ((tmp_path / "mine.parquet", {}), (tmp_path / "mine", {"client-id": writer})):
+        rt, cid = node_runtime(node({"data-path": str(path), **extra}), config)
+        assert cid == writer and rt.train.client_ids == [writer]
+        assert torch.equal(rt.client_data(cid).x, population.client_data(writer).x)
+        assert rt.model(rt.client_data(cid).x).shape == (len(rt.client_data(cid)), 62)

@@ -17,8 +17,10 @@ import fedpub
 from fedpub.clients.cohort_training import vectorisation_blocker
 from fedpub.config import ConfigError, dump_config, parse_config
 from fedpub.data.base import DatasetError
+from fedpub.models.seeded import new_model
 from fedpub.tasks import get_task
 from tests.conftest import tiny_config
+from tests.simulations.test_flower_recipes import PRIVACY, RECIPES
 
 HERE = __name__
 
@@ -143,3 +145,30 @@ def test_a_factory_model_with_running_statistics_is_refused(tmp_path):
     raw = _own(tmp_path, _python_data(), model={"factory": f"{HERE}:make_batchnorm_model"})
     with pytest.raises(ValueError, match="'2' \\(BatchNorm1d\\) keeps running statistics"):
         fedpub.run(raw, output_dir=None, data=_users())
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_every_recipe_trains_a_model_and_users_it_has_never_seen(tmp_path, recipe):
+    raw = _own(tmp_path, _python_data(), strategy={**DOPE, **RECIPES[recipe]},
+               privacy={"delta": 1e-5, **PRIVACY.get(recipe, {})})
+    if recipe.startswith("dp_ftrl"):  # one tree over the 18 private users: 3 rounds of 6
+        raw["strategy"]["sampling"] = {"kind": "epoch_blocks", "clients_per_round": 6}
+    result = fedpub.run(raw, output_dir=None, data=_users())
+    assert result.rounds_done == 3 and isinstance(result.model, TinyNet) and result.epsilon > 0
+
+
+def test_the_noise_std_is_z_c_over_m_and_one_users_update_moves_the_model_at_most_c_over_m(tmp_path):
+    """The privacy invariants on a model and users fedpub has never seen: each round's noise std is z·C/m, and
+    without noise the released change is the clipped updates' sum over m, each clipped to C whatever it was."""
+    raw = _own(tmp_path, _python_data(), rounds=2, strategy={**DOPE, "noise_multiplier": 1.3, "clip_norm": 0.2})
+    result = fedpub.run(raw, output_dir=None, data=_users())
+    assert [r["noise/noise_std"] for r in result.metrics] == pytest.approx([1.3 * 0.2 / 4] * 2)
+    quiet = {"name": "dp_fedavg", "clip_norm": 0.2, "noise_multiplier": 0.0,
+             "sampling": {"kind": "poisson", "clients_per_round": 4}}
+    raw = _own(tmp_path, _python_data(), rounds=1, strategy=quiet, client={**raw["client"], "lr": 5.0})
+    initial = dict(new_model(parse_config(raw), 0, torch.device("cpu")).named_parameters())  # the run's seeded init
+    result = fedpub.run(raw, output_dir=None, data=_users())
+    moved = torch.sqrt(sum(((result.params[k] - initial[k].detach()) ** 2).sum() for k in initial))
+    [record] = result.diagnostics
+    assert record["clip/clipped_fraction"] == 1.0 and record["clip/norm_max"] > 0.2
+    assert 0 < moved <= 0.2 * record["aggregate/cohort_size"] / 4 + 1e-6
