@@ -88,7 +88,7 @@ class UserTable:
         x, y = self._rows(self._order[start:start + count])
         inputs = self._transform(x)
         return ClientData(inputs if isinstance(inputs, torch.Tensor) else torch.as_tensor(inputs),
-                          torch.from_numpy(np.asarray(y, dtype=np.int64)))
+                          torch.from_numpy(np.array(y, dtype=np.int64)))
 
 
 def _images(array: pa.StructArray) -> np.ndarray:

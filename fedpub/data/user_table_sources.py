@@ -13,7 +13,7 @@ import numpy as np
 
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import DatasetError, Splits
-from fedpub.data.file_report import FileDescribers, FileReport
+from fedpub.data.file_report import Describer, FileDescribers, FileReport
 from fedpub.data.user_table import UserTable, arrow_values, check_columns, label_classes
 from fedpub.data.user_table_dataset import TableConfig
 
@@ -75,7 +75,10 @@ _FORMATS = {".parquet": "parquet", ".arrow": "ipc", ".feather": "ipc", ".ipc": "
 
 
 def read_table(path: Path) -> Any:
+    """The rows of the Parquet, Arrow (IPC file or stream) or CSV file(s) at ``path`` (a folder: its files of one
+    format, in name order)."""
     try:
+        import pyarrow as pa
         import pyarrow.dataset as ds
     except ImportError:
         raise DatasetError(f"data.source table reads with pyarrow: {_EXTRA}") from None
@@ -86,7 +89,10 @@ def read_table(path: Path) -> Any:
     if len(formats) != 1 or None in formats:
         raise DatasetError(f"data.path {path}: one format of {', '.join(_FORMATS)} expected, got "
                            f"{', '.join(sorted(f.name for f in files))}")
-    return ds.dataset([str(f) for f in files], format=formats.pop()).to_table()
+    fmt = formats.pop()
+    if fmt == "ipc":
+        return pa.concat_tables([_open_arrow(f) for f in files])
+    return ds.dataset([str(f) for f in files], format=fmt).to_table()
 
 
 def table_users(path: Path, table: TableConfig) -> UserTable:
@@ -112,8 +118,45 @@ def open_python(config: ExperimentConfig) -> Splits:
                        "a run from the command line or a Flower app reads data.source huggingface or table")
 
 
-def _describe(path: Path, report: FileReport, deep: bool) -> None:
-    raise DatasetError(f"{path}: a table of examples is described by `fedpub data info --config CONFIG`")
+def _not_hdf5(path: Path, report: FileReport, deep: bool) -> None:
+    raise DatasetError(f"{path}: a table of examples is a Parquet, Arrow or CSV file, not HDF5")
 
 
-DESCRIBERS = FileDescribers(label="a table of examples with a user column", hdf5=_describe)
+def _open_arrow(path: Path) -> Any:
+    """An Arrow file, in the IPC file format (Feather v2) or the stream format (Hugging Face's save_to_disk shards)."""
+    import pyarrow as pa
+
+    try:
+        return pa.ipc.open_file(path).read_all()
+    except pa.ArrowInvalid:
+        return pa.ipc.open_stream(path).read_all()
+
+
+def _describe_table(path: Path, report: FileReport, deep: bool) -> None:
+    """The rows and columns of a table file; ``deep`` (verify): every row read, the columns' nulls counted."""
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    fmt = _FORMATS[path.suffix]
+    report.layout = f"a table of examples ({'Parquet' if fmt == 'parquet' else 'Arrow' if fmt == 'ipc' else 'CSV'})"
+    if fmt == "parquet" and not deep:
+        schema, rows = pq.read_schema(path), pq.ParquetFile(path).metadata.num_rows
+    else:
+        table = pq.read_table(path) if fmt == "parquet" else _open_arrow(path) if fmt == "ipc" else \
+            pcsv.read_csv(path)
+        schema, rows = table.schema, table.num_rows
+        if deep:
+            nulls = [f"{name} ({table.column(name).null_count})" for name in table.column_names
+                     if table.column(name).null_count]
+            report.add("nulls", ", ".join(nulls) or "none")
+    report.add("rows", rows)
+    report.add("columns", ", ".join(f"{f.name}: {f.type}" for f in schema))
+    report.add("read as", "data.source table (or huggingface, for a save_to_disk folder) with data.table's user, x "
+               "and y columns")
+
+
+def _table_file(path: Path) -> Describer | None:
+    return _describe_table if path.suffix in _FORMATS else None
+
+
+DESCRIBERS = FileDescribers(label="a table of examples with a user column", hdf5=_not_hdf5, side_file=_table_file)

@@ -168,3 +168,19 @@ def test_a_device_node_reads_its_own_users_rows_from_a_table_file_or_a_dataset_f
         assert cid == writer and rt.train.client_ids == [writer]
         assert torch.equal(rt.client_data(cid).x, population.client_data(writer).x)
         assert rt.model(rt.client_data(cid).x).shape == (len(rt.client_data(cid)), 62)
+
+
+def test_fedpub_data_describes_a_table_file_and_a_save_to_disk_shard_reads_as_a_table(femnist_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from fedpub.simulations.data_cli import data_app
+
+    shard = next(femnist_dir.glob("*.arrow"))
+    out = CliRunner().invoke(data_app, ["verify", str(shard)]).output
+    assert "a table of examples (Arrow)" in out and "writer_id: string" in out and "nulls: none" in out
+    config = _femnist_config(femnist_dir, tmp_path, data={
+        **_femnist_config(femnist_dir, tmp_path).data.model_dump(mode="json"), "source": "table", "path": str(shard)})
+    from_table, from_hf = load_data(config).train, load_data(_femnist_config(femnist_dir, tmp_path)).train
+    writer = from_hf.client_ids[2]
+    assert from_table.client_ids == from_hf.client_ids and from_table.num_classes == 62
+    assert torch.equal(from_table.client_data(writer).x, from_hf.client_data(writer).x)
