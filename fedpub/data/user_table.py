@@ -101,6 +101,21 @@ def _images(array: pa.StructArray) -> np.ndarray:
     return np.stack(decoded)
 
 
+class ColumnRows:
+    """Rows of one column taken chunk by chunk: ``pyarrow``'s own take on a chunked column concatenates every chunk
+    first (32 ms a user on a 300k-row image column, against 0.02 ms from one chunk), and concatenating them once would
+    copy a memory-mapped file into memory."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        self._chunks = column.chunks
+        self._starts = np.cumsum([0] + [len(c) for c in self._chunks])
+
+    def take(self, indices: np.ndarray) -> pa.Array:
+        which = np.searchsorted(self._starts, indices, side="right") - 1
+        parts = [self._chunks[c].take(pa.array(indices[which == c] - self._starts[c])) for c in np.unique(which)]
+        return pa.concat_arrays(parts) if parts else self._chunks[0].slice(0, 0)
+
+
 def arrow_values(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A column as a numpy array: numbers as they are, (nested) lists of equal length as extra axes, encoded images
     (``{bytes, path}`` structs) decoded."""

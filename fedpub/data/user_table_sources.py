@@ -14,7 +14,7 @@ import numpy as np
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import DatasetError, Splits
 from fedpub.data.file_report import Describer, FileDescribers, FileReport
-from fedpub.data.user_table import UserTable, arrow_values, check_columns, label_classes
+from fedpub.data.user_table import ColumnRows, UserTable, arrow_values, check_columns, label_classes
 from fedpub.data.user_table_dataset import TableConfig
 
 _EXTRA = "install fedpub's `hf` extra (pip install 'fedpub[hf]')"
@@ -99,12 +99,13 @@ def table_users(path: Path, table: TableConfig) -> UserTable:
     """The users of the table file(s) at ``path``, read with the columns of ``table``."""
     arrow = read_table(path)
     check_columns(arrow.column_names, table, str(path))
-    x, y = arrow.column(table.x), arrow.column(table.y)
+    x, y = ColumnRows(arrow.column(table.x)), ColumnRows(arrow.column(table.y))
 
     def rows(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return arrow_values(x.take(indices)), arrow_values(y.take(indices))
 
-    return UserTable(arrow.column(table.user), rows, table, label_classes(y, table, str(path)), str(path))
+    num_classes = label_classes(arrow.column(table.y), table, str(path))
+    return UserTable(arrow.column(table.user), rows, table, num_classes, str(path))
 
 
 def open_table(config: ExperimentConfig) -> Splits:
@@ -123,13 +124,14 @@ def _not_hdf5(path: Path, report: FileReport, deep: bool) -> None:
 
 
 def _open_arrow(path: Path) -> Any:
-    """An Arrow file, in the IPC file format (Feather v2) or the stream format (Hugging Face's save_to_disk shards)."""
+    """An Arrow file, in the IPC file format (Feather v2) or the stream format (Hugging Face's save_to_disk shards),
+    memory-mapped (the rows are read from the page cache when taken)."""
     import pyarrow as pa
 
     try:
-        return pa.ipc.open_file(path).read_all()
+        return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
     except pa.ArrowInvalid:
-        return pa.ipc.open_stream(path).read_all()
+        return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
 
 
 def _describe_table(path: Path, report: FileReport, deep: bool) -> None:

@@ -160,7 +160,7 @@ def test_a_device_node_reads_its_own_users_rows_from_a_table_file_or_a_dataset_f
     config = _femnist_config(femnist_dir, tmp_path)
     population = load_data(config).train
     writer = population.client_ids[3]
-    mine = datasets.load_from_disk(str(femnist_dir)).filter(lambda w: w == writer, input_columns="writer_id")
+    mine = datasets.load_from_disk(str(femnist_dir)).filter(lambda w: w == writer, input_columns="writer_id", keep_in_memory=True)
     mine.to_parquet(str(tmp_path / "mine.parquet"))
     mine.save_to_disk(str(tmp_path / "mine"))
     for path, extra in ((tmp_path / "mine.parquet", {}), (tmp_path / "mine", {"client-id": writer})):
@@ -175,7 +175,7 @@ def test_fedpub_data_describes_a_table_file_and_a_save_to_disk_shard_reads_as_a_
 
     from fedpub.simulations.data_cli import data_app
 
-    shard = next(femnist_dir.glob("*.arrow"))
+    shard = next(femnist_dir.glob("data-*.arrow"))
     out = CliRunner().invoke(data_app, ["verify", str(shard)]).output
     assert "a table of examples (Arrow)" in out and "writer_id: string" in out and "nulls: none" in out
     config = _femnist_config(femnist_dir, tmp_path, data={
