@@ -29,7 +29,8 @@ def read_folder(folder: Path, config: ExperimentConfig, client_id: str) -> Feder
 
 def export(source: Path, client_id: str, out: Path, fmt: ExportFormat) -> Path:
     raise DatasetError(f"{source}: `fedpub data export-user` reads TFF files; a table user's device file is its rows, "
-                       f"e.g. pyarrow: pq.write_table(table.filter(pc.field(USER_COLUMN) == {client_id!r}), {str(out)!r})")
+                       f"e.g. pyarrow: pq.write_table(table.filter(pc.field(USER_COLUMN) == {client_id!r}), "
+                       f"{str(out)!r})")
 
 
 DEVICE = DeviceFormats(read_file=read_file, read_folder=read_folder, export=export)

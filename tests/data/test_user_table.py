@@ -16,7 +16,7 @@ import torch
 import yaml
 
 import fedpub
-from fedpub.config import load_config
+from fedpub.config import dump_config, load_config
 from fedpub.data.base import DatasetError
 from fedpub.data.users import load_data
 from fedpub.simulations.configs import quickstart_config_path
@@ -59,7 +59,7 @@ def femnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _femnist_config(path: Path, out: Path, **overrides: Any) -> Any:
     """The bundled femnist_hf.yaml on the offline copy, small."""
-    raw = yaml.safe_load(dump(load_config(quickstart_config_path().parent / "femnist_hf.yaml")))
+    raw = yaml.safe_load(dump_config(load_config(quickstart_config_path().parent / "femnist_hf.yaml")))
     raw["data"] |= {"path": str(path), "table": {**raw["data"]["table"], "hub": None},
                     "public": {"fraction": 0.25, "seed": 0}, "eval_clients": 4}
     base = tiny_config(Path("unused"), out).model_dump(mode="json")
@@ -68,12 +68,6 @@ def _femnist_config(path: Path, out: Path, **overrides: Any) -> Any:
                         "sampling": {"kind": "poisson", "clients_per_round": 4}}
     raw["strategy"] = {k: v for k, v in raw["strategy"].items() if v is not None}
     return fedpub.parse_config({**raw, **overrides})
-
-
-def dump(config: Any) -> str:
-    from fedpub.config import dump_config
-
-    return dump_config(config)
 
 
 def test_a_hugging_face_dataset_is_read_as_one_user_per_writer_id(femnist_dir, tmp_path):
@@ -101,11 +95,12 @@ def test_dope_on_the_bundled_femnist_config_runs_in_process(femnist_dir, tmp_pat
 
 
 @pytest.mark.slow
-def test_dope_on_a_hugging_face_dataset_on_flower_gives_the_in_process_model_and_ledger(
+def test_dope_on_a_hugging_face_dataset_and_a_test_files_model_on_flower_gives_the_in_process_model_and_ledger(
         femnist_dir, tmp_path, one_torch_thread):
     flower = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}
-    local_cfg = _femnist_config(femnist_dir, tmp_path / "inprocess", flower=flower)
-    flower_cfg = _femnist_config(femnist_dir, tmp_path / "flower", flower=flower)
+    own = {"factory": "tests.simulations.test_own_model_and_data:make_model", "kwargs": {"hidden": 8}}  # Ray's too
+    local_cfg = _femnist_config(femnist_dir, tmp_path / "inprocess", flower=flower, model=own)
+    flower_cfg = _femnist_config(femnist_dir, tmp_path / "flower", flower=flower, model=own)
     local = run_in_process(build_experiment(local_cfg), RunDirectory(local_cfg.output_dir / local_cfg.name))
     remote = run_flower_simulation(flower_cfg, simulated_nodes(build_experiment(flower_cfg)))
     assert remote.rounds_done == local.rounds_done == 3
@@ -142,8 +137,9 @@ def test_a_parquet_table_with_a_user_column_trains_with_dope(tmp_path):
 @pytest.mark.parametrize("field, value", [("user", "writer"), ("x", "img"), ("y", "char")])
 def test_a_column_the_data_lacks_is_refused_naming_the_field_and_the_columns(femnist_dir, tmp_path, field, value):
     config = _femnist_config(femnist_dir, tmp_path)
-    config = fedpub.parse_config(yaml.safe_load(dump(config)) | {
-        "data": {**config.data.model_dump(mode="json"), "table": {**config.data.table.model_dump(), field: value}}})
+    data = config.data.model_dump(mode="json")
+    config = fedpub.parse_config(yaml.safe_load(dump_config(config)) | {
+        "data": {**data, "table": {**data["table"], field: value}}})
     with pytest.raises(DatasetError, match=f"data.table.{field} '{value}' is not a column of .*; its columns: "
                                            "image, writer_id, hsf_id, character"):
         load_data(config)
@@ -160,7 +156,8 @@ def test_a_device_node_reads_its_own_users_rows_from_a_table_file_or_a_dataset_f
     config = _femnist_config(femnist_dir, tmp_path)
     population = load_data(config).train
     writer = population.client_ids[3]
-    mine = datasets.load_from_disk(str(femnist_dir)).filter(lambda w: w == writer, input_columns="writer_id", keep_in_memory=True)
+    mine = datasets.load_from_disk(str(femnist_dir)).filter(
+        lambda w: w == writer, input_columns="writer_id", keep_in_memory=True)
     mine.to_parquet(str(tmp_path / "mine.parquet"))
     mine.save_to_disk(str(tmp_path / "mine"))
     for path, extra in ((tmp_path / "mine.parquet", {}), (tmp_path / "mine", {"client-id": writer})):

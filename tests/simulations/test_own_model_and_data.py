@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -62,8 +61,9 @@ DOPE = {"name": "dope", "clip_norm": 0.5, "noise_multiplier": 0.8, "public_clien
 
 def _users(n: int = 24, seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
-    return {f"w{i:03d}": (torch.rand(6 + i % 5, 1, 28, 28, generator=g), torch.randint(0, 62, (6 + i % 5,), generator=g))
-            for i in range(n)}
+    sizes = [6 + i % 5 for i in range(n)]
+    return {f"w{i:03d}": (torch.rand(k, 1, 28, 28, generator=g), torch.randint(0, 62, (k,), generator=g))
+            for i, k in enumerate(sizes)}
 
 
 def _own(out: Path, data: dict[str, Any], **overrides: Any) -> dict[str, Any]:
