@@ -43,6 +43,15 @@ class PublicUsersConfig(Section):
     )
     fraction: float = Field(0.0, ge=0, lt=1, description="seeded fraction of the training users made public")
     seed: int = 0
+    users: tuple[str, ...] | None = Field(
+        None, min_length=1, description="these training users are public (their ids), instead of a fraction"
+    )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> PublicUsersConfig:
+        if self.users is not None and (self.fraction > 0 or self.pool != "train_fraction"):
+            raise ValueError("give data.public.users (a list) or data.public.fraction / pool: heldout, one of them")
+        return self
 
 
 class ValidationUsersConfig(Section):
@@ -620,12 +629,15 @@ def _check_public_users(config: ExperimentConfig) -> None:
     needs = [n for n in ("warm_start", "model_reuse") if getattr(strategy, n) is not None]
     if strategy.public_clients_per_round:
         needs.insert(0, f"public_clients_per_round ({strategy.public_clients_per_round})")
-    has_public = public.pool == "heldout" or public.fraction > 0 or config.flower.private_users == "nodes"
+    marked = "table" in registry.source(config.data.source)[0].config_fields and config.data.table.public is not None
+    has_public = (public.pool == "heldout" or public.fraction > 0 or public.users is not None or marked
+                  or config.flower.private_users == "nodes")
     if needs and not has_public:
         heldout = ", ".join(registry.sources_where(lambda d, s: "heldout" in d.public_pools))
         raise ConfigError(
             f"strategy `{strategy.name}` trains public users (strategy.{', strategy.'.join(needs)}), but the data has "
-            f"none: set data.public.fraction (e.g. 0.02) or data.public.pool: heldout (data.source {heldout})"
+            f"none: set data.public.fraction (e.g. 0.02), data.public.users (a list), or data.public.pool: heldout "
+            f"(data.source {heldout})"
         )
 
 
@@ -783,6 +795,8 @@ def dump_config(config: ExperimentConfig) -> str:
     raw = config.model_dump(mode="json")
     if config.model.factory is None:  # a registered model's section reads as it did before factories existed
         del raw["model"]["factory"], raw["model"]["kwargs"]
+    if config.data.public.users is None:  # so does a public section of no list
+        del raw["data"]["public"]["users"]
     own = registry.source(config.data.source)[0].config_fields
     for name in registry.data_fields():
         if name not in own:

@@ -29,9 +29,9 @@ Rows = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 def check_columns(columns: list[str], table: TableConfig, where: str) -> None:
     """Refuse a ``data.table`` column that ``where`` lacks, naming the field and the columns it has."""
-    for field in ("user", "x", "y"):
+    for field in ("user", "x", "y", "public"):
         name = getattr(table, field)
-        if name not in columns:
+        if name is not None and name not in columns:
             raise DatasetError(f"data.table.{field} {name!r} is not a column of {where}; its columns: "
                                f"{', '.join(columns)}")
 
@@ -76,6 +76,21 @@ class UserTable:
 
     def num_examples(self, client_id: str) -> int:
         return self._locate(client_id)[1]
+
+    def marked(self, flags: pa.ChunkedArray | pa.Array, column: str) -> list[str]:
+        """The users whose every row ``flags`` (a boolean column, row-aligned with the user column) marks true;
+        a user whose rows disagree is refused, naming the column."""
+        values = np.asarray(pc.fill_null(pc.cast(flags, pa.bool_()), False).to_numpy(zero_copy_only=False))
+        public = []
+        for user in self.client_ids:
+            start, count = self._span[user]
+            mine = values[self._order[start:start + count]]
+            if mine.any() and not mine.all():
+                raise DatasetError(f"{self._where}: data.table.public {column!r} marks only some rows of user {user!r} "
+                                   "public: a user is public or private as a whole")
+            if mine.all():
+                public.append(user)
+        return public
 
     def _locate(self, client_id: str) -> tuple[int, int]:
         try:

@@ -28,6 +28,10 @@ class TableConfig(Section):
         "with a channel axis (N, C, H, W); floats -> float32; integers -> int64), or 'package.module:callable' "
         "taking the numpy array",
     )
+    public: str | None = Field(
+        None, description="a boolean column marking public users (every row of a user true: public; all false: "
+        "private), instead of data.public.fraction",
+    )
     num_classes: int | None = Field(
         None, ge=2, description="the number of classes; null: the label column's ClassLabel, else its maximum + 1"
     )

@@ -20,11 +20,11 @@ def _one(users: UserTable, path: Path, client_id: str | None) -> DeviceUser:
 
 
 def read_file(path: Path, config: ExperimentConfig, client_id: str | None) -> DeviceUser:
-    return _one(table_users(path, config.data.table), path, client_id)
+    return _one(table_users(path, config.data.table)[0], path, client_id)
 
 
 def read_folder(folder: Path, config: ExperimentConfig, client_id: str) -> FederatedDataset:
-    return _one(hf_users(config, config.data.table.split, folder), folder, client_id).data
+    return _one(hf_users(config, config.data.table.split, folder)[0], folder, client_id).data
 
 
 def export(source: Path, client_id: str, out: Path, fmt: ExportFormat) -> Path:

@@ -45,8 +45,9 @@ def _hf_split(config: ExperimentConfig, split: str, path: Path | None = None) ->
     return loaded
 
 
-def hf_users(config: ExperimentConfig, split: str, path: Path | None = None) -> UserTable:
-    """The users of ``split`` of the config's Hugging Face dataset (of the folder ``path``, when given)."""
+def hf_users(config: ExperimentConfig, split: str, path: Path | None = None) -> tuple[UserTable, Any]:
+    """The users of ``split`` of the config's Hugging Face dataset (of the folder ``path``, when given), and its
+    user (and public) columns as a pyarrow table."""
     table = config.data.table
     dataset = _hf_split(config, split, path)
     where = f"{path or table.hub or config.data.path} ({split})"
@@ -60,15 +61,18 @@ def hf_users(config: ExperimentConfig, split: str, path: Path | None = None) -> 
         batch = values[indices]
         return np.asarray(batch[table.x]), np.asarray(batch[table.y])
 
-    users = dataset.with_format("arrow", columns=[table.user])[:][table.user]
-    return UserTable(users, rows, table, num_classes, where)
+    columns = [table.user] + ([table.public] if table.public is not None else [])
+    arrow = dataset.with_format("arrow", columns=columns)[:]
+    return UserTable(arrow[table.user], rows, table, num_classes, where), arrow
 
 
 def open_huggingface(config: ExperimentConfig) -> Splits:
     """The training users of ``data.table.split``, the test users of ``data.table.test_split`` (or the same)."""
     table = config.data.table
-    train = hf_users(config, table.split)
-    return Splits(train, train if table.test_split is None else hf_users(config, table.test_split))
+    train, columns = hf_users(config, table.split)
+    test = train if table.test_split is None else hf_users(config, table.test_split)[0]
+    public = None if table.public is None else train.marked(columns[table.public], table.public)
+    return Splits(train, test, public_ids=public)
 
 
 _FORMATS = {".parquet": "parquet", ".arrow": "ipc", ".feather": "ipc", ".ipc": "ipc", ".csv": "csv"}
@@ -95,8 +99,8 @@ def read_table(path: Path) -> Any:
     return ds.dataset([str(f) for f in files], format=fmt).to_table()
 
 
-def table_users(path: Path, table: TableConfig) -> UserTable:
-    """The users of the table file(s) at ``path``, read with the columns of ``table``."""
+def table_users(path: Path, table: TableConfig) -> tuple[UserTable, Any]:
+    """The users of the table file(s) at ``path``, read with the columns of ``table``, and the pyarrow table."""
     arrow = read_table(path)
     check_columns(arrow.column_names, table, str(path))
     x, y = ColumnRows(arrow.column(table.x)), ColumnRows(arrow.column(table.y))
@@ -105,13 +109,15 @@ def table_users(path: Path, table: TableConfig) -> UserTable:
         return arrow_values(x.take(indices)), arrow_values(y.take(indices))
 
     num_classes = label_classes(arrow.column(table.y), table, str(path))
-    return UserTable(arrow.column(table.user), rows, table, num_classes, str(path))
+    return UserTable(arrow.column(table.user), rows, table, num_classes, str(path)), arrow
 
 
 def open_table(config: ExperimentConfig) -> Splits:
     """Every row of the file(s) at ``data.path``; the test users are the same users (evaluation users held out)."""
-    users = table_users(config.data.path, config.data.table)
-    return Splits(users, users)
+    table = config.data.table
+    users, arrow = table_users(config.data.path, table)
+    public = None if table.public is None else users.marked(arrow.column(table.public), table.public)
+    return Splits(users, users, public_ids=public)
 
 
 def open_python(config: ExperimentConfig) -> Splits:

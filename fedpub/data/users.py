@@ -17,7 +17,14 @@ from fedpub.config import ExperimentConfig
 from fedpub.data import registry
 from fedpub.data.base import FederatedDataset, Splits
 from fedpub.data.cache import CachedClients
-from fedpub.data.public_split import UniformUsers, heldout_as_public, split_evaluation, split_public, split_validation
+from fedpub.data.public_split import (
+    UniformUsers,
+    heldout_as_public,
+    listed_public,
+    split_evaluation,
+    split_public,
+    split_validation,
+)
 from fedpub.data.spec import resolve
 
 
@@ -132,6 +139,13 @@ def load_data(config: ExperimentConfig, splits: Splits | None = None) -> Federat
         public_data: FederatedDataset = CachedClients(splits.heldout, cache_bytes)
     elif nodes:
         private_ids, public_ids, public_data = [], list(train.client_ids), train
+    elif public.users is not None or splits.public_ids is not None:
+        where = "data.public.users" if public.users is not None else "data.table.public"
+        if public.users is not None and splits.public_ids is not None:
+            raise ValueError("data.public.users and data.table.public both name the public users: keep one")
+        listed = public.users if public.users is not None else splits.public_ids
+        private_ids, public_ids = listed_public(train.client_ids, list(listed or ()), where)
+        public_data = train
     else:
         private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
         public_data = train

@@ -181,3 +181,24 @@ def test_fedpub_data_describes_a_table_file_and_a_save_to_disk_shard_reads_as_a_
     writer = from_hf.client_ids[2]
     assert from_table.client_ids == from_hf.client_ids and from_table.num_classes == 62
     assert torch.equal(from_table.client_data(writer).x, from_hf.client_data(writer).x)
+
+
+def test_public_users_are_given_by_a_column_or_a_list(tmp_path):
+    path = _parquet(tmp_path)
+    table = pq.read_table(path / "part-0.parquet")
+    flags = pa.array([u in ("u1", "u4") for u in table.column("uid").to_pylist()])
+    pq.write_table(table.append_column("opted_out", flags), path / "part-0.parquet")
+    factory = {"factory": "fedpub.models.emnist:Mlp", "kwargs": {"num_classes": 62}}
+    base = {"source": "table", "path": str(path), "table": {"user": "uid", "x": "pixels", "public": "opted_out"}}
+    data = load_data(fedpub.parse_config({"data": base, "model": factory}))
+    assert data.public_ids == ["u1", "u4"] and "u1" not in data.private_ids and len(data.private_ids) == 8
+    listed = {**base, "table": {"user": "uid", "x": "pixels"}, "public": {"users": ["u2", "u7"]}}
+    assert load_data(fedpub.parse_config({"data": listed, "model": factory})).public_ids == ["u2", "u7"]
+    with pytest.raises(ValueError, match="data.public.users: 1 listed public user.* no training user: nobody"):
+        load_data(fedpub.parse_config({"data": {**listed, "public": {"users": ["nobody"]}}, "model": factory}))
+    with pytest.raises(fedpub.ConfigError, match="data.public.users .* or data.public.fraction"):
+        fedpub.parse_config({"data": {**listed, "public": {"users": ["u2"], "fraction": 0.1}}, "model": factory})
+    mixed = pa.array([u == "u3" and i % 2 == 0 for i, u in enumerate(table.column("uid").to_pylist())])
+    pq.write_table(table.append_column("opted_out", mixed), path / "part-0.parquet")
+    with pytest.raises(DatasetError, match="marks only some rows of user 'u3'"):
+        load_data(fedpub.parse_config({"data": base, "model": factory}))
