@@ -42,7 +42,7 @@ from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.data.device_user import load_device_user
 from fedpub.data.users import load_data
 from fedpub.flags import FlagError
-from fedpub.models import build_model
+from fedpub.models.seeded import new_model
 from fedpub.node_identity import load_private_key, sign_identity
 from fedpub.payloads import Payloads
 from fedpub.seeding import torch_generator
@@ -76,7 +76,7 @@ class ClientRuntime:
 def _runtime_for(resolved_config: str) -> ClientRuntime:
     config = parse_config(yaml.safe_load(resolved_config))
     data = load_data(config)
-    model = build_model(config.model.name, data.train.num_classes).to(resolve_device(config.device))
+    model = new_model(config, data.train.num_classes, resolve_device(config.device))
     return ClientRuntime(
         config, data.train, data.public, model, LocalTrainingConfig(**config.client.local_training_fields()),
         get_task(config.task), frozenset(data.public_ids),
@@ -91,7 +91,7 @@ def runtime(config: ExperimentConfig) -> ClientRuntime:
 def _device_runtime_for(resolved_config: str, data_path: str, client_id: str | None) -> ClientRuntime:
     config = parse_config(yaml.safe_load(resolved_config))
     user = load_device_user(data_path, config, client_id).data
-    model = build_model(config.model.name, user.num_classes).to(resolve_device(config.device))
+    model = new_model(config, user.num_classes, resolve_device(config.device))
     return ClientRuntime(
         config, user, user, model, LocalTrainingConfig(**config.client.local_training_fields()), get_task(config.task),
         frozenset(),

@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
-from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 
 from fedpub import recipe_registry
 from fedpub.config_section import Section
 from fedpub.data import registry
-from fedpub.data.spec import PUBLIC_POOLS
+from fedpub.data.spec import PUBLIC_POOLS, Reference
 
 class ConfigError(ValueError):
     """A configuration that cannot be run; the message names the file and the field."""
@@ -44,6 +44,15 @@ class PublicUsersConfig(Section):
     )
     fraction: float = Field(0.0, ge=0, lt=1, description="seeded fraction of the training users made public")
     seed: int = 0
+    users: tuple[str, ...] | None = Field(
+        None, min_length=1, description="these training users are public (their ids), instead of a fraction"
+    )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> PublicUsersConfig:
+        if self.users is not None and (self.fraction > 0 or self.pool != "train_fraction"):
+            raise ValueError("give data.public.users (a list) or data.public.fraction / pool: heldout, one of them")
+        return self
 
 
 class ValidationUsersConfig(Section):
@@ -126,14 +135,49 @@ DataConfig = _data_section()
 
 
 class ModelConfig(Section):
-    name: str = registry.default_model()
+    """The model: a registered one by ``name``, or any PyTorch model a ``factory`` builds from ``kwargs``."""
+
+    name: str | None = Field(registry.default_model(), description="a registered model (instead of factory)")
+    factory: Reference | None = Field(
+        None, description="'package.module:callable' returning a torch.nn.Module, called with model.kwargs (its "
+        "parameters initialised as it initialises them, from the run's seed); imported on every node that trains",
+    )
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="the keyword arguments of model.factory")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _factory_replaces_name(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and raw.get("factory") is not None and "name" not in raw:
+            return {**raw, "name": None}
+        return raw
 
     @field_validator("name")
     @classmethod
-    def _known_model(cls, name: str) -> str:
-        if name not in registry.MODEL_NAMES:
-            raise ValueError(f"unknown model; allowed: {', '.join(sorted(registry.MODEL_NAMES))}")
+    def _known_model(cls, name: str | None) -> str | None:
+        if name is not None and name not in registry.MODEL_NAMES:
+            raise ValueError(f"unknown model; allowed: {', '.join(sorted(registry.MODEL_NAMES))}, or model.factory "
+                             "('package.module:callable') for your own")
         return name
+
+    @model_validator(mode="after")
+    def _name_or_factory(self) -> ModelConfig:
+        if (self.name is None) == (self.factory is None):
+            raise ValueError("give model.name (a registered model) or model.factory ('package.module:callable'), "
+                             "one of them")
+        if self.kwargs and self.factory is None:
+            raise ValueError("model.kwargs are model.factory's arguments; a registered model (model.name) takes none")
+        return self
+
+
+class TaskConfig(Section):
+    """Your own task: a loss and metrics, each ``(outputs, y) -> one value per example`` (a tensor of shape
+    ``(B,)``); the loss minimised is their mean, a metric is their mean over the evaluated examples, and the first
+    metric is the headline one. Per example, so padded batches mask out (the vectorised path can take the task)."""
+
+    loss: Reference = Field(description="'package.module:callable': per-example losses (B,)")
+    metrics: tuple[Reference, ...] = Field(
+        min_length=1, description="'package.module:callable' each: per-example values (B,), named by the callable"
+    )
 
 
 class ClientConfig(Section):
@@ -526,6 +570,11 @@ class TrackingConfig(Section):
     mlflow: MlflowConfig | None = Field(None, description="an MLflow run: {tracking_uri, experiment}")
 
 
+def _task_form(value: Any) -> str:
+    """Which form a ``task`` value takes: a preset's name, or your own ``{loss, metrics}``."""
+    return "preset" if isinstance(value, str) else "own"
+
+
 class ExperimentConfig(Section):
     name: str = Field("quickstart", pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
@@ -541,8 +590,12 @@ class ExperimentConfig(Section):
         "auto", description="a torch device: auto (CUDA when present), cpu, cuda, cuda:1, mps, ... (its form is "
         "checked here, without torch; whether torch knows it and this machine has it, when the experiment is built)",
     )
-    task: Literal[registry.TASK_NAMES] = Field(
-        registry.default_task(), description="loss and metrics; each data.source serves its dataset's tasks"
+    task: Annotated[
+        Annotated[Literal[registry.TASK_NAMES], Tag("preset")] | Annotated[TaskConfig, Tag("own")],
+        Discriminator(_task_form),
+    ] = Field(
+        registry.default_task(), description="loss and metrics: a preset (each data.source serves its dataset's), "
+        "or your own {loss, metrics}"
     )
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
@@ -567,12 +620,15 @@ def _check_public_users(config: ExperimentConfig) -> None:
     needs = recipe_registry.public_phases(strategy)
     if strategy.public_clients_per_round:
         needs.insert(0, f"public_clients_per_round ({strategy.public_clients_per_round})")
-    has_public = public.pool == "heldout" or public.fraction > 0 or config.flower.private_users == "nodes"
+    marked = "table" in registry.source(config.data.source)[0].config_fields and config.data.table.public is not None
+    has_public = (public.pool == "heldout" or public.fraction > 0 or public.users is not None or marked
+                  or config.flower.private_users == "nodes")
     if needs and not has_public:
         heldout = ", ".join(registry.sources_where(lambda d, s: "heldout" in d.public_pools))
         raise ConfigError(
             f"strategy `{strategy.name}` trains public users (strategy.{', strategy.'.join(needs)}), but the data has "
-            f"none: set data.public.fraction (e.g. 0.02) or data.public.pool: heldout (data.source {heldout})"
+            f"none: set data.public.fraction (e.g. 0.02), data.public.users (a list), or data.public.pool: heldout "
+            f"(data.source {heldout})"
         )
 
 
@@ -603,17 +659,26 @@ def _check_task_and_data(config: ExperimentConfig) -> None:
             f"data.public.pool `{data.public.pool}` needs a dataset with a held-out split (data.source {heldout}); "
             f"{dataset.name} has: {', '.join(dataset.public_pools)}"
         )
-    if config.task not in dataset.task_names:
+    if isinstance(config.task, TaskConfig):
+        if len(dataset.tasks) > 1:
+            raise ConfigError(
+                f"task {{loss, metrics}}: {dataset.name} data is read per task (its examples differ by task), so a "
+                f"task of your own does not go with data.source `{data.source}`; task: "
+                f"{' | '.join(dataset.task_names)}"
+            )
+    elif config.task not in dataset.task_names:
         serving = ", ".join(registry.sources_where(lambda d, s: config.task in d.task_names))
         raise ConfigError(
             f"task `{config.task}` does not go with data.source `{data.source}`: {dataset.name} data allows task "
             f"{' | '.join(dataset.task_names)}; task {config.task} needs data.source {serving}"
         )
-    if config.model.name not in dataset.model_names:
+    if config.model.name is not None and config.model.name not in dataset.model_names:
         serving = ", ".join(registry.sources_where(lambda d, s: config.model.name in d.model_names))
+        allowed = " | ".join(dataset.model_names) or "none registered"
         raise ConfigError(
             f"model `{config.model.name}` does not go with data.source `{data.source}`: {dataset.name} data allows "
-            f"model.name {' | '.join(dataset.model_names)}; model {config.model.name} needs data.source {serving}"
+            f"model.name {allowed}, or model.factory ('package.module:callable') for your own; model "
+            f"{config.model.name} needs data.source {serving}"
         )
 
 
@@ -622,6 +687,9 @@ def _walk(loc: tuple) -> tuple[list[str], list[str]]:
     model: type[BaseModel] | None = ExperimentConfig
     path: list[str] = []
     for part in loc:
+        if part in ("preset", "own") and path == ["task"]:
+            model = TaskConfig if part == "own" else None  # the form of ``task`` (:func:`_task_form`)
+            continue
         path.append(str(part))
         field = model.model_fields.get(str(part)) if model is not None else None
         annotation = field.annotation if field is not None else None
@@ -716,6 +784,10 @@ def dump_config(config: ExperimentConfig) -> str:
     sections only those of ``data.source``'s dataset are written: the others do not change the run, and
     registering a dataset then changes no other run's resolved config."""
     raw = config.model_dump(mode="json")
+    if config.model.factory is None:  # a registered model's section reads as it did before factories existed
+        del raw["model"]["factory"], raw["model"]["kwargs"]
+    if config.data.public.users is None:  # so does a public section of no list
+        del raw["data"]["public"]["users"]
     own = registry.source(config.data.source)[0].config_fields
     for name in registry.data_fields():
         if name not in own:

@@ -21,7 +21,7 @@ from fedpub.clients.device import resolve_device
 from fedpub.clients.local_training import LocalTrainingConfig
 from fedpub.clients.payload_hooks import check_strategy_payloads
 from fedpub.config import ExperimentConfig
-from fedpub.data.base import FederatedDataset
+from fedpub.data.base import FederatedDataset, Splits
 from fedpub.data.users import EvaluationUsers, evaluation_users, load_data
 from fedpub.models.seeded import new_model
 from fedpub.privacy.accountant import UserLevelAccountant
@@ -104,6 +104,7 @@ def build_experiment(
     *,
     deployment: bool = False,
     node_users: tuple[list[str], list[str] | None] | None = None,
+    splits: Splits | None = None,
 ) -> Experiment:
     """The experiment ``config`` describes: its users, its device, its private strategy, its local training.
     ``deployment`` (``flwr run``): ``privacy.randomness`` and ``privacy.diagnostics`` ``auto`` mean a secret privacy
@@ -111,9 +112,10 @@ def build_experiment(
     None) users found as nodes (``flower.private_users: nodes``), replacing the data's (None public: the data's,
     the server's pool); the strategy is built for their number, and refused when it sends clients a payload local
 training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracker whose library is missing is
-    refused first (:func:`~fedpub.simulations.tracking.check_trackers`)."""
+    refused first (:func:`~fedpub.simulations.tracking.check_trackers`). ``splits``: the users of ``data.source:
+    python``, given from Python."""
     check_trackers(config.tracking)
-    data = load_data(config)
+    data = load_data(config, splits)
     if node_users is not None:
         private, public = node_users
         data = replace(data, private_ids=list(private), public_ids=data.public_ids if public is None else list(public))

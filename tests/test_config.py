@@ -17,8 +17,8 @@ def test_defaults_and_round_trip_through_yaml():
 
 @pytest.mark.parametrize("dataset", registry.DATASETS, ids=lambda d: d.name)
 def test_the_resolved_config_holds_only_its_own_datasets_sections(dataset):
-    cfg = parse_config({"data": {"source": dataset.sources[0].name}, "task": dataset.tasks[0].name,
-                        "model": {"name": dataset.models[0].name}})
+    model = {"name": dataset.models[0].name} if dataset.models else {"factory": "fedpub.models.emnist:Mlp"}
+    cfg = parse_config({"data": {"source": dataset.sources[0].name}, "task": dataset.tasks[0].name, "model": model})
     data = yaml.safe_load(dump_config(cfg))["data"]
     assert {name for name in registry.data_fields() if name in data} == set(dataset.config_fields)
     assert parse_config(yaml.safe_load(dump_config(cfg))) == cfg

@@ -134,3 +134,6 @@ class Splits:
     train: FederatedDataset
     test: FederatedDataset
     heldout: FederatedDataset | None = None
+    public_ids: list[str] | None = None
+    """The training users the data itself marks public (a table's ``data.table.public`` column); None: it marks
+    none."""

@@ -41,6 +41,19 @@ def split_public(client_ids: Sequence[str], fraction: float, seed: int) -> tuple
     return _seeded_split(client_ids, fraction, seed, "public")
 
 
+def listed_public(client_ids: Sequence[str], listed: Sequence[str], where: str) -> tuple[list[str], list[str]]:
+    """The users ``listed`` (by ``where``) public, the others private; returns sorted (private, public). Raises
+    ValueError naming ids that are no training user, or a list that leaves no private user."""
+    known = set(client_ids)
+    unknown = sorted(set(listed) - known)
+    if unknown:
+        raise ValueError(f"{where}: {len(unknown)} listed public user(s) are no training user: {', '.join(unknown[:5])}")
+    public = set(listed)
+    if len(public) == len(known):
+        raise ValueError(f"{where}: every training user is public, none is left private")
+    return sorted(known - public), sorted(public)
+
+
 def split_validation(private_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
     """Hold out ``round(fraction * N)`` of the private users as validation users; returns sorted (private,
     validation). Like :func:`split_public` (its own seeded draw): the validation users leave the private population

@@ -18,8 +18,9 @@ from fedpub.data.emnist_dataset import EMNIST
 from fedpub.data.remote_files import RemoteFile
 from fedpub.data.spec import PUBLIC_POOLS, Dataset, ModelDeclaration, Source, TaskDeclaration
 from fedpub.data.stackoverflow_dataset import STACKOVERFLOW
+from fedpub.data.user_table_dataset import USER_TABLE
 
-DATASETS: tuple[Dataset, ...] = (EMNIST, STACKOVERFLOW, CIFAR100)
+DATASETS: tuple[Dataset, ...] = (EMNIST, STACKOVERFLOW, CIFAR100, USER_TABLE)
 """Every dataset, in the order help texts and allowed-value lists show them."""
 DEFAULT_SOURCE = "synthetic_emnist"
 """``data.source`` of a config that names none (the offline quick start); its dataset's first task and model are the
@@ -47,8 +48,8 @@ def _check(datasets: tuple[Dataset, ...]) -> None:
     tasks: dict[str, TaskDeclaration] = {}
     for d in datasets:
         _unique(f"{d.name}'s task", d.task_names)
-        if not d.sources or not d.tasks or not d.models:
-            raise RegistryError(f"dataset {d.name!r} declares no source, task or model")
+        if not d.sources or not d.tasks:
+            raise RegistryError(f"dataset {d.name!r} declares no source or task")
         unknown = [p for p in d.public_pools if p not in PUBLIC_POOLS]
         if unknown or "train_fraction" not in d.public_pools:
             raise RegistryError(f"dataset {d.name!r}: public pools {d.public_pools}; allowed: {PUBLIC_POOLS}, "
@@ -131,7 +132,7 @@ def remote_files() -> dict[str, RemoteFile]:
 
 def dataset_of_client_fields(fields: Collection[str]) -> Dataset | None:
     """The dataset whose HDF5 client groups hold ``fields`` (the most specific one, if several match)."""
-    matches = [d for d in DATASETS if d.client_fields <= set(fields)]
+    matches = [d for d in DATASETS if d.client_fields and d.client_fields <= set(fields)]
     return max(matches, key=lambda d: len(d.client_fields), default=None)
 
 

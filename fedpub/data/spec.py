@@ -9,10 +9,14 @@ the declared datasets; nothing else in fedpub names one.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from fedpub.data.remote_files import RemoteFile
 
@@ -21,12 +25,35 @@ PUBLIC_POOLS: tuple[str, ...] = ("train_fraction", "heldout")
 held-out split (where it declares one)."""
 
 
+_REFERENCE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
 def resolve(ref: str) -> Any:
-    """The attribute a reference ``"package.module:attribute"`` names, its module imported now."""
-    module, sep, attribute = ref.partition(":")
-    if not sep or not module or not attribute:
+    """The attribute a reference ``"package.module:attribute"`` names (``attribute`` may be dotted, e.g.
+    ``Class.method``), its module imported now."""
+    if not _REFERENCE.fullmatch(ref):
         raise ValueError(f"a reference is 'package.module:attribute', got {ref!r}")
-    return getattr(importlib.import_module(module), attribute)
+    module, _, attribute = ref.partition(":")
+    return functools.reduce(getattr, attribute.split("."), importlib.import_module(module))
+
+
+def importable(ref: str) -> str:
+    """``ref`` if it names a callable that imports here, else a ValueError saying why (a config field's validator:
+    a user's model factory, loss, metric or transform; the code it imports runs now, as it will on every node)."""
+    if not _REFERENCE.fullmatch(ref):
+        raise ValueError("a reference is 'package.module:attribute' (e.g. mypackage.models:make_model)")
+    try:
+        target = resolve(ref)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{ref!r} does not import ({type(exc).__name__}: {exc}); it must be importable on this "
+                         "Python path, and on every node that trains") from None
+    if not callable(target):
+        raise ValueError(f"{ref!r} is a {type(target).__name__}, not a callable")
+    return ref
+
+
+Reference = Annotated[str, AfterValidator(importable)]
+"""A config field naming user code: ``"package.module:attribute"``, imported and checked when the config is read."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +114,7 @@ class Dataset:
     tasks: tuple[TaskDeclaration, ...]
     """The tasks its sources serve; the first is a config's default."""
     models: tuple[ModelDeclaration, ...]
-    """Its models; the first is a config's default."""
+    """Its models; the first is a config's default. None: a config names its own (``model.factory``)."""
     files: tuple[RemoteFile, ...]
     """What ``fedpub data download`` fetches."""
     client_fields: frozenset[str]

@@ -17,7 +17,14 @@ from fedpub.config import ExperimentConfig
 from fedpub.data import registry
 from fedpub.data.base import FederatedDataset, Splits
 from fedpub.data.cache import CachedClients
-from fedpub.data.public_split import UniformUsers, heldout_as_public, split_evaluation, split_public, split_validation
+from fedpub.data.public_split import (
+    UniformUsers,
+    heldout_as_public,
+    listed_public,
+    split_evaluation,
+    split_public,
+    split_validation,
+)
 from fedpub.data.spec import resolve
 
 
@@ -108,13 +115,17 @@ def open_splits(config: ExperimentConfig) -> Splits:
     return splits
 
 
-def load_data(config: ExperimentConfig) -> FederatedData:
-    """The training and test users, and which users are public (DESIGN.md §5: never in N); the training and
+def load_data(config: ExperimentConfig, splits: Splits | None = None) -> FederatedData:
+    """The training and test users (``splits``, the users a Python caller gives for ``data.source: python``; else
+    the source's), and which users are public (DESIGN.md §5: never in N); the training and
     public users are read through a :class:`~fedpub.data.cache.CachedClients` of ``data.cache_mb``. With
     ``flower.private_users: nodes`` the private users are nodes, not data: every user of the server's files is
     public (its server-held pool) and ``private_ids`` is empty."""
     public = config.data.public
-    splits = open_splits(config)
+    if splits is not None and config.data.source != "python":
+        raise ValueError(f"users given from Python (fedpub.run(config, data=...)) need data.source: python; the "
+                         f"config's data.source is {config.data.source}")
+    splits = splits or open_splits(config)
     train = splits.train
     if config.data.uniform_users is not None:
         train = UniformUsers(train, config.data.uniform_users, seed=config.seed)
@@ -128,6 +139,13 @@ def load_data(config: ExperimentConfig) -> FederatedData:
         public_data: FederatedDataset = CachedClients(splits.heldout, cache_bytes)
     elif nodes:
         private_ids, public_ids, public_data = [], list(train.client_ids), train
+    elif public.users is not None or splits.public_ids is not None:
+        where = "data.public.users" if public.users is not None else "data.table.public"
+        if public.users is not None and splits.public_ids is not None:
+            raise ValueError("data.public.users and data.table.public both name the public users: keep one")
+        listed = public.users if public.users is not None else splits.public_ids
+        private_ids, public_ids = listed_public(train.client_ids, list(listed or ()), where)
+        public_data = train
     else:
         private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
         public_data = train

@@ -1,4 +1,5 @@
-"""Building a model by name: ``build_model(name, num_classes)`` builds a freshly, deterministically initialised model.
+"""Building a model by name: ``build_model(name, num_classes)`` builds a freshly, deterministically initialised model;
+``build_factory_model(ref, kwargs)`` builds a config's own (``model.factory``).
 
 Models are declared by their datasets (:mod:`fedpub.data.registry`): the declaration names the class and the
 normalisation layers it uses. Parameters are created on the meta device and then initialised with PyTorch's default
@@ -9,7 +10,8 @@ model. ``num_classes`` is the model's output size (classes, tags, or token ids, 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -69,4 +71,29 @@ def build_model(name: str, num_classes: int, *, generator: torch.Generator | Non
     return model
 
 
-__all__ = ["NORMALIZATION_LAYERS", "build_model", "init_parameters"]
+def build_factory_model(
+    ref: str, kwargs: Mapping[str, Any], *, generator: torch.Generator | None = None
+) -> nn.Module:
+    """The model ``model.factory`` ``ref`` builds from ``kwargs``, its parameters initialised as the factory
+    initialises them, with torch's global RNG seeded from ``generator`` (default: seed 0) for the call and restored
+    after. A model with running statistics (batch norm tracking them) is refused: they are state no aggregation
+    averages, computed from private examples outside DP."""
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    seed = int(torch.randint(2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = resolve(ref)(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model.factory {ref!r} returned a {type(model).__name__}, not a torch.nn.Module")
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats:
+            raise ValueError(
+                f"model.factory {ref!r}: layer {name!r} ({type(module).__name__}) keeps running statistics, state "
+                "that no aggregation averages and that private examples would set outside DP; use GroupNorm or "
+                "LayerNorm, or track_running_stats=False"
+            )
+    return model
+
+
+__all__ = ["NORMALIZATION_LAYERS", "build_factory_model", "build_model", "init_parameters"]
