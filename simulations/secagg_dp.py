@@ -36,7 +36,9 @@ What the server still sees in the clear: which users were sampled and which drop
 carries no metrics and weight 1). Public users as their own nodes (``flower.public_users: nodes``) are not run here.
 
 Run it: ``python -m fedpub.simulations.secagg_dp CONFIG [--rounds R] [--fresh]`` (Flower simulation, one SuperNode per
-training user); it writes the run directory ``<output_dir>/<name>/`` as ``fedpub run`` does, and resumes it.
+training user); it writes the run directory ``<output_dir>/<name>/`` as ``fedpub run`` does, and resumes it. On a real
+SuperLink, ``flwr run`` an app whose components are :data:`server_app` and :data:`client_app` (the experiment YAML
+from the run config key ``config``, as fedpub's own app).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import numpy as np
 import torch
 import yaml
 from flwr.app import Context, Message
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common import (
     Code, FitIns, FitRes, Parameters, Scalar, Status, bytes_to_ndarray, ndarray_to_bytes, ndarrays_to_parameters,
@@ -71,21 +74,24 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedpub import protocol as key
 from fedpub import recipe_registry
-from fedpub.clients.client_app import ClientRuntime, node_client_id, query_reply, runtime, train_user
+from fedpub.clients.app_config import experiment_config
+from fedpub.clients.client_app import node_runtime, query_reply, train_user
 from fedpub.clients.round_training import ServerPublicPool
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.payloads import Payloads
+from fedpub.privacy.accountant import PrivacyBudget
 from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling
 from fedpub.round_driver import PreparedRound
 from fedpub.step import Chain
 from fedpub.strategy import usable_rows
 from fedpub.types import Params, Updates
 from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.flower_env import offline_flower_environment, without_final_results
+from fedpub.simulations.flower_env import offline_flower_environment, quiet_flower_logging, without_final_results
 from fedpub.simulations.flower_simulation import backend_config, simulated_nodes
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.server_app import server_public_pool
 from fedpub.simulations.session import RunResult, RunSession
+from fedpub.strategies.build import privacy_budget
 from fedpub.strategies.common import make_sampling
 from fedpub.strategies.compose import build_strategy
 from fedpub.strategies.flower import discover_nodes
@@ -239,10 +245,12 @@ def tally_names(chain: Chain, values: Mapping[str, Mapping[str, Any]], params: P
 @lru_cache(maxsize=4)
 def _device_chain(resolved_config: str, population: int, noise_multiplier: float) -> Chain:
     config = parse_config(yaml.safe_load(resolved_config))
-    strategy = config.strategy
+    strategy, privacy = config.strategy, config.privacy
+    epsilon = privacy_budget(strategy, privacy)
     return build_strategy(  # seed 0: the privacy seed stays on the server; only the per-user maps run here
         strategy, sampling=make_sampling(strategy.sampling, population), population=population,
         noise_multiplier=noise_multiplier, seed=0, rounds=config.rounds,
+        budget=None if epsilon is None else PrivacyBudget(epsilon, privacy.delta),
     ).aggregator
 
 
@@ -300,8 +308,7 @@ def masked_train_reply(msg: Message, context: Context, config: ExperimentConfig)
     ``secaggplus_mod`` quantises and masks: the update over C_t, then the tallies, in float64 (quantised without
     float32 rounding), weight 1 (``num_examples``: the workflow's weighted mean is the plain mean) and no metrics, since
     anything else in the reply would reach the server unmasked."""
-    rt: ClientRuntime = runtime(config)
-    client_id = node_client_id(context, rt)
+    rt, client_id = node_runtime(context, config)
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     cfg = fitins.config
     if str(cfg[key.CLIENT_ID]) != client_id:
@@ -318,19 +325,21 @@ def masked_train_reply(msg: Message, context: Context, config: ExperimentConfig)
     return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
 
 
-def make_client_app(config: ExperimentConfig) -> ClientApp:
-    """A ClientApp bound to ``config``: QUERY says which user the node holds; TRAIN goes through SecAgg+."""
-    from flwr.client.mod import secaggplus_mod
-
+def make_client_app(config: ExperimentConfig | None = None) -> ClientApp:
+    """A ClientApp bound to ``config`` (or reading it from the run config, under ``flwr run``): QUERY says which user
+    the node holds; TRAIN goes through SecAgg+."""
     app = ClientApp()
+
+    def resolve(context: Context) -> ExperimentConfig:
+        return config if config is not None else experiment_config(context)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        return query_reply(msg, context, config)
+        return query_reply(msg, context, resolve(context))
 
     @app.train(mods=[secaggplus_mod])
     def train(msg: Message, context: Context) -> Message:
-        return masked_train_reply(msg, context, config)
+        return masked_train_reply(msg, context, resolve(context))
 
     return app
 
@@ -474,12 +483,16 @@ class RunOptions:
 
 
 def run_on_grid(
-    grid: Grid, context: Context, config: ExperimentConfig, options: RunOptions = RunOptions()
+    grid: Grid, context: Context, config: ExperimentConfig, options: RunOptions = RunOptions(), *,
+    deployment: bool = False,
 ) -> RunResult:
-    """Run (or resume) ``config`` with SecAgg+ over the nodes of ``grid``; results go to the run directory."""
+    """Run (or resume) ``config`` with SecAgg+ over the nodes of ``grid``; results go to the run directory.
+    ``deployment`` (``flwr run``): the privacy seed is secret and diagnostics are off unless the config says
+    otherwise."""
     check_supported(config)
     secagg = options.secagg
-    experiment = build_experiment(config)
+    experiment = build_experiment(config, deployment=deployment)
+    device_chain(config, experiment.strategy.population, experiment.noise_multiplier)  # the devices' build, checked
     quantisation = quantisation_for(largest_cohort(experiment.strategy.sampling))
     nodes = discover_nodes(
         grid, population=len(experiment.private_ids), private_ids=experiment.private_ids,
@@ -508,14 +521,18 @@ def run_on_grid(
 
 
 def make_server_app(
-    config: ExperimentConfig, results: list[RunResult], options: RunOptions = RunOptions()
+    config: ExperimentConfig | None = None, results: list[RunResult] | None = None, options: RunOptions = RunOptions()
 ) -> ServerApp:
-    """A ServerApp running ``config`` with SecAgg+; its result is appended to ``results``."""
+    """A ServerApp running ``config`` with SecAgg+ (a simulation), or the config the run config names (``flwr run``:
+    a deployment); its result is appended to ``results`` when given."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        results.append(run_on_grid(grid, context, config, options))
+        quiet_flower_logging()
+        result = run_on_grid(grid, context, config or experiment_config(context), options, deployment=config is None)
+        if results is not None:
+            results.append(result)
 
     return app
 
@@ -537,6 +554,12 @@ def run_secagg_simulation(config: ExperimentConfig, options: RunOptions = RunOpt
     if not results:
         raise RuntimeError("the SecAgg+ simulation ended without a result; see the log above")
     return results[0]
+
+
+server_app = make_server_app()
+"""The ServerApp ``flwr run`` starts (``[tool.flwr.app.components] serverapp``), the experiment from the run config."""
+client_app = make_client_app()
+"""The ClientApp of its SuperNodes."""
 
 
 def _share(text: str) -> int | float:

@@ -3,22 +3,31 @@
 Fast: the device's contribution is the in-process per-user map of the same user over C_t; the quantisation cannot
 wrap and its error stays under one level per user; what SecAgg+ cannot run is refused by name. Slow (real Flower
 simulation, real Ray, real dp-accounting): each recipe it runs gives the in-process model and ledger, and the secure
-sum is the plain sum of the users' mapped updates within the stated quantisation bound."""
+sum is the plain sum of the users' mapped updates within the stated quantisation bound; and DOPE with a public user
+runs on a real SuperLink and SuperNodes."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
+import dp_accounting
 import numpy as np
 import pytest
 import torch
+from dp_accounting import dp_event
+from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpub import recipe_registry
 from fedpub.clients.client_app import runtime, train_user
-from fedpub.config import parse_config
+from fedpub.config import dump_config
+from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models.seeded import model_params
 from fedpub.strategy import usable_rows
+from fedpub.simulations.deploy.flwr_cli import flwr_run
+from fedpub.simulations.deploy.local import LocalDeployment
+from fedpub.simulations.deploy.processes import VENV_BIN
 from fedpub.simulations.engine import run_in_process
 from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.run_dir import RunDirectory
@@ -193,3 +202,99 @@ def test_every_recipe_with_secagg_gives_the_in_process_model_and_ledger(tiny_emn
     assert error <= bound
     assert first.tallies == pytest.approx(mapped.tally_sums(), abs=quantisation_for(len(first.cohort)).max_sum_error(
         first.survivors))
+
+
+SECAGG_APP = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "fedpub-secagg"
+version = "0.1.0"
+dependencies = ["fedpub"]
+
+[tool.flwr.app]
+publisher = "fedpub"
+
+[tool.flwr.app.components]
+serverapp = "fedpub.simulations.secagg_dp:server_app"
+clientapp = "fedpub.simulations.secagg_dp:client_app"
+
+[tool.flwr.app.config]
+config = "{config}"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX-only")
+@pytest.mark.skipif(not (VENV_BIN / "flower-superlink").exists(), reason="flower-superlink is not installed")
+def test_dope_with_public_users_on_a_real_superlink_with_secagg(tmp_path):
+    """A real SuperLink and 4 ``flower-supernode`` processes (one per writer; f0000_01 is public, N = 3), ``flwr run``
+    of an app whose components are this transport's: 2 rounds of DOPE, 2 private users a round summed by SecAgg+, the
+    public user trained in the server's pool (its node is never sent a TRAIN message); the run directory is written
+    as any deployment's (secret seed, no diagnostics) and ε is dp-accounting's for fixed-size sampling."""
+    users = {"num_writers": 4, "min_examples": 6, "max_examples": 12, "seed": 1}
+    write_synthetic_emnist(tmp_path / "data", SyntheticEmnistSpec(**users))
+    config = tiny_config(
+        tmp_path / "data", tmp_path / "runs", rounds=2, data={"synthetic": users, "eval_clients": 3,
+                                                             "public": {"fraction": 0.25, "seed": 0}},
+        strategy={"name": "dope", "public_clients_per_round": 1, "noise_multiplier": 1.0,
+                  "sampling": {"kind": "fixed", "clients_per_round": 2}},
+        privacy={"delta": 1e-5, "accountant": "rdp"}, flower={"node_wait_timeout": 60, "round_timeout": 120},
+    )
+    config_path = tmp_path / "exp.yaml"
+    config_path.write_text(dump_config(config))
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    (app_dir / "pyproject.toml").write_text(SECAGG_APP.format(config=config_path.resolve()))
+    users_in_order = list(build_experiment(config).train.client_ids)
+    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=len(users_in_order), cwd=tmp_path)
+    with deployment:
+        result = flwr_run(deployment.registry, config_path, env=deployment.cli_env, app_dir=app_dir,
+                          log_path=deployment.logs / "flwr-run.log", timeout=300, echo=False, cwd=tmp_path)
+    assert result.returncode == 0 and result.status == "finished:completed", result.output[-3000:]
+    assert "Secure aggregation completed" in result.output or "SecAgg+" in result.output, result.output[-3000:]
+    root = config.output_dir / config.name
+    records = _records(root)
+    assert [r["round"] for r in records] == [0, 1]
+    assert [r["public_cohort_used"] for r in records] == [1, 1]
+    assert all(r["recenter/center_norm"] > 0 for r in records)
+    assert json.loads((root / "ledger.json").read_text())["randomness"].startswith("secret")
+    assert not (root / "diagnostics.jsonl").exists() and (root / "checkpoint.pt").exists()
+    accountant = rdp_privacy_accountant.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    round_event = dp_event.SampledWithoutReplacementDpEvent(3, 2, dp_event.GaussianDpEvent(0.5))
+    accountant.compose(dp_event.SelfComposedDpEvent(round_event, 2))
+    assert records[-1]["epsilon"] == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
+    public_node = users_in_order.index("f0000_01")
+    public_log = (deployment.logs / f"supernode-{public_node}.log").read_text(errors="replace")
+    assert "Receiving: train message" not in public_log, public_log[-3000:]
+
+
+class _Stop(Exception):
+    """Stops a run after a released round (as a crash of the ServerApp would)."""
+
+
+@pytest.mark.slow
+def test_a_secagg_run_stopped_after_a_round_resumes_from_its_checkpoint(tiny_emnist_dir, tmp_path, one_torch_thread):
+    """DOPE with adaptive clipping (its C_t and count-noise generator in the checkpointed state): the ServerApp dies
+    after round 0 was released; running the config again resumes at round 1 and ends at the in-process model."""
+    local_cfg, secure_cfg = (_config(tiny_emnist_dir, tmp_path / where, "dope+adaptive_clip")
+                             for where in ("local", "secagg"))
+
+    def stop(outcome: SecAggRound) -> None:
+        raise _Stop(f"stopped after round {outcome.round}")
+
+    with pytest.raises(RuntimeError, match="ended without a result"):
+        run_secagg_simulation(secure_cfg, RunOptions(on_round=stop))
+    root = secure_cfg.output_dir / secure_cfg.name
+    assert torch.load(root / "checkpoint.pt", weights_only=False)["rounds_done"] == 1
+    rounds: list[SecAggRound] = []
+    remote = run_secagg_simulation(secure_cfg, RunOptions(on_round=rounds.append))
+    assert [r.round for r in rounds] == [1, 2] and remote.rounds_done == 3
+    local = run_in_process(build_experiment(local_cfg), RunDirectory(local_cfg.output_dir / local_cfg.name))
+    for k in local.params:
+        torch.testing.assert_close(remote.params[k], local.params[k], rtol=1e-5, atol=1e-6)
+    assert [r["round"] for r in _records(root)] == [0, 1, 2]
+    assert json.loads((root / "ledger.json").read_text()) == json.loads(
+        (local.run_dir.root / "ledger.json").read_text())
