@@ -285,7 +285,7 @@ def test_a_secagg_run_stopped_after_a_round_resumes_from_its_checkpoint(tiny_emn
     def stop(outcome: SecAggRound) -> None:
         raise _Stop(f"stopped after round {outcome.round}")
 
-    with pytest.raises(RuntimeError, match="ended without a result"):
+    with pytest.raises(_Stop, match="stopped after round 0"):
         run_secagg_simulation(secure_cfg, RunOptions(on_round=stop))
     root = secure_cfg.output_dir / secure_cfg.name
     assert torch.load(root / "checkpoint.pt", weights_only=False)["rounds_done"] == 1
