@@ -6,8 +6,9 @@ The server never sees one private user's update, only the cohort's sum:
 
 * the server prepares each round as every backend does (the run session's round driver): the round's public users
   train first, outside SecAgg (their updates are not private: a pool the server holds, ``flower.public_users:
-  server``), and the chain's per-user steps prepare the values their maps read (DOPE's center, AdaDPS's A, the round's
-  C_t); the private cohort is sent those values (and the recipe's client payloads) with the model;
+  server``, or their own nodes, ``nodes``, sent fedpub's plain TRAIN message), and the chain's per-user steps prepare
+  the values their maps read (DOPE's center, AdaDPS's A, the round's C_t); the private cohort is sent those values
+  (and the recipe's client payloads) with the model;
 * each sampled node trains its user (``train_user``, the generator every backend uses), runs the chain's per-user
   maps on its one row (:meth:`fedpub.step.Chain.map_users`: recentering, preconditioning, clipping to C_t, adaptive
   clipping's unclipped bit), and replies through Flower's ``secaggplus_mod`` the mapped update divided by C_t and the
@@ -33,7 +34,8 @@ M: nothing wraps. The error of each coordinate of the sum is under k·2·C_t/T (
 of each summed tally under k·2/T.
 
 What the server still sees in the clear: which users were sampled and which dropped, nothing per user (the reply
-carries no metrics and weight 1). Public users as their own nodes (``flower.public_users: nodes``) are not run here.
+carries no metrics and weight 1). A private user's node never replies in the clear: the ClientApp refuses a plain
+TRAIN for a private user.
 
 Run it: ``python -m fedpub.simulations.secagg_dp CONFIG [--rounds R] [--fresh]`` (Flower simulation, one SuperNode per
 training user); it writes the run directory ``<output_dir>/<name>/`` as ``fedpub run`` does, and resumes it. On a real
@@ -56,13 +58,15 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from flwr.app import Context, Message
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.client.mod import secaggplus_mod
+from flwr.clientapp.typing import ClientAppCallable
 from flwr.clientapp import ClientApp
 from flwr.common import (
     Code, FitIns, FitRes, Parameters, Scalar, Status, bytes_to_ndarray, ndarray_to_bytes, ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.common.logger import log
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server import LegacyContext, ServerConfig
@@ -75,13 +79,14 @@ from flwr.serverapp import Grid, ServerApp
 from fedpub import protocol as key
 from fedpub import recipe_registry
 from fedpub.clients.app_config import experiment_config
-from fedpub.clients.client_app import node_runtime, query_reply, train_user
+from fedpub.clients import flower_protocol
+from fedpub.clients.client_app import node_runtime, query_reply, train_reply, train_user
 from fedpub.clients.round_training import ServerPublicPool
 from fedpub.config import ExperimentConfig, dump_config, load_config, parse_config
 from fedpub.payloads import Payloads
 from fedpub.privacy.accountant import PrivacyBudget
 from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling
-from fedpub.round_driver import PreparedRound
+from fedpub.round_driver import PreparedRound, RoundPlan
 from fedpub.step import Chain
 from fedpub.strategy import usable_rows
 from fedpub.types import Params, Updates
@@ -94,7 +99,7 @@ from fedpub.simulations.session import RunResult, RunSession
 from fedpub.strategies.build import privacy_budget
 from fedpub.strategies.common import make_sampling
 from fedpub.strategies.compose import build_strategy
-from fedpub.strategies.flower import discover_nodes
+from fedpub.strategies.flower import discover_nodes, read_reply, to_array_record
 
 TRANSPORT = "flower_secagg"
 MODULUS_RANGE = 2**32
@@ -168,11 +173,6 @@ def check_supported(config: ExperimentConfig) -> None:
         )
     if not math.isfinite(config.strategy.clip_norm):
         raise ValueError("the SecAgg+ transport needs a finite strategy.clip_norm (clients clip, SecAgg+ quantises)")
-    if config.strategy.public_clients_per_round and config.flower.public_users != "server":
-        raise ValueError(
-            "the SecAgg+ transport trains the public users in the server's pool (flower.public_users: server), not "
-            f"as nodes (flower.public_users: {config.flower.public_users})"
-        )
 
 
 # -- what a device is sent ------------------------------------------------------------------------
@@ -325,9 +325,26 @@ def masked_train_reply(msg: Message, context: Context, config: ExperimentConfig)
     return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
 
 
+def public_train_reply(msg: Message, context: Context, config: ExperimentConfig) -> Message:
+    """A public user's TRAIN, outside SecAgg+ (its update is not private), replied in the clear as fedpub's ClientApp
+    does; a private user is refused: its update goes only through SecAgg+."""
+    task = flower_protocol.read_train(msg)
+    if not task.public:
+        raise ValueError(f"user {task.client_id} is private: its update goes only through SecAgg+, never in the clear")
+    return train_reply(msg, context, config)
+
+
+def secagg_unless_public(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """``secaggplus_mod`` for the SecAgg+ workflow's messages (they carry its config record); a public user's TRAIN
+    passes to the app, which refuses it for a private user."""
+    if RECORD_KEY_CONFIGS in msg.content.config_records:
+        return secaggplus_mod(msg, context, call_next)
+    return call_next(msg, context)
+
+
 def make_client_app(config: ExperimentConfig | None = None) -> ClientApp:
     """A ClientApp bound to ``config`` (or reading it from the run config, under ``flwr run``): QUERY says which user
-    the node holds; TRAIN goes through SecAgg+."""
+    the node holds; a private user's TRAIN goes through SecAgg+, a public user's is replied in the clear."""
     app = ClientApp()
 
     def resolve(context: Context) -> ExperimentConfig:
@@ -337,9 +354,11 @@ def make_client_app(config: ExperimentConfig | None = None) -> ClientApp:
     def query(msg: Message, context: Context) -> Message:
         return query_reply(msg, context, resolve(context))
 
-    @app.train(mods=[secaggplus_mod])
+    @app.train(mods=[secagg_unless_public])
     def train(msg: Message, context: Context) -> Message:
-        return masked_train_reply(msg, context, resolve(context))
+        if RECORD_KEY_CONFIGS in msg.content.config_records:
+            return masked_train_reply(msg, context, resolve(context))
+        return public_train_reply(msg, context, resolve(context))
 
     return app
 
@@ -369,6 +388,45 @@ class _Pending:
     clip_norm: float
 
 
+@dataclass(frozen=True)
+class PublicNodes:
+    """Public users that are their own nodes (``flower.public_users: nodes``), sent fedpub's TRAIN message outside
+    SecAgg+: their updates are not private. A failed or malformed reply is logged and left out (the driver then says
+    when a round has no public update)."""
+
+    grid: Grid
+    nodes: Mapping[str, int]
+    timeout: float | None
+
+    def train(self, params: Params, plan: RoundPlan) -> dict[str, Updates]:
+        """The updates of ``plan``'s public cohort trained on their nodes from ``params``."""
+        arrays = to_array_record(params)
+        messages = []
+        for cid in plan.public_cohort:
+            content = RecordDict({key.ARRAYS: arrays, key.CONFIG: ConfigRecord(
+                {key.ROUND: plan.round, key.CLIENT_ID: cid, key.PUBLIC: True})})
+            for name, tensors in plan.public_payloads.items():
+                content[key.payload_record(name)] = to_array_record(tensors)
+            messages.append(Message(content, dst_node_id=self.nodes[cid], message_type=MessageType.TRAIN))
+        user_of = {node: cid for cid, node in self.nodes.items()}
+        updates: dict[str, Updates] = {}
+        for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
+            cid = user_of.get(reply.metadata.src_node_id)
+            try:
+                if reply.has_error():
+                    raise RuntimeError(reply.error.reason)
+                if cid not in plan.public_cohort:
+                    continue
+                updates[cid], _ = read_reply(reply, params, cid, payloads=tuple(plan.public_payloads))
+            except Exception as exc:  # noqa: BLE001 (a reply that cannot be read is a failed public reply)
+                log(WARNING, "fedpub: public user %s failed in round %d: %s", cid, plan.round, exc)
+        return updates
+
+
+PublicTrainer = ServerPublicPool | PublicNodes
+"""Where a round's public users train: the server's pool or their own nodes."""
+
+
 def to_parameters(params: Params) -> Parameters:
     return ndarrays_to_parameters([v.detach().cpu().numpy() for v in params.values()])
 
@@ -381,7 +439,7 @@ class SecAggStrategy(Strategy):
         self,
         session: RunSession,
         node_of: Mapping[str, int],
-        public_pool: ServerPublicPool | None,
+        public_pool: PublicTrainer | None,
         on_round: Callable[[SecAggRound], None] | None = None,
     ) -> None:
         self.session, self.node_of, self.public_pool, self.on_round = session, node_of, public_pool, on_round
@@ -494,17 +552,20 @@ def run_on_grid(
     experiment = build_experiment(config, deployment=deployment)
     device_chain(config, experiment.strategy.population, experiment.noise_multiplier)  # the devices' build, checked
     quantisation = quantisation_for(largest_cohort(experiment.strategy.sampling))
+    public_nodes = config.flower.public_users == "nodes" and bool(experiment.strategy.public_cohort)
     nodes = discover_nodes(
         grid, population=len(experiment.private_ids), private_ids=experiment.private_ids,
-        node_wait_timeout=config.flower.node_wait_timeout,
+        public_ids=experiment.public_ids if public_nodes else (), known_public=experiment.public_ids,
+        node_wait_timeout=config.flower.node_wait_timeout, trust_declarations=public_nodes,
     )
     session = RunSession(experiment, RunDirectory(config.output_dir / config.name), fresh=options.fresh,
                          checkpoint_each_round=True)
     try:
         if session.finished:
             return session.finished_result()
-        strategy = SecAggStrategy(session, nodes.private, server_public_pool(session.experiment, session),
-                                  options.on_round)
+        public: PublicTrainer | None = (PublicNodes(grid, nodes.public, config.flower.round_timeout) if public_nodes
+                                        else server_public_pool(session.experiment, session))
+        strategy = SecAggStrategy(session, nodes.private, public, options.on_round)
         workflow = DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(
             num_shares=secagg.num_shares, reconstruction_threshold=secagg.reconstruction_threshold, max_weight=1.0,
             clipping_range=quantisation.clipping_range, quantization_range=quantisation.quantization_range,

@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 import torch
 from dp_accounting import dp_event
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, Metadata, RecordDict
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpub import recipe_registry
 from fedpub.clients.client_app import runtime, train_user
-from fedpub.config import dump_config
+from fedpub import protocol as key
+from fedpub.config import dump_config, parse_config
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models.seeded import model_params
 from fedpub.strategy import usable_rows
@@ -41,6 +43,7 @@ from fedpub.simulations.secagg_dp import (
     device_chain,
     encode_payloads,
     encode_values,
+    public_train_reply,
     quantisation_for,
     round_clip_norm,
     run_secagg_simulation,
@@ -147,10 +150,15 @@ def test_what_secagg_cannot_run_is_refused_by_name(tiny_emnist_dir, tmp_path, mo
     poisson = tiny_config(tiny_emnist_dir, tmp_path, strategy={"sampling": {"kind": "poisson", "clients_per_round": 2}})
     with pytest.raises(ValueError, match="sampling.kind: fixed"):
         check_supported(poisson)
-    with pytest.raises(ValueError, match="public_users: nodes"):
-        check_supported(_config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip",
-                                flower={**FLOWER, "public_users": "nodes"}))
     check_supported(_config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip"))
+    tracked = _config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip").model_dump(mode="json")
+    check_supported(parse_config({**tracked, "tracking": {"tensorboard": True}}))  # the run session reports
+    plain = Message(RecordDict({key.ARRAYS: ArrayRecord(), key.CONFIG: ConfigRecord(
+        {key.ROUND: 0, key.CLIENT_ID: "f0000_00", key.PUBLIC: False})}), metadata=Metadata(
+        run_id=1, message_id="m", src_node_id=0, dst_node_id=1, reply_to_message_id="", group_id="", created_at=0.0,
+        ttl=60.0, message_type=MessageType.TRAIN))
+    with pytest.raises(ValueError, match="is private: its update goes only through SecAgg"):
+        public_train_reply(plain, None, parse_config(tracked))  # a private user never replies in the clear
     server_only = tuple(dataclasses.replace(p, transports=("in_process",)) if p.section == "recenter" else p
                         for p in recipe_registry.PARTS)
     monkeypatch.setattr(recipe_registry, "PARTS", server_only)  # a part whose per-user map no device runs
@@ -163,13 +171,16 @@ def _records(root):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("recipe, public_users", [*((r, "server") for r in RECIPES), ("dope+adaptive_clip", "nodes")])
 def test_every_recipe_with_secagg_gives_the_in_process_model_and_ledger(tiny_emnist_dir, tmp_path, recipe,
-                                                                        one_torch_thread):
-    """3 rounds, 3 private users a round (DP-FTRL: blocks of 4), 2 public users trained in the server's pool: the
-    secure sum of each round is the plain sum of the survivors' mapped updates within k·2·C_t/T, and the run (its
-    run directory, ledger, released records, final model) is the in-process run's up to float32 rounding."""
-    local_cfg, secure_cfg = (_config(tiny_emnist_dir, tmp_path / where, recipe) for where in ("local", "secagg"))
+                                                                        public_users, one_torch_thread):
+    """3 rounds, 3 private users a round (DP-FTRL: blocks of 4), 2 public users trained in the server's pool or on
+    their own nodes (outside SecAgg+): the secure sum of each round is the plain sum of the survivors' mapped updates
+    within k·2·C_t/T, and the run (its run directory, ledger, released records, final model) is the in-process run's
+    up to float32 rounding."""
+    local_cfg, secure_cfg = (_config(tiny_emnist_dir, tmp_path / where, recipe,
+                                     flower={**FLOWER, "public_users": public_users})
+                             for where in ("local", "secagg"))
     local = run_in_process(build_experiment(local_cfg), RunDirectory(local_cfg.output_dir / local_cfg.name))
     rounds: list[SecAggRound] = []
     remote = run_secagg_simulation(secure_cfg, RunOptions(on_round=rounds.append))
