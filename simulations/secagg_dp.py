@@ -25,7 +25,8 @@ per-user maps read only the values it is sent; the privacy seed stays on the ser
 
 Cohorts: fixed-size (``strategy.sampling.kind: fixed``) or DP-FTRL's epoch blocks, with ``accountant: rdp``. Poisson
 cohorts are refused: SecAgg+ halts a round of fewer than 2 users, and a release that happens only for some cohort
-sizes is not the mechanism the accountant prices. A round whose users all dropped releases the noise on a zero sum.
+sizes is not the mechanism the accountant prices. A round whose users all dropped releases the noise on a zero sum; a
+round SecAgg+ could not finish (fewer survivors than its reconstruction threshold) releases nothing and is run again.
 
 Quantisation (:class:`Quantisation`): each coordinate of the reply (the mapped update over C_t, of L2 norm at most 1,
 and the tallies, checked on the device to lie in [-1, 1]) maps from [-1, 1] to the integers [0, T] by stochastic
@@ -443,7 +444,6 @@ class SecAggStrategy(Strategy):
         on_round: Callable[[SecAggRound], None] | None = None,
     ) -> None:
         self.session, self.node_of, self.public_pool, self.on_round = session, node_of, public_pool, on_round
-        self.first_round = session.rounds_done
         self._pending: _Pending | None = None
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
@@ -452,7 +452,9 @@ class SecAggStrategy(Strategy):
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
-        session, t = self.session, self.first_round + server_round - 1
+        # the next round to release: a round SecAgg+ could not finish (fewer survivors than its threshold: the server
+        # saw no sum) released nothing, and is run again, same cohort and noise, in the next server round
+        session, t = self.session, self.session.rounds_done
         driver, experiment = session.driver, session.experiment
         self._pending = None
         if not driver.admit(t):
