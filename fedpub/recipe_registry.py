@@ -25,20 +25,24 @@ PRIVATE_MEAN: Mapping[str, str] = {
 }
 """DP-FedAvg's steps, which every recipe shares (slot -> builder); a part may replace one (its C_t or its noise)."""
 
+ON_DEVICE: tuple[str, ...] = ("in_process", "flower", "flower_strategy", "flower_secagg")
+"""Every transport, the secure sum's included: a part whose per-user map (if any) a device can run from the values
+it is sent (a run phase runs on the server)."""
+
 PARTS: tuple[Part, ...] = (
     Part(
         "adaptive_clip", steps={"clip": "fedpub.strategies.dp_fedavg:adaptive_clip_steps"},
-        steers=frozenset({"clip_norm"}),
+        steers=frozenset({"clip_norm"}), transports=ON_DEVICE,
     ),
     Part(
         "recenter", recipes=("dope",), trains_public=True,
         steps={"recenter": "fedpub.strategies.dope:recenter_steps",
-               "add_center": "fedpub.strategies.dope:add_center_steps"},
+               "add_center": "fedpub.strategies.dope:add_center_steps"}, transports=ON_DEVICE,
     ),
     Part(
         "precondition", recipes=("adadps",), trains_public=True, public_unless=("source", "token_frequency"),
         steps={"precondition": "fedpub.strategies.adadps:preconditioning_steps"}, payloads=("preconditioner",),
-        payload_builder="fedpub.strategies.adadps:client_payloads",
+        payload_builder="fedpub.strategies.adadps:client_payloads", transports=ON_DEVICE,
     ),
     Part(
         "projection", recipes=("pdp",), trains_public=True,
@@ -46,27 +50,24 @@ PARTS: tuple[Part, ...] = (
                "project_noise": "fedpub.strategies.projection:project_noise_steps"},
     ),
     Part("mirror", recipes=("pda_dpmd",), trains_public=True,
-         steps={"mirror": "fedpub.strategies.pda_dpmd:mirror_steps"}),
+         steps={"mirror": "fedpub.strategies.pda_dpmd:mirror_steps"}, transports=ON_DEVICE),
     Part(
         "public_schedule", recipes=("ppsgd",), trains_public=True,
         steps={"clip": "fedpub.strategies.ppsgd:schedule_steps"},
-        steers=frozenset({"clip_norm", "noise_multiplier"}),
+        steers=frozenset({"clip_norm", "noise_multiplier"}), transports=ON_DEVICE,
     ),
     Part(
         "budget_schedule", steps={"budget_schedule": "fedpub.strategies.budget_schedule:budget_schedule_steps"},
-        steers=frozenset({"noise_multiplier"}),
+        steers=frozenset({"noise_multiplier"}), transports=ON_DEVICE,
     ),
     Part(
         "tree_aggregation", recipes=("dp_ftrl",), steps={"noise": "fedpub.strategies.dp_ftrl:tree_noise_steps"},
         needs_fixed="noises a whole tree with one C and one z", sampling_kind="epoch_blocks",
-        sampling_why="needs each user at most once per tree",
-        transports=("in_process", "flower", "flower_strategy", "flower_secagg"),
+        sampling_why="needs each user at most once per tree", transports=ON_DEVICE,
     ),
-    Part("warm_start", default_in=("pda_dpmd",), trains_public=True, phase="before_rounds",
-         transports=("in_process", "flower", "flower_strategy")),
-    Part("model_reuse", recipes=("ppsgd",), trains_public=True, phase="after_rounds",
-         transports=("in_process", "flower", "flower_strategy")),
-    Part("model_average", phase="across_rounds", transports=("in_process", "flower", "flower_strategy")),
+    Part("warm_start", default_in=("pda_dpmd",), trains_public=True, phase="before_rounds", transports=ON_DEVICE),
+    Part("model_reuse", recipes=("ppsgd",), trains_public=True, phase="after_rounds", transports=ON_DEVICE),
+    Part("model_average", phase="across_rounds", transports=ON_DEVICE),
 )
 """Every part, in the order of ``StrategyConfig``'s fields (the recipe names follow it)."""
 

@@ -5,7 +5,7 @@ public cohort, sampled apart and free) and what each sampled client is sent besi
 client payloads, :mod:`fedpub.payloads`, e.g. AdaDPS's local preconditioner, Li et al. 2023, Alg. 3).
 :meth:`RoundDriver.finish` hands the replies to the strategy core, prices the round's **actual** DP event (PPSGD's and a budget schedule's z_t differ round to round) against
 the budget *before* anything is released, and composes it into the accountant. The in-process engine, the
-Flower strategy and the SecAgg+ variant are transports over it: they deliver the plan and bring the replies
+Flower strategy and SecAgg+ are transports over it: they deliver the plan and bring the replies
 back; they never sample, price or compose themselves. A transport that sums the per-user part elsewhere (workers,
 devices, a secure sum) uses the round's two halves instead: :meth:`RoundDriver.prepare` (what the users' side is
 sent: :class:`~fedpub.strategy.RoundPrep`) and :meth:`RoundDriver.finish_from_sum`.

@@ -359,12 +359,17 @@ class Chain(Step):
 
     def apply(self, updates: Cohort, prep: ChainPrep) -> Mapped:
         """The per-user steps' maps in order on the cohort's rows; tallies and diagnostics are ``name/tally``."""
+        return self.map_users(updates, prep.values)
+
+    def map_users(self, updates: Cohort, values: Mapping[str, Mapping[str, Any]]) -> Mapped:
+        """:meth:`apply` from the per-user steps' ``values`` alone (by step name), as a device that was sent them
+        runs it; a step whose map reads nothing (``apply`` None) needs no entry."""
         tallies: dict[str, torch.Tensor] = {}
         diagnostics: dict[str, float] = {}
         for name, step in self.steps:
             if step.user is None:
                 continue
-            mapped = _apply(step.user, updates, prep.values[name])
+            mapped = _apply(step.user, updates, values.get(name, {}))
             updates = mapped.updates
             tallies.update({f"{name}/{k}": v for k, v in mapped.tallies.items()})
             diagnostics.update({f"{name}/{k}": v for k, v in mapped.diagnostics.items()})

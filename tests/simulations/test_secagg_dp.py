@@ -1,211 +1,311 @@
-"""Client-side clipping + Flower's SecAgg+ + server noise (``simulations/secagg_dp.py``), in real Flower
-simulation with real dp-accounting: 4 users, a fixed cohort of 2 per round."""
+"""SecAgg+ as a transport over the round driver's two halves (``simulations/secagg_dp.py``).
+
+Fast: the device's contribution is the in-process per-user map of the same user over C_t; the quantisation cannot
+wrap and its error stays under one level per user; what SecAgg+ cannot run is refused by name. Slow (real Flower
+simulation, real Ray, real dp-accounting): each recipe it runs gives the in-process model and ledger, and the secure
+sum is the plain sum of the users' mapped updates within the stated quantisation bound; and DOPE with a public user
+runs on a real SuperLink and SuperNodes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
+import sys
 
 import dp_accounting
 import numpy as np
 import pytest
 import torch
 from dp_accounting import dp_event
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, Metadata, RecordDict
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from fedpub.clients.client_app import runtime
-from fedpub import tree
-from fedpub.cohort_updates import Cohort
-from fedpub.config import parse_config
+from fedpub import recipe_registry
+from fedpub.clients.client_app import runtime, train_user
+from fedpub import protocol as key
+from fedpub.config import dump_config, parse_config
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models.seeded import model_params
-from fedpub.steps.gaussian_noise import gaussian_noise
-from fedpub.types import RoundContext
+from fedpub.strategy import usable_rows
+from fedpub.simulations.deploy.flwr_cli import flwr_run
+from fedpub.simulations.deploy.local import LocalDeployment
+from fedpub.simulations.deploy.processes import VENV_BIN
 from fedpub.simulations.engine import run_in_process
 from fedpub.simulations.experiment import build_experiment
 from fedpub.simulations.run_dir import RunDirectory
 from fedpub.simulations.secagg_dp import (
-    DIAGNOSTICS_FILE,
-    RESULT_FILE,
+    RunOptions,
     SecAggRound,
     check_supported,
-    client_contribution,
+    contribution,
+    decode_payloads,
+    decode_values,
+    device_chain,
+    encode_payloads,
+    encode_values,
+    public_train_reply,
     quantisation_for,
+    round_clip_norm,
     run_secagg_simulation,
+    tally_names,
 )
 from tests.conftest import tiny_config
 
-pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them
-
-USERS = {"num_writers": 4, "min_examples": 6, "max_examples": 12, "seed": 1}
-CLIP = 0.2  # below the users' update norms (about 0.35 in round 0): the clients really clip
-COHORT = 2
-Z = 1.0
-FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 120}
-
-
-@pytest.fixture(scope="module")
-def four_users(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("four_users")
-    write_synthetic_emnist(directory, SyntheticEmnistSpec(**USERS))
-    return directory
-
-
-def _config(data_dir, out_dir, noise_multiplier, rounds):
-    return tiny_config(
-        data_dir, out_dir, rounds=rounds,
-        data={"synthetic": USERS},
-        strategy={"clip_norm": CLIP, "noise_multiplier": noise_multiplier,
-                  "sampling": {"kind": "fixed", "clients_per_round": COHORT}},
-        privacy={"delta": 1e-5, "accountant": "rdp"},
-        flower=FLOWER,
-    )
+PUBLIC = {"public": {"fraction": 0.25, "seed": 0}}  # 4 of the 16 writers are public: N = 12
+FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}
+FIXED = {"sampling": {"kind": "fixed", "clients_per_round": 3}}
+ADAPTIVE = {"adaptive_clip": {"target_quantile": 0.5, "learning_rate": 0.2, "count_noise_std": 2.0}}
+RECIPES = {  # every part whose per-user map runs on the device, each at least once
+    "dope+adaptive_clip": {"name": "dope", "public_clients_per_round": 2, **ADAPTIVE},
+    "adadps_server+budget_schedule": {"name": "adadps", "public_clients_per_round": 2,
+                                      "precondition": {"placement": "server"},
+                                      "budget_schedule": {"boosted_rounds": 1, "boosted_noise_multiplier": 0.6}},
+    "ppsgd": {"name": "ppsgd", "public_clients_per_round": 2,
+              "public_schedule": {"budget_growth": 1.0, "noise_test_factor": 1e-9},
+              "model_reuse": {"epochs": 1, "prox_weight": 0.5}},
+    "dp_ftrl+recenter": {"name": "dp_ftrl", "public_clients_per_round": 2, "recenter": {},
+                         "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},
+}
+PRIVACY = {"ppsgd": {"budget_epsilon": 100.0}}
 
 
-def _run(config):
-    rounds: list[SecAggRound] = []
-    result = run_secagg_simulation(config, on_round=rounds.append)
-    return result, rounds
+def _config(data_dir, out_dir, recipe, flower=FLOWER):
+    return tiny_config(data_dir, out_dir, rounds=3, data=PUBLIC, strategy={**FIXED, **RECIPES[recipe]},
+                       flower=flower, privacy={"delta": 1e-5, "accountant": "rdp", **PRIVACY.get(recipe, {})})
 
 
-@pytest.fixture(scope="module")
-def noise_off(four_users, tmp_path_factory):
-    config = _config(four_users, tmp_path_factory.mktemp("noise_off"), 0.0, rounds=2)
-    return config, *_run(config)
-
-
-def test_secure_sum_is_the_sum_of_the_client_clipped_updates(noise_off, one_torch_thread):
-    config, result, rounds = noise_off
-    assert [r.round for r in rounds] == [0, 1]
+def test_the_device_contribution_is_the_in_process_per_user_map_over_c(tiny_emnist_dir, tmp_path):
+    """DOPE with adaptive clipping, round 0: the values a device is sent (encoded as the TRAIN config carries them)
+    give, on the device's own chain, the in-process per-user map of the user's update divided by C_t, and the
+    unclipped bit as its tally."""
+    config = _config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip")
+    experiment = build_experiment(config)
+    core, params = experiment.strategy, model_params(experiment.new_model())
     rt = runtime(config)
-    params = model_params(build_experiment(config).new_model())  # the global model before round 0
-    quantisation = quantisation_for(CLIP, COHORT)
-    errors = []
-    for outcome in rounds:
-        assert len(outcome.cohort) == COHORT and outcome.survivors == COHORT
-        contributions = [client_contribution(rt, cid, params, outcome.round) for cid in outcome.cohort]
-        norms = Cohort(contributions, params).norms()
-        assert (norms <= CLIP * (1 + 1e-6)).all(), norms
-        assert (norms > CLIP * 0.999).any()  # C binds on the device
-        plain_sum = {k: torch.stack([c[k].double() for c in contributions]).sum(dim=0) for k in params}
-        difference = torch.cat([(outcome.secure_sum[k] - plain_sum[k]).flatten() for k in plain_sum])
-        error = float(difference.abs().max())
-        errors.append((error, float(difference.pow(2).mean().sqrt())))
-        assert error <= quantisation.max_sum_error(COHORT)  # under 1 level per user
-        # z = 0, server SGD lr 1: the new model is the old one plus Σ/m
-        for k in params:
-            expected = params[k] + (plain_sum[k] / COHORT).float()
-            torch.testing.assert_close(outcome.params[k], expected, rtol=0, atol=1e-6)
-        params = outcome.params
-    print(f"\nSecAgg+ sum vs plain sum over {difference.numel()} coordinates: max |error| "
-          f"{max(e for e, _ in errors):.3g}, RMS {max(r for _, r in errors):.3g} "
-          f"(level 2c/T = {quantisation.step:.3g}, "
-          f"bound {quantisation.max_sum_error(COHORT):.3g})")
-    written = json.loads(result.result_path.read_text())
-    assert result.result_path.name == RESULT_FILE
-    assert [r["noise_std"] for r in written["rounds"]] == [0.0, 0.0]
-    assert not {"cohort", "cohort_sampled", "survivors"} & {k for r in written["rounds"] for k in r}  # released
-    assert result.diagnostics_path is not None and result.diagnostics_path.name == DIAGNOSTICS_FILE
-    outside = json.loads(result.diagnostics_path.read_text())["rounds"]  # the cohorts: outside DP
-    assert [(r["cohort"], r["survivors"]) for r in outside] == [(o.cohort, o.survivors) for o in rounds]
-    assert math.isinf(result.epsilon)  # no noise: nothing private to report
+    public = {c: dict(train_user(rt, c, params, 0, public=True).update) for c in experiment.public_ids[:2]}
+    prep = core.prepare_round(params, core.init(params), 0, sampled=3, public_updates=list(public.values()))
+    values = {n: prep.chain.values[n] for n, s in core.aggregator.steps if s.user and s.user.apply}
+    assert set(values) == {"recenter", "clip"} and float(torch.cat(
+        [v.flatten() for v in values["recenter"]["center"].values()]).norm()) > 0
+    sent = decode_values(encode_values(values))
+    chain = device_chain(config, core.population, experiment.noise_multiplier)
+    names = tally_names(core.aggregator, values, params)
+    assert names == ["clip/unclipped"]
+    c = round_clip_norm(values)
+    for cid in experiment.private_ids[:3]:
+        update = dict(train_user(rt, cid, params, 0).update)
+        mine = contribution(chain, update, params, sent, names)
+        expected = core.per_user(usable_rows([update], params), prep)
+        for k, v in expected.updates.stacked().items():
+            torch.testing.assert_close(mine.scaled_update[k] * c, v[0].double(), rtol=0, atol=1e-7)
+        assert mine.tallies == expected.tally_sums()
+    payloads = {"preconditioner": {k: torch.rand(v.shape) for k, v in params.items()}}
+    decoded = decode_payloads(encode_payloads(payloads))
+    assert all(torch.equal(decoded["preconditioner"][k], v) for k, v in payloads["preconditioner"].items())
 
 
-def test_server_noise_has_std_zc_over_m_and_epsilon_is_dp_accountings(noise_off, four_users, tmp_path):
-    _, _, quiet = noise_off
-    config = _config(four_users, tmp_path, Z, rounds=2)
-    result, noisy = _run(config)
-    assert noisy[0].cohort == quiet[0].cohort  # same seed: same cohort and the same start model in round 0
-    released, released_without_noise = noisy[0].released_mean, quiet[0].released_mean
-    noise = torch.cat([(released[k] - released_without_noise[k]).flatten() for k in released])
-    expected_std = Z * CLIP / COHORT
-    assert noisy[0].noise_std == expected_std
-    print(f"\nnoise over {noise.numel()} coordinates: std {float(noise.std()):.5g} (z·C/m = {expected_std:g})")
-    assert float(noise.std()) == pytest.approx(expected_std, rel=0.02)
-    assert abs(float(noise.mean())) < 5 * expected_std / math.sqrt(noise.numel())
-    # and it is the draw of fedpub's seeded noise step, as the in-process engine makes it
+def test_a_device_refuses_an_update_its_maps_leave_above_c(tiny_emnist_dir, tmp_path):
+    config = _config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip")
     experiment = build_experiment(config)
-    params, privacy_seed = model_params(experiment.new_model()), experiment.strategy.seed
-    ctx = RoundContext(
-        round=0, seed=privacy_seed, population=4, sampling_rate=0.5, expected_cohort=COHORT, cohort_size=COHORT
-    )
-    step = gaussian_noise(Z, privacy_seed)
-    draw = step.update(tree.zeros_like(params), step.init(params), ctx=ctx, clip_norm=CLIP).updates
-    torch.testing.assert_close(noise, torch.cat([v.flatten() for v in draw.values()]), rtol=0, atol=1e-6)
-
-    accountant = rdp_privacy_accountant.RdpAccountant(
-        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
-    )
-    round_event = dp_event.SampledWithoutReplacementDpEvent(4, COHORT, dp_event.GaussianDpEvent(Z / 2))
-    accountant.compose(dp_event.SelfComposedDpEvent(round_event, 2))
-    assert result.epsilon == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
-    assert [r["epsilon"] for r in json.loads(result.result_path.read_text())["rounds"]] == [r.epsilon for r in noisy]
-
-    # the trusted-server path (server-side clipping, in-process) with the same seed reaches the same model
-    local = run_in_process(build_experiment(config), RunDirectory(tmp_path / "inprocess" / config.name))
-    for k in local.params:
-        torch.testing.assert_close(result.params[k], local.params[k], rtol=1e-4, atol=1e-5)
-
-
-def test_dp_ftrl_with_secagg_noises_the_secure_sums_with_the_tree_and_reaches_the_in_process_model(
-    four_users, tmp_path
-):
-    """4 users in 2 blocks of 2 an epoch, 3 rounds: a tree of 2 rounds, then one of 1; the server adds the
-    recipe's tree noise to the unmasked sums and the round driver composes each tree when it starts."""
-    config = tiny_config(
-        four_users, tmp_path, rounds=3, data={"synthetic": USERS}, flower=FLOWER,
-        strategy={"name": "dp_ftrl", "clip_norm": CLIP, "noise_multiplier": Z,
-                  "sampling": {"kind": "epoch_blocks", "clients_per_round": COHORT}},
-        privacy={"delta": 1e-5, "accountant": "rdp"},
-    )
-    result, rounds = _run(config)
-    experiment = build_experiment(config)
-    assert sorted(rounds[0].cohort + rounds[1].cohort) == sorted(experiment.private_ids)
-    assert [r.noise_std for r in rounds] == [Z * CLIP / COHORT] * 3
-    tree_event = dp_event.SingleEpochTreeAggregationDpEvent
-    accountant = rdp_privacy_accountant.RdpAccountant(
-        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
-    )
-    accountant.compose(tree_event(Z, 2)).compose(tree_event(Z, 1))
-    assert result.epsilon == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
-    events = [r["event"] for r in json.loads(result.result_path.read_text())["rounds"]]
-    assert [e["type"] for e in events] == ["SingleEpochTreeAggregationDpEvent", "NoOpDpEvent",
-                                           "SingleEpochTreeAggregationDpEvent"]
-    local = run_in_process(experiment, RunDirectory(tmp_path / "inprocess" / config.name))
-    for k in local.params:
-        torch.testing.assert_close(result.params[k], local.params[k], rtol=1e-4, atol=1e-5)
+    params = model_params(experiment.new_model())
+    chain = device_chain(config, experiment.strategy.population, experiment.noise_multiplier)
+    zero = {k: torch.zeros_like(v) for k, v in params.items()}
+    nan = {**zero, next(iter(zero)): torch.full_like(next(iter(zero.values())), float("nan"))}
+    values = {"recenter": {"center": zero}, "clip": {"clip_norm": 0.5}}
+    with pytest.raises(ValueError, match="not finite"):
+        contribution(chain, nan, params, values, ["clip/unclipped"])
+    with pytest.raises(ValueError, match="the server expects"):
+        contribution(chain, zero, params, values, [])
+    with pytest.raises(ValueError, match="no finite clip norm"):
+        contribution(chain, zero, params, {"recenter": {"center": zero}, "clip": {"clip_norm": float("inf")}},
+                     ["clip/unclipped"])
 
 
 @pytest.mark.parametrize("cohort", [2, 3, 50])
-def test_quantisation_range_keeps_m_extreme_updates_from_wrapping(cohort):
-    """Flower's own quantise → sum mod M → dequantise, as the workflow does it, without the masks (they
-    cancel): m users at the extremes ±c sum to ±m·c with the chosen T; twice that T would wrap."""
+def test_quantisation_range_keeps_m_extreme_replies_from_wrapping_within_one_level_each(cohort):
+    """Flower's own quantise → sum mod M → dequantise, as the workflow does it, without the masks (they cancel): m
+    replies at the extremes ±1 sum to ±m within m levels (the stated bound); twice that T would wrap."""
     from flwr.common.secure_aggregation.ndarrays_arithmetic import parameters_mod
     from flwr.common.secure_aggregation.quantization import dequantize, quantize
 
-    def secure_sum(q_range):
-        update = [np.array([CLIP, -CLIP, 0.0])]
-        total = sum(quantize(update, CLIP, q_range)[0].astype(np.int64) for _ in range(cohort))
-        weights = cohort * q_range  # the weight total travels in the same modular sum
-        [recovered] = dequantize(parameters_mod([total], q.modulus_range), CLIP, q_range)
-        mean = (recovered - (cohort - 1) * CLIP) * q_range / (weights % q.modulus_range)
-        return mean * cohort
+    q = quantisation_for(cohort)
 
-    q = quantisation_for(CLIP, cohort)
+    def secure_sum(q_range):
+        reply = [np.array([1.0, -1.0, 0.0, 0.3141592653589793])]
+        total = sum(quantize(reply, q.clipping_range, q_range)[0].astype(np.int64) for _ in range(cohort))
+        [recovered] = dequantize(parameters_mod([total], q.modulus_range), q.clipping_range, q_range)
+        return recovered - (cohort - 1) * q.clipping_range
+
+    expected = np.array([cohort, -cohort, 0.0, cohort * 0.3141592653589793])
     assert cohort * q.quantization_range < q.modulus_range
-    np.testing.assert_allclose(secure_sum(q.quantization_range), [cohort * CLIP, -cohort * CLIP, 0.0],
-                               atol=q.max_sum_error(cohort))
+    error = np.abs(secure_sum(q.quantization_range) - expected).max()
+    assert error <= q.max_sum_error(cohort)
+    assert q.max_sum_error(cohort, 0.5) == pytest.approx(0.5 * cohort * 2 / q.quantization_range)
     if 2 * q.quantization_range < 2**31:  # (the clients' rounding casts to int32)
         assert 2 * q.quantization_range * cohort >= q.modulus_range
-        assert not np.allclose(secure_sum(2 * q.quantization_range), [cohort * CLIP, -cohort * CLIP, 0.0])
+        assert not np.allclose(secure_sum(2 * q.quantization_range), expected)
 
 
-def test_poisson_sampling_and_server_side_recipes_are_refused(four_users, tmp_path):
-    poisson = tiny_config(four_users, tmp_path, data={"synthetic": USERS},
-                          strategy={"sampling": {"kind": "poisson", "clients_per_round": 2}})
+def test_what_secagg_cannot_run_is_refused_by_name(tiny_emnist_dir, tmp_path, monkeypatch):
+    poisson = tiny_config(tiny_emnist_dir, tmp_path, strategy={"sampling": {"kind": "poisson", "clients_per_round": 2}})
     with pytest.raises(ValueError, match="sampling.kind: fixed"):
         check_supported(poisson)
-    adaptive = _config(four_users, tmp_path, 1.0, rounds=1).model_dump(mode="json")
-    adaptive["strategy"]["adaptive_clip"] = {}
-    with pytest.raises(ValueError, match="adaptive_clip"):
-        check_supported(parse_config(adaptive))
+    check_supported(_config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip"))
+    tracked = _config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip").model_dump(mode="json")
+    check_supported(parse_config({**tracked, "tracking": {"tensorboard": True}}))  # the run session reports
+    plain = Message(RecordDict({key.ARRAYS: ArrayRecord(), key.CONFIG: ConfigRecord(
+        {key.ROUND: 0, key.CLIENT_ID: "f0000_00", key.PUBLIC: False})}), metadata=Metadata(
+        run_id=1, message_id="m", src_node_id=0, dst_node_id=1, reply_to_message_id="", group_id="", created_at=0.0,
+        ttl=60.0, message_type=MessageType.TRAIN))
+    with pytest.raises(ValueError, match="is private: its update goes only through SecAgg"):
+        public_train_reply(plain, None, parse_config(tracked))  # a private user never replies in the clear
+    server_only = tuple(dataclasses.replace(p, transports=("in_process",)) if p.section == "recenter" else p
+                        for p in recipe_registry.PARTS)
+    monkeypatch.setattr(recipe_registry, "PARTS", server_only)  # a part whose per-user map no device runs
+    with pytest.raises(ValueError, match=r"does not run strategy.recenter \(transport `flower_secagg`"):
+        check_supported(_config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip"))
+
+
+def _records(root):
+    return [json.loads(x) for x in (root / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe, public_users", [*((r, "server") for r in RECIPES), ("dope+adaptive_clip", "nodes")])
+def test_every_recipe_with_secagg_gives_the_in_process_model_and_ledger(tiny_emnist_dir, tmp_path, recipe,
+                                                                        public_users, one_torch_thread):
+    """3 rounds, 3 private users a round (DP-FTRL: blocks of 4), 2 public users trained in the server's pool or on
+    their own nodes (outside SecAgg+): the secure sum of each round is the plain sum of the survivors' mapped updates
+    within k·2·C_t/T, and the run (its run directory, ledger, released records, final model) is the in-process run's
+    up to float32 rounding."""
+    local_cfg, secure_cfg = (_config(tiny_emnist_dir, tmp_path / where, recipe,
+                                     flower={**FLOWER, "public_users": public_users})
+                             for where in ("local", "secagg"))
+    local = run_in_process(build_experiment(local_cfg), RunDirectory(local_cfg.output_dir / local_cfg.name))
+    rounds: list[SecAggRound] = []
+    remote = run_secagg_simulation(secure_cfg, RunOptions(on_round=rounds.append))
+    assert remote.rounds_done == local.rounds_done == 3 and [r.round for r in rounds] == [0, 1, 2]
+    for k in local.params:
+        torch.testing.assert_close(remote.params[k], local.params[k], rtol=1e-5, atol=1e-6)
+    local_dir, secure_dir = local.run_dir.root, remote.run_dir.root
+    assert json.loads((secure_dir / "ledger.json").read_text()) == json.loads((local_dir / "ledger.json").read_text())
+    records, secure_records = _records(local_dir), _records(secure_dir)
+    for name in ("public_cohort_used", "noise/noise_multiplier", "epsilon", "clip/clip_norm"):
+        assert [r.get(name) for r in secure_records] == [r.get(name) for r in records], name
+    assert remote.final_metrics == pytest.approx(local.final_metrics, rel=1e-4)
+    assert (secure_dir / "checkpoint.pt").exists() and (secure_dir / "summary.md").exists()
+    if RECIPES[recipe].get("public_clients_per_round"):
+        assert all(r["public_cohort_used"] == 2 for r in secure_records)  # the public users really took part
+
+    # the round-0 secure sum against the plain sum of the same users' mapped updates (the device's own code)
+    experiment = build_experiment(secure_cfg)
+    core, params, rt = experiment.strategy, model_params(experiment.new_model()), runtime(secure_cfg)
+    first = rounds[0]
+    public = [dict(train_user(rt, c, params, 0, public=True).update)
+              for c in core.sample_public_cohort(experiment.public_ids, 0)]
+    prep = core.prepare_round(params, core.init(params), 0, sampled=len(first.cohort), public_updates=public)
+    mapped = core.per_user(usable_rows([dict(train_user(rt, c, params, 0).update) for c in first.cohort], params),
+                           prep)
+    plain = {k: v.double().sum(dim=0) for k, v in mapped.updates.stacked().items()}
+    error = max(float((first.secure_sum[k] - plain[k]).abs().max()) for k in plain)
+    bound = quantisation_for(len(first.cohort)).max_sum_error(first.survivors, first.clip_norm)
+    print(f"\n{recipe}: round 0 secure sum vs plain sum, max |error| {error:.3g} (bound k·2·C_t/T = {bound:.3g})")
+    assert error <= bound
+    assert first.tallies == pytest.approx(mapped.tally_sums(), abs=quantisation_for(len(first.cohort)).max_sum_error(
+        first.survivors))
+
+
+SECAGG_APP = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "fedpub-secagg"
+version = "0.1.0"
+dependencies = ["fedpub"]
+
+[tool.flwr.app]
+publisher = "fedpub"
+
+[tool.flwr.app.components]
+serverapp = "fedpub.simulations.secagg_dp:server_app"
+clientapp = "fedpub.simulations.secagg_dp:client_app"
+
+[tool.flwr.app.config]
+config = "{config}"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX-only")
+@pytest.mark.skipif(not (VENV_BIN / "flower-superlink").exists(), reason="flower-superlink is not installed")
+def test_dope_with_public_users_on_a_real_superlink_with_secagg(tmp_path):
+    """A real SuperLink and 4 ``flower-supernode`` processes (one per writer; f0000_01 is public, N = 3), ``flwr run``
+    of an app whose components are this transport's: 2 rounds of DOPE, 2 private users a round summed by SecAgg+, the
+    public user trained in the server's pool (its node is never sent a TRAIN message); the run directory is written
+    as any deployment's (secret seed, no diagnostics) and ε is dp-accounting's for fixed-size sampling."""
+    users = {"num_writers": 4, "min_examples": 6, "max_examples": 12, "seed": 1}
+    write_synthetic_emnist(tmp_path / "data", SyntheticEmnistSpec(**users))
+    config = tiny_config(
+        tmp_path / "data", tmp_path / "runs", rounds=2, data={"synthetic": users, "eval_clients": 3,
+                                                             "public": {"fraction": 0.25, "seed": 0}},
+        strategy={"name": "dope", "public_clients_per_round": 1, "noise_multiplier": 1.0,
+                  "sampling": {"kind": "fixed", "clients_per_round": 2}},
+        privacy={"delta": 1e-5, "accountant": "rdp"}, flower={"node_wait_timeout": 60, "round_timeout": 120},
+    )
+    config_path = tmp_path / "exp.yaml"
+    config_path.write_text(dump_config(config))
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    (app_dir / "pyproject.toml").write_text(SECAGG_APP.format(config=config_path.resolve()))
+    users_in_order = list(build_experiment(config).train.client_ids)
+    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=len(users_in_order), cwd=tmp_path)
+    with deployment:
+        result = flwr_run(deployment.registry, config_path, env=deployment.cli_env, app_dir=app_dir,
+                          log_path=deployment.logs / "flwr-run.log", timeout=300, echo=False, cwd=tmp_path)
+    assert result.returncode == 0 and result.status == "finished:completed", result.output[-3000:]
+    assert "Secure aggregation completed" in result.output or "SecAgg+" in result.output, result.output[-3000:]
+    root = config.output_dir / config.name
+    records = _records(root)
+    assert [r["round"] for r in records] == [0, 1]
+    assert [r["public_cohort_used"] for r in records] == [1, 1]
+    assert all(r["recenter/center_norm"] > 0 for r in records)
+    assert json.loads((root / "ledger.json").read_text())["randomness"].startswith("secret")
+    assert not (root / "diagnostics.jsonl").exists() and (root / "checkpoint.pt").exists()
+    accountant = rdp_privacy_accountant.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    round_event = dp_event.SampledWithoutReplacementDpEvent(3, 2, dp_event.GaussianDpEvent(0.5))
+    accountant.compose(dp_event.SelfComposedDpEvent(round_event, 2))
+    assert records[-1]["epsilon"] == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
+    public_node = users_in_order.index("f0000_01")
+    public_log = (deployment.logs / f"supernode-{public_node}.log").read_text(errors="replace")
+    assert "Receiving: train message" not in public_log, public_log[-3000:]
+
+
+class _Stop(Exception):
+    """Stops a run after a released round (as a crash of the ServerApp would)."""
+
+
+@pytest.mark.slow
+def test_a_secagg_run_stopped_after_a_round_resumes_from_its_checkpoint(tiny_emnist_dir, tmp_path, one_torch_thread):
+    """DOPE with adaptive clipping (its C_t and count-noise generator in the checkpointed state): the ServerApp dies
+    after round 0 was released; running the config again resumes at round 1 and ends at the in-process model."""
+    local_cfg, secure_cfg = (_config(tiny_emnist_dir, tmp_path / where, "dope+adaptive_clip")
+                             for where in ("local", "secagg"))
+
+    def stop(outcome: SecAggRound) -> None:
+        raise _Stop(f"stopped after round {outcome.round}")
+
+    with pytest.raises(_Stop, match="stopped after round 0"):
+        run_secagg_simulation(secure_cfg, RunOptions(on_round=stop))
+    root = secure_cfg.output_dir / secure_cfg.name
+    assert torch.load(root / "checkpoint.pt", weights_only=False)["rounds_done"] == 1
+    rounds: list[SecAggRound] = []
+    remote = run_secagg_simulation(secure_cfg, RunOptions(on_round=rounds.append))
+    assert [r.round for r in rounds] == [1, 2] and remote.rounds_done == 3
+    local = run_in_process(build_experiment(local_cfg), RunDirectory(local_cfg.output_dir / local_cfg.name))
+    for k in local.params:
+        torch.testing.assert_close(remote.params[k], local.params[k], rtol=1e-5, atol=1e-6)
+    assert [r["round"] for r in _records(root)] == [0, 1, 2]
+    assert json.loads((root / "ledger.json").read_text()) == json.loads(
+        (local.run_dir.root / "ledger.json").read_text())

@@ -318,13 +318,3 @@ def test_tracking_is_off_by_default_and_a_run_without_it_writes_what_it_did(tiny
     assert sorted(p.name for p in result.run_dir.iterdir()) == [
         "accuracy.png", "checkpoint.pt", "config.yaml", "diagnostics.jsonl", "final_metrics.json", "ledger.json",
         "metrics.jsonl", "summary.md"]
-
-
-def test_the_secagg_variant_which_tracks_nothing_refuses_a_tracker(tiny_emnist_dir, tmp_path):
-    from fedpub.simulations.secagg_dp import check_supported
-
-    fixed = {"sampling": {"kind": "fixed", "clients_per_round": 2}}
-    check_supported(tiny_config(tiny_emnist_dir, tmp_path, strategy=fixed, privacy={"accountant": "rdp"}))
-    with pytest.raises(ValueError, match="sends nothing to a tracker: remove tracking"):
-        check_supported(tiny_config(tiny_emnist_dir, tmp_path, strategy=fixed, privacy={"accountant": "rdp"},
-                                    tracking={"tensorboard": True}))
