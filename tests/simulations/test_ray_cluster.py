@@ -3,7 +3,7 @@ running cluster without passing resources, neither starts a new local Ray (``add
 to a Ray already running on the machine, and an address nothing answers at is refused before the simulation starts.
 
 The end-to-end case starts a real 2-node Ray cluster on this machine (two ``ray start --block`` processes with their
-own temp dirs, stopped by their PIDs) and runs ``fedpub run --backend flower`` on it (~1-2 min), so it runs only when
+own temp dirs, stopped by their PIDs) and runs ``fedpub run --backend flower`` on it (~1 min), so it runs only when
 asked for: ``pytest -m ray_cluster``.
 """
 
@@ -127,7 +127,7 @@ def two_node_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[str, list
     """A head and a second node, 1 CPU each, each with its own temp dir under /tmp (Ray's socket paths must be
     short); yields the head's address and the temp dirs. Started only under ``-m ray_cluster``."""
     if not selected(request.config, "ray_cluster"):
-        pytest.skip("a 2-node Ray cluster on this machine (~1-2 min); select it with -m ray_cluster")
+        pytest.skip("a 2-node Ray cluster on this machine (~1 min); select it with -m ray_cluster")
     port = _free_port()
     temp_dirs = [Path(tempfile.mkdtemp(prefix=f"fedpub-ray{i}-", dir="/tmp")) for i in range(2)]
     processes: list[subprocess.Popen] = []
