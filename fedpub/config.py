@@ -498,7 +498,13 @@ class FlowerConfig(Section):
 
     client_num_cpus: float = Field(1.0, gt=0, description="CPUs per simulated client (Ray actor)")
     client_num_gpus: float = Field(0.0, ge=0, description="GPU fraction per simulated client, e.g. 0.25")
-    ray_num_cpus: int | None = Field(None, ge=1, description="CPUs given to Ray; null = all")
+    ray_num_cpus: int | None = Field(
+        None, ge=1, description="CPUs given to the local Ray fedpub starts; null = all (not with ray_address)"
+    )
+    ray_address: str | None = Field(
+        None, min_length=1, description="host:port of a running Ray cluster's head (`ray start --head`) to run the "
+        "simulation on; null = RAY_ADDRESS if set, else a new local Ray (never a running one)",
+    )
     node_wait_timeout: float = Field(120.0, gt=0, description="seconds to wait for the expected nodes")
     round_timeout: float = Field(3600.0, gt=0, description="seconds to wait for a round's replies")
     public_users: Literal["server", "nodes"] = Field(
@@ -525,6 +531,15 @@ class FlowerConfig(Section):
         "registered for it; unregistered ids, bad signatures and a second node claiming a taken id are refused "
         "(null = no registry: a duplicate id stops discovery)",
     )
+
+    @model_validator(mode="after")
+    def _ray(self) -> FlowerConfig:
+        if self.ray_address is not None and self.ray_num_cpus is not None:
+            raise ValueError(
+                "ray_num_cpus sizes the local Ray fedpub starts; with ray_address the cluster's nodes declare their "
+                "CPUs (`ray start --num-cpus`): drop ray_num_cpus or ray_address"
+            )
+        return self
 
     @model_validator(mode="after")
     def _private_nodes(self) -> FlowerConfig:

@@ -8,7 +8,9 @@ the in-process engine, so the run directory looks the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from logging import INFO
 from typing import Any
 
 from fedpub.config import ExperimentConfig, FlowerConfig
@@ -18,12 +20,63 @@ from fedpub.simulations.flower_env import offline_flower_environment, quiet_flow
 from fedpub.simulations.session import RunResult
 
 
+RAY_CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for a Ray head's port before refusing the address (``ray.init`` itself would wait for minutes)."""
+
+
 def backend_config(flower: FlowerConfig) -> dict[str, Any]:
-    """The Ray backend settings of ``run_simulation`` from the config's ``flower`` section."""
+    """The Ray backend settings of ``run_simulation`` from the config's ``flower`` section: Ray chosen by
+    :func:`ray_init_args`, a cluster's head checked to answer, and which Ray logged."""
+    init_args = ray_init_args(flower, os.environ)
+    if init_args["address"] == "local":
+        _log(f"a new local Ray with {init_args['num_cpus']} CPUs")
+    else:
+        field = "flower.ray_address" if flower.ray_address else "RAY_ADDRESS"
+        check_ray_head(init_args["address"], field)
+        _log(f"the Ray cluster at {init_args['address']} ({field})")
     return {
         "client_resources": {"num_cpus": flower.client_num_cpus, "num_gpus": flower.client_num_gpus},
-        "init_args": {"num_cpus": flower.ray_num_cpus or os.cpu_count() or 1},
+        "init_args": init_args,
     }
+
+
+def ray_init_args(flower: FlowerConfig, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The arguments of ``ray.init``: attach to ``flower.ray_address``, else to ``RAY_ADDRESS`` in ``environ``,
+    passing no resources (a cluster's nodes declare theirs); with neither, ``address="local"``, a new local Ray of
+    ``flower.ray_num_cpus`` CPUs (all by default) that never attaches to a Ray already running on the machine."""
+    address = flower.ray_address or environ.get("RAY_ADDRESS") or None
+    if address is None:
+        return {"address": "local", "num_cpus": flower.ray_num_cpus or os.cpu_count() or 1}
+    if flower.ray_num_cpus is not None:  # with flower.ray_address the config refuses it
+        raise ValueError(
+            f"flower.ray_num_cpus sizes the local Ray fedpub starts, but RAY_ADDRESS={address} attaches to a "
+            "cluster whose nodes declare their CPUs (`ray start --num-cpus`): drop flower.ray_num_cpus or unset "
+            "RAY_ADDRESS"
+        )
+    return {"address": address}
+
+
+def check_ray_head(address: str, field: str) -> None:
+    """A ValueError naming ``field`` unless ``address`` is a ``host:port`` that accepts a connection."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(
+            f"{field} must be the host:port of a Ray cluster's head (the address `ray start --head` prints), "
+            f"got {address!r}"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT).close()
+    except OSError as error:
+        raise ValueError(
+            f"{field}: no Ray cluster answers at {address} ({error}); start its head with `ray start --head "
+            f"--port {port}`, or correct {field}"
+        ) from None
+
+
+def _log(what: str) -> None:
+    from flwr.common.logger import log
+
+    log(INFO, "fedpub: Flower simulation on %s", what)
 
 
 def simulated_nodes(experiment: Experiment) -> int:
@@ -56,6 +109,7 @@ def run_flower_simulation(
         )
     offline_flower_environment()
     quiet_flower_logging(in_process_simulation=True)
+    backend = backend_config(config.flower)  # an unreachable cluster refused before the apps are built
     from flwr.simulation import run_simulation
 
     from fedpub.clients.client_app import make_client_app
@@ -66,7 +120,7 @@ def run_flower_simulation(
         server_app=make_server_app(config, fresh=fresh, on_round=on_round, results=results),
         client_app=make_client_app(config),
         num_supernodes=num_supernodes,
-        backend_config=backend_config(config.flower),
+        backend_config=backend,
     )
     if not results:
         raise RuntimeError("the Flower simulation ended without a result; see the log above")
