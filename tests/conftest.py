@@ -14,6 +14,18 @@ from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_em
 TINY_SYNTHETIC = {"num_writers": 16, "min_examples": 6, "max_examples": 12, "seed": 1}
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``extended`` (end-to-end runs of combinations the suite covers with a smaller one) run only when
+    selected: ``pytest -m extended``."""
+    expression = str(config.getoption("markexpr") or "")
+    if "extended" in expression and "not extended" not in expression:
+        return
+    skip = pytest.mark.skip(reason="an extended end-to-end run; select it with -m extended")
+    for item in items:
+        if "extended" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tiny_emnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("tiny_emnist")

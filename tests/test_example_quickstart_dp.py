@@ -47,7 +47,11 @@ def run_example(deployment: LocalDeployment, strategy: str, nodes: int) -> str:
     return output
 
 
-@pytest.mark.parametrize("strategy, nodes, public", [("dp-fedavg", 4, 0), ("dope-pool", 4, 0), ("dope-nodes", 6, 2)])
+@pytest.mark.parametrize("strategy, nodes, public", [  # the suite runs DOPE with public nodes; -m extended the others
+    pytest.param("dp-fedavg", 4, 0, marks=pytest.mark.extended),
+    pytest.param("dope-pool", 4, 0, marks=pytest.mark.extended),
+    ("dope-nodes", 6, 2),
+])
 def test_a_quickstart_app_runs_fedpubs_strategies_under_flwr_run_without_a_traceback(superlink, strategy, nodes,
                                                                                      public):
     output = run_example(superlink, strategy, nodes)

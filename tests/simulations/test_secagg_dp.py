@@ -171,7 +171,11 @@ def _records(root):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe, public_users", [*((r, "server") for r in RECIPES), ("dope+adaptive_clip", "nodes")])
+@pytest.mark.parametrize("recipe, public_users", [  # the suite runs DOPE + adaptive clipping; -m extended the rest
+    ("dope+adaptive_clip", "server"),
+    *(pytest.param(r, "server", marks=pytest.mark.extended) for r in RECIPES if r != "dope+adaptive_clip"),
+    pytest.param("dope+adaptive_clip", "nodes", marks=pytest.mark.extended),
+])
 def test_every_recipe_with_secagg_gives_the_in_process_model_and_ledger(tiny_emnist_dir, tmp_path, recipe,
                                                                         public_users, one_torch_thread):
     """3 rounds, 3 private users a round (DP-FTRL: blocks of 4), 2 public users trained in the server's pool or on
@@ -237,6 +241,7 @@ config = "{config}"
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # ~2.5 min of real processes: -m extended
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX-only")
 @pytest.mark.skipif(not (VENV_BIN / "flower-superlink").exists(), reason="flower-superlink is not installed")
 def test_dope_with_public_users_on_a_real_superlink_with_secagg(tmp_path):
