@@ -192,6 +192,7 @@ def test_a_bad_sweep_file_names_the_field(tmp_path, sweep, expected):
     assert result.exit_code == 2 and expected in result.output
 
 
+@pytest.mark.extended  # ~35 s: the sweep runs in process in the suite
 def test_a_sweep_on_flower_simulation_records_the_in_process_results(tiny_emnist_dir, tmp_path, one_torch_thread):
     """``fedpub compare --backend flower``: DOPE (public users in the ServerApp's pool) runs on Flower simulation
     and its row holds the in-process run's ε and final metrics."""

@@ -234,6 +234,7 @@ def deploy_and_check(
     assert _sha256(REPO_ROOT / "pyproject.toml") == pyproject_before, "flwr run rewrote pyproject.toml"
 
 
+@pytest.mark.extended  # ~1 min; the suite runs DOPE with public nodes under flwr run (quickstart_dp)
 def test_dope_with_public_users_on_their_own_supernodes(four_user_dir: Path, tmp_path: Path) -> None:
     """``flower.public_users: nodes``: one SuperNode per user of the training file (``partition-id=i``), the public
     user's among them; it declares itself public and trains the public cohort when sent TRAIN messages."""

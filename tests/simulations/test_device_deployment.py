@@ -75,6 +75,7 @@ def experiment(path: Path, server_data: Path, registry: Path, out: Path) -> Path
 
 
 @needs_tls_tools  # ssh-keygen makes the node keys
+@pytest.mark.extended  # ~70 s of real SuperNodes: -m extended
 def test_devices_with_their_own_folders_and_a_registry_refusing_a_duplicate_and_an_unknown_id(
     tmp_path: Path,
 ) -> None:

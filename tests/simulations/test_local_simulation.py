@@ -55,6 +55,7 @@ def test_flwr_run_on_a_local_simulation_writes_the_run_directory(three_user_dir:
     assert_all_stopped(deployment.registry)
 
 
+@pytest.mark.extended  # ~20 s: -m extended
 def test_a_federation_of_the_wrong_size_fails_fast_naming_both_numbers(
     three_user_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -147,7 +147,7 @@ def test_a_declaration_tuning_an_unknown_strategy_or_without_validation_users_is
                               axes=repro.axes)
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.extended)])  # --jobs 2: -m extended
 def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes_its_claims(
     tmp_path, monkeypatch, capsys, jobs
 ):

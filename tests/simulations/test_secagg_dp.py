@@ -292,6 +292,7 @@ class _Stop(Exception):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the in-process and Flower resumes run in the suite
 def test_a_secagg_run_stopped_after_a_round_resumes_from_its_checkpoint(tiny_emnist_dir, tmp_path, one_torch_thread):
     """DOPE with adaptive clipping (its C_t and count-noise generator in the checkpointed state): the ServerApp dies
     after round 0 was released; running the config again resumes at round 1 and ends at the in-process model."""

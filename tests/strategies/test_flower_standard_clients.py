@@ -209,11 +209,11 @@ def test_a_recipe_that_trains_public_users_needs_a_public_pool_or_public_nodes()
     assert FedpubStrategy.from_config(DOPE, population=4, rounds=2, seed=0, public_nodes=True).public_nodes
 
 
-def test_pda_dpmd_pretrains_by_default_so_the_drop_in_strategy_says_how_to_turn_it_off():
+def test_pda_dpmd_pretrains_by_default_so_the_drop_in_strategy_asks_for_a_public_trainer_or_null():
     pda = {**DOPE, "name": "pda_dpmd"}
     with pytest.raises(ValueError, match="strategy.warm_start") as refused:
         FedpubStrategy.from_config(pda, population=4, rounds=2, seed=0, public_nodes=True)
-    assert "`pda_dpmd` turns strategy.warm_start on by default: set it to null" in str(refused.value)
+    assert "give public_trainer=" in str(refused.value) and "turn them off (null)" in str(refused.value)
     cold = FedpubStrategy.from_config({**pda, "warm_start": None}, population=4, rounds=2, seed=0, public_nodes=True)
     assert cold.core.name == "pda_dpmd"
 
