@@ -129,6 +129,8 @@ class RoundDriver:
         self.refusal: str | None = None
         """Why the run stopped before a round (ε so far, ε with the round, the budget or the planned rounds)."""
         self._noise_checked = False
+        self._admitted: int | None = None
+        """The round :meth:`admit` last let through (a transport admits it, then :meth:`prepare` asks again)."""
         self.failed_streak = 0
         """Rounds in a row, up to the last finished one, in which every sampled private user failed."""
         self.private_ids: list[str] | None = None
@@ -172,6 +174,8 @@ class RoundDriver:
         :attr:`stopped_by_budget` set and :attr:`refusal` saying why, before anything of the round is sent."""
         if self.stopped_by_budget:
             return False
+        if round_index == self._admitted:  # nothing composed since: the same answer, without pricing again
+            return True
         planned = self.planned_rounds
         if planned is not None and round_index >= planned:
             budget = "" if self.budget_epsilon is None else f" of the budget ε = {self.budget_epsilon:g}"
@@ -179,7 +183,10 @@ class RoundDriver:
                 f"round {round_index} is past the {planned} planned rounds (0 to {planned - 1}: the noise was "
                 f"calibrated and the recipe laid out over them), ε = {self._spent():.6g} spent{budget}"
             )
-        return self._within_budget(f"round {round_index}", self.core.planned_round_event(round_index))
+        if not self._within_budget(f"round {round_index}", self.core.planned_round_event(round_index)):
+            return False
+        self._admitted = round_index
+        return True
 
     def _within_budget(self, which: str, event: dp_accounting.DpEvent) -> bool:
         if self.budget_epsilon is None:
@@ -265,7 +272,8 @@ class RoundDriver:
         fitting = [(c, u) for c, u in answered if fits(u, params)]
         norms = global_norms(tensor_norms([u for _, u in fitting], params)).tolist()
         bound = self.core.public_update_bound
-        refused = {c: "its names, shapes or dtypes are not the model's" for c, u in answered if not fits(u, params)}
+        fitted = {c for c, _ in fitting}
+        refused = {c: "its names, shapes or dtypes are not the model's" for c, _ in answered if c not in fitted}
         for (cid, _), norm in zip(fitting, norms, strict=True):
             if not math.isfinite(norm):
                 refused[cid] = "it is not finite (NaN or Inf)"
