@@ -3,7 +3,7 @@
 The core package is framework-free: it imports torch, numpy and dp_accounting, never flwr.
 
 It is also the Python API's front door (README "Python API"): ``fedpub.run``, ``fedpub.build`` and
-``fedpub.Result`` come from :mod:`fedpub.simulations.api`, ``fedpub.load_config``, ``fedpub.parse_config``,
+``fedpub.Result`` come from :mod:`fedpub.simulations.run.api`, ``fedpub.load_config``, ``fedpub.parse_config``,
 ``fedpub.ExperimentConfig`` and ``fedpub.ConfigError`` from :mod:`fedpub.config`. They are imported on first use
 (:func:`__getattr__`), so ``import fedpub`` loads nothing else and the core never depends on the layers above it:
 this facade is the one place that names them (``tests/test_layers.py`` allows exactly it).
@@ -23,9 +23,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = {
-    "run": "fedpub.simulations.api",
-    "build": "fedpub.simulations.api",
-    "Result": "fedpub.simulations.api",
+    "run": "fedpub.simulations.run.api",
+    "build": "fedpub.simulations.run.api",
+    "Result": "fedpub.simulations.run.api",
     "load_config": "fedpub.config",
     "parse_config": "fedpub.config",
     "ExperimentConfig": "fedpub.config",

@@ -30,7 +30,7 @@ TRANSPORTS: Mapping[str, str] = {
     "in_process": "the in-process engine (fedpub run --backend inprocess)",
     "flower": "fedpub's Flower ServerApp (fedpub run --backend flower, flwr run .)",
     "flower_strategy": "FedpubStrategy.from_config in your own ServerApp",
-    "flower_secagg": "the SecAgg+ transport (python -m fedpub.simulations.secagg_dp)",
+    "flower_secagg": "the SecAgg+ transport (python -m fedpub.simulations.flower.secagg_dp)",
 }
 """Where a recipe runs, in words. A transport refuses, when the run is built, a config with a part that does not
 list it."""

@@ -42,7 +42,30 @@ import dp_accounting
 import torch
 
 from fedpub.cohort_updates import Cohort
-from fedpub.types import ROUND_INPUTS, Params, RoundContext, StepResult, StepState
+from fedpub.types import ROUND_INPUTS, Params, RoundContext, StepState, Updates
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a step's ``update`` returns: the steps before the average hand on a
+    :class:`~fedpub.cohort_updates.Cohort`, the average and the steps after it one update.
+
+    ``outputs`` are named values later steps of a chain receive as keyword inputs (for example the
+    clip step's ``clip_norm`` read by the noise step); ``events`` are the DP events this step's
+    release costs, composed by the round loop.
+
+    ``metrics`` are released with the model: only what DP covers (noised values, functions of the released
+    model, the config or public users). ``diagnostics`` are un-noised statistics of the private users (norms, the
+    exact clipped fraction, the realised cohort): they go to the run's diagnostics file, outside the guarantee.
+    """
+
+    updates: Cohort | Updates
+    state: StepState
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    events: tuple[dp_accounting.DpEvent, ...] = ()
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    diagnostics: Mapping[str, float] = field(default_factory=dict)
+
 
 InitFn = Callable[[Params], StepState]
 UpdateFn = Callable[..., StepResult]

@@ -1,17 +1,13 @@
-"""Shared types of the core: parameter trees, the frozen round context and a step's result."""
+"""Shared types of the core: parameter trees, a step's state and the frozen round context."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import dp_accounting
 import torch
-
-if TYPE_CHECKING:
-    from fedpub.cohort_updates import Cohort
 
 Params = dict[str, torch.Tensor]
 """Model parameters by name (a flat tensor dict)."""
@@ -52,25 +48,3 @@ class RoundContext:
     expected_cohort: float
     cohort_size: int
     num_public: int = 0
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What a step's ``update`` returns: the steps before the average hand on a
-    :class:`~fedpub.cohort_updates.Cohort`, the average and the steps after it one update.
-
-    ``outputs`` are named values later steps of a chain receive as keyword inputs (for example the
-    clip step's ``clip_norm`` read by the noise step); ``events`` are the DP events this step's
-    release costs, composed by the round loop.
-
-    ``metrics`` are released with the model: only what DP covers (noised values, functions of the released
-    model, the config or public users). ``diagnostics`` are un-noised statistics of the private users (norms, the
-    exact clipped fraction, the realised cohort): they go to the run's diagnostics file, outside the guarantee.
-    """
-
-    updates: Cohort | Updates
-    state: StepState
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    events: tuple[dp_accounting.DpEvent, ...] = ()
-    outputs: Mapping[str, Any] = field(default_factory=dict)
-    diagnostics: Mapping[str, float] = field(default_factory=dict)

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from fedpub.config import ConfigError, dump_config, load_config
 from fedpub.data.stackoverflow import TAG_COUNT_FILE, WORD_COUNT_FILE
 from fedpub.data.stackoverflow_writers import SyntheticStackOverflowSpec, write_synthetic_stackoverflow
-from fedpub.simulations.cli import app
+from fedpub.simulations.tools.cli import app
 from fedpub.simulations.configs import quickstart_config_path
 from tests.conftest import tiny_config
 

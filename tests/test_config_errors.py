@@ -12,7 +12,7 @@ import torch
 
 from fedpub.config import ConfigError, PrivacyConfig, StrategyConfig, parse_config
 from fedpub.privacy.errors import BudgetExceededError, PrivacyError
-from fedpub.simulations.session import changed_keys
+from fedpub.simulations.run.session import changed_keys
 from fedpub.round_driver import NoisyBeyondSignal, RoundDriver, noise_beyond_signal
 from fedpub.strategies.build import build_private_strategy
 

@@ -28,8 +28,8 @@ from fedpub.data.device_user import DeviceFormats
 from fedpub.data.file_report import FileDescribers
 from fedpub.data.spec import Dataset, resolve
 from fedpub.models import build_model
-from fedpub.simulations.data_cli import data_app
-from fedpub.simulations.session import run_changes
+from fedpub.simulations.tools.data_cli import data_app
+from fedpub.simulations.run.session import run_changes
 from fedpub.tasks import Task, get_task
 
 ROOT = Path(__file__).resolve().parents[1]

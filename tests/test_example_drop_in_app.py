@@ -13,7 +13,7 @@ import torch
 
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
-from fedpub.simulations.flower_env import offline_flower_environment
+from fedpub.simulations.flower.environment import offline_flower_environment
 from fedpub.strategies.flower import FedpubStrategy
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them

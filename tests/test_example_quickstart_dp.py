@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fedpub.simulations.deploy.flwr_cli import flwr_run
-from fedpub.simulations.deploy.local import LocalDeployment
-from fedpub.simulations.deploy.processes import VENV_BIN
+from fedpub.simulations.flower.deploy.flwr_cli import flwr_run
+from fedpub.simulations.flower.deploy.local import LocalDeployment
+from fedpub.simulations.flower.deploy.processes import VENV_BIN
 
 pytestmark = [
     pytest.mark.slow,  # real SuperLink and flwr run processes: pytest -m 'not slow' skips them

@@ -108,12 +108,9 @@ def sideways(imports: list[Import]) -> list[Import]:
     return [i for i in imports if LAYERS[i.target_package] == LAYERS[i.source_package]]
 
 
-def package_cycles(imports: list[Import]) -> list[list[Import]]:
-    """Every cycle of the package graph, each once (from its first package in sorted order), as the imports that
-    make its edges."""
-    edges: dict[tuple[str, str], Import] = {}
-    for i in imports:
-        edges.setdefault((i.source_package, i.target_package), i)
+def cycles_of(edges: dict[tuple[str, str], Import]) -> list[list[Import]]:
+    """Every cycle of the graph whose edges are ``edges`` (one import making each), each once, from its first node
+    in sorted order."""
     graph: dict[str, set[str]] = defaultdict(set)
     for source, target in edges:
         graph[source].add(target)
@@ -129,6 +126,30 @@ def package_cycles(imports: list[Import]) -> list[list[Import]]:
     for start in sorted(graph):
         walk([start])
     return [[edges[cycle[k], cycle[(k + 1) % len(cycle)]] for k in range(len(cycle))] for cycle in cycles]
+
+
+def package_cycles(imports: list[Import]) -> list[list[Import]]:
+    """Every cycle of the package graph, as the imports that make its edges."""
+    edges: dict[tuple[str, str], Import] = {}
+    for i in imports:
+        edges.setdefault((i.source_package, i.target_package), i)
+    return cycles_of(edges)
+
+
+def module_cycles(root: Path) -> list[list[Import]]:
+    """Every cycle between the modules of the four packages under ``root``: an import's target is the module it
+    names (or the module holding the name it imports); importing an enclosing package is no edge (Python has
+    loaded it already)."""
+    files = {installed_name(root, path): path for package in LAYERS for path in sorted((root / package).rglob("*.py"))}
+    edges: dict[tuple[str, str], Import] = {}
+    for name, path in files.items():
+        for i in module_imports(root, path):
+            target = i.target
+            while target and target not in files:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                edges.setdefault((name, target), i)
+    return cycles_of(edges)
 
 
 def listing(imports: list[Import]) -> str:
@@ -167,6 +188,38 @@ def test_the_packages_import_each_other_without_a_cycle():
     )
 
 
+def test_the_modules_import_each_other_without_a_cycle():
+    """A cycle inside a package too (under ``TYPE_CHECKING`` or in a function as well): it makes the two modules one
+    piece that can be read, tested and moved only together."""
+    cycles = module_cycles(ROOT)
+    assert not cycles, "module cycles:\n" + "\n".join(listing(cycle) for cycle in cycles)
+
+
+ROOMS = {
+    "run": {"configs"},
+    "flower": {"run", "configs"},
+    "tools": {"run", "flower", "configs"},
+    "reproductions": {"run", "tools", "configs"},
+    "benchmarks": {"run", "flower", "tools", "configs"},
+}
+"""The rooms of simulations/ by job, and the rooms each may use: a run knows nothing of Flower, the CLI or the
+experiments built on it, except that ``run/backends.py`` (the ``--backend`` switch) starts Flower's runner."""
+
+
+def test_the_rooms_of_simulations_use_only_the_rooms_below_them():
+    assert {path.name for path in (ROOT / "simulations").iterdir() if (path / "__init__.py").is_file()} == {
+        *ROOMS, "configs"}
+    found = []
+    for room, allowed in ROOMS.items():
+        for path in sorted((ROOT / "simulations" / room).rglob("*.py")):
+            for i in module_imports(ROOT, path):
+                used = i.target.split(".")[2:3] if i.target.startswith("fedpub.simulations.") else []
+                exempt = path.name == "backends.py" and used == ["flower"]
+                if used and used[0] != room and used[0] not in allowed and not exempt:
+                    found.append(i)
+    assert not found, f"imports of a room above (see ROOMS):\n{listing(found)}"
+
+
 def test_the_checks_catch_upward_sideways_and_circular_imports_wherever_they_are(tmp_path: Path):
     files = {
         "fedpub/__init__.py": "",
@@ -176,6 +229,8 @@ def test_the_checks_catch_upward_sideways_and_circular_imports_wherever_they_are
         "clients/local.py": "from fedpub.strategies import recipe\nimport simulations\n",
         "simulations/__init__.py": "",
         "simulations/app.py": "from . import helpers\nfrom fedpub import core\n",
+        "simulations/helpers.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .tasks import Task\n",
+        "simulations/tasks.py": "from fedpub.simulations.helpers import run\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
@@ -189,6 +244,12 @@ def test_the_checks_catch_upward_sideways_and_circular_imports_wherever_they_are
     assert [str(i) for i in shadowable(tmp_path)] == ["fedpub.clients.local (line 2) imports simulations"]
     cycles = [[i.source_package for i in cycle] for cycle in package_cycles(found)]
     assert cycles == [["clients", "strategies"], ["fedpub", "simulations"]]
+    assert [[str(i) for i in cycle] for cycle in module_cycles(tmp_path)] == [  # fedpub.core <-> app is none:
+        ["fedpub.clients.local (line 1) imports fedpub.strategies",  # app imports its enclosing package fedpub
+         "fedpub.strategies (line 1) imports fedpub.clients.local"],
+        ["fedpub.simulations.helpers (line 3) imports fedpub.simulations.tasks",
+         "fedpub.simulations.tasks (line 1) imports fedpub.simulations.helpers"],
+    ]
 
 
 def test_the_core_is_framework_free():
@@ -209,11 +270,11 @@ def test_importing_the_config_schema_loads_neither_torch_nor_the_data_libraries(
 
 def test_the_api_facade_names_only_the_api_module_above_the_core_and_imports_it_lazily():
     """fedpub/__init__.py re-exports the Python API by name (``importlib`` on first use, invisible to the syntax
-    tree above): the only higher-layer module it may name is simulations.api, and ``import fedpub`` loads none."""
+    tree above): the only higher-layer module it may name is simulations.run.api, and ``import fedpub`` loads none."""
     import fedpub
 
     above = {module for module in fedpub._API.values() if package_of(module) != "fedpub"}
-    assert above == {"fedpub.simulations.api"}
+    assert above == {"fedpub.simulations.run.api"}
     code = "import sys, fedpub; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'flwr') " \
            "or m.split('.')[:2][-1] in ('simulations', 'strategies', 'clients')))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

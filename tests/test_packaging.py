@@ -71,7 +71,7 @@ def test_the_wheel_holds_every_module_and_config_under_its_fedpub_name_and_runs_
     }
     assert {p for p in installed if not (unpacked / p).is_file()} == set()
     code = (
-        "import fedpub, fedpub.simulations.cli, fedpub.simulations.configs as configs\n"
+        "import fedpub, fedpub.simulations.tools.cli, fedpub.simulations.configs as configs\n"
         "from pathlib import Path\n"
         "print(Path(fedpub.__file__).parent, Path(configs.__file__).parent, "
         "(Path(configs.__file__).parent / 'quickstart.yaml').is_file(), fedpub.__path__ == [str(Path(fedpub.__file__).parent)])"

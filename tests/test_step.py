@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from fedpub.privacy.events import PoissonSampling
-from fedpub.step import EmptyState, Prepared, Releases, Step, after_sum_step, chain, named_chain, user_step
+from fedpub.step import EmptyState, Prepared, Releases, Step, StepResult, after_sum_step, chain, named_chain, user_step
 from fedpub.steps.aggregate import aggregate
 from fedpub.strategy import StrategyCore
-from fedpub.types import ROUND_INPUTS, RoundContext, StepResult
+from fedpub.types import ROUND_INPUTS, RoundContext
 
 CTX = RoundContext(round=0, seed=0, population=10, sampling_rate=0.5, expected_cohort=5.0, cohort_size=5)
 

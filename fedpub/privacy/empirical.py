@@ -11,7 +11,7 @@ Two estimators, named by what the attacker sees (:data:`Observe`):
   ``epsilon_two_gaussians`` of the authors' ``one_shot_epe/empirical_privacy_estimation_lib.py``).
 
 :func:`estimate` gives either, with a 95% interval from bootstrapping the canaries. Framework-free maths on
-numbers: the canaries, the training run and the report are the app's (``simulations/audit.py``).
+numbers: the canaries, the training run and the report are the app's (``simulations/tools/audit.py``).
 """
 
 from __future__ import annotations

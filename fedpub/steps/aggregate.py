@@ -8,8 +8,8 @@ divides the users' sum, formed wherever they are (DESIGN.md §9), or sums a coho
 
 from __future__ import annotations
 
-from fedpub.step import EmptyState, Step, UserSum, cut_step
-from fedpub.types import RoundContext, StepResult, Updates
+from fedpub.step import EmptyState, Step, StepResult, UserSum, cut_step
+from fedpub.types import RoundContext, Updates
 
 
 def aggregate() -> Step:

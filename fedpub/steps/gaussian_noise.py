@@ -28,8 +28,8 @@ import torch
 from fedpub.noise_prefetch import draw_normals, prefetch_normals, standard_normals
 from fedpub.privacy.secure_noise import add_secure_gaussian, require_secure_sampler
 from fedpub.seeding import torch_generator
-from fedpub.step import Releases, Step, after_sum_step
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.step import Releases, Step, StepResult, after_sum_step
+from fedpub.types import Params, RoundContext, Updates
 
 
 class NoiseState(TypedDict):

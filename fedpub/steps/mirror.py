@@ -19,8 +19,8 @@ import math
 import torch
 
 from fedpub import tree
-from fedpub.step import EmptyState, Step, after_sum_step
-from fedpub.types import RoundContext, StepResult, Updates
+from fedpub.step import EmptyState, Step, StepResult, after_sum_step
+from fedpub.types import RoundContext, Updates
 
 
 def mirror_alpha(round_index: int, decay_rounds: int, alpha_floor: float) -> float:

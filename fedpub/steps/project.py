@@ -32,8 +32,8 @@ from typing import Any
 import torch
 
 from fedpub.cohort_updates import Cohort
-from fedpub.step import EmptyState, Mapped, Prepared, Step, after_sum_step, user_step
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.step import EmptyState, Mapped, Prepared, Step, StepResult, after_sum_step, user_step
+from fedpub.types import Params, RoundContext, Updates
 
 Basis = dict[str, torch.Tensor]
 """An orthonormal basis of r directions of the parameter space: per parameter, a tensor ``(r, *shape)``; direction

@@ -18,9 +18,9 @@ from typing import Any
 
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
-from fedpub.step import EmptyState, Mapped, Prepared, Step, after_sum_step, user_step
+from fedpub.step import EmptyState, Mapped, Prepared, Step, StepResult, after_sum_step, user_step
 from fedpub.steps.clip import clip_factors
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.types import Params, RoundContext, Updates
 
 
 def recenter(center_clip: float = math.inf) -> Step:

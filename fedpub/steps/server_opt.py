@@ -12,8 +12,8 @@ from typing import TypedDict
 import torch
 
 from fedpub import tree
-from fedpub.step import EmptyState, Step, after_sum_step
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.step import EmptyState, Step, StepResult, after_sum_step
+from fedpub.types import Params, RoundContext, Updates
 
 
 class MomentumState(TypedDict):

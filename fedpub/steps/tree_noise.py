@@ -36,9 +36,9 @@ import torch
 
 from fedpub import tree
 from fedpub.seeding import torch_generator
-from fedpub.step import Releases, Step, after_sum_step
+from fedpub.step import Releases, Step, StepResult, after_sum_step
 from fedpub.steps.gaussian_noise import standard_normal
-from fedpub.types import Params, RoundContext, StepResult, Updates
+from fedpub.types import Params, RoundContext, Updates
 
 
 class TreeNoiseState(TypedDict):

@@ -24,7 +24,7 @@ dominate. ``--examples`` may be given more than once: the grid runs every settin
 the summary gives per cell fedpub's default ÷ the faster floor, pfl-research's updates/s ÷ fedpub's, and
 whether the cell meets issue 23's target (within 1.25× of the floor, ahead of pfl-research).
 
-The benchmark turns on the allocator tuning of :mod:`fedpub.simulations.memory` (glibc keeps freed memory; process-wide,
+The benchmark turns on the allocator tuning of :mod:`fedpub.simulations.run.memory` (glibc keeps freed memory; process-wide,
 so the floor and fedpub get the same allocator; fedpub's engine applies it only when asked) before the first
 measurement, and its report says whether it took effect. Steady figures leave out the first round (start-up,
 Ray actors), the last (it evaluates) and those in which fedpub's default timed groups both ways to choose its paths
@@ -66,11 +66,11 @@ from fedpub.data.base import ClientData
 from fedpub.seeding import torch_generator
 from fedpub.simulations.benchmarks.flop_floor import matmul_flops_per_second, synchronize
 from fedpub.simulations.benchmarks.pfl_research import run_pfl
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import Experiment, build_experiment
-from fedpub.simulations.flower_simulation import run_flower_simulation
-from fedpub.simulations.memory import keep_freed_memory
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import Experiment, build_experiment
+from fedpub.simulations.flower.simulation import run_flower_simulation
+from fedpub.simulations.run.memory import keep_freed_memory
+from fedpub.simulations.run.run_dir import RunDirectory
 
 TASKS: dict[str, dict[str, Any]] = {
     "emnist_cnn": {"model": {"name": "emnist_small_cnn"}, "data": {"source": "synthetic_emnist"}},
@@ -425,7 +425,7 @@ def main() -> None:
         f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16; examples per user: 'default' is "
         f"EMNIST 20-80, StackOverflow 5-30; {where}, float32 matmul {flops_per_second / 1e9:.0f} GFLOP/s; "
         f"torch {torch.__version__}; "
-        f"allocator: {'glibc keeps freed memory (fedpub.simulations.memory)' if tuned else 'default'}"
+        f"allocator: {'glibc keeps freed memory (fedpub.simulations.run.memory)' if tuned else 'default'}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for examples in settings:

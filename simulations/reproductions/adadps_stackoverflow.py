@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpub.simulations.compare import deep_merge
+from fedpub.simulations.tools.compare import deep_merge
 from fedpub.simulations.reproductions.claims import Claim
 from fedpub.simulations.reproductions.federated import EVALUATION, FederatedReproduction, Row, run
 from fedpub.simulations.reproductions.tuning import Axis

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fedpub.simulations.compare_report import group_epsilon
+from fedpub.simulations.tools.compare_report import group_epsilon
 from fedpub.simulations.reproductions.judge import ClaimJudgement, judge_cell
 
 

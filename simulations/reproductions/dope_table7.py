@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from fedpub.clients.public_training import pooled_data, train_on_public
-from fedpub.simulations.compare import deep_merge
-from fedpub.simulations.evaluation import EvaluationSet, evaluate
-from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.tools.compare import deep_merge
+from fedpub.simulations.run.evaluation import EvaluationSet, evaluate
+from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.reproductions.claims import Claim
 from fedpub.simulations.reproductions.federated import (
     CLIENT_LR,

@@ -39,8 +39,8 @@ import yaml
 
 from fedpub.atomic import write_text_atomic
 from fedpub.config import ExperimentConfig, parse_config
-from fedpub.simulations.compare import deep_merge
-from fedpub.simulations.compare_report import (
+from fedpub.simulations.tools.compare import deep_merge
+from fedpub.simulations.tools.compare_report import (
     EPSILON_PLOT,
     ROUND_PLOT,
     TABLE_FILE,
@@ -49,8 +49,8 @@ from fedpub.simulations.compare_report import (
     run_name,
     write_comparison,
 )
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.reproductions.claims import Claim, judge_claims
 from fedpub.simulations.reproductions.judge import RULE
 from fedpub.simulations.reproductions.results_record import (
@@ -60,9 +60,9 @@ from fedpub.simulations.reproductions.results_record import (
     write_claims_json,
 )
 from fedpub.simulations.reproductions.tuning import Axis, Tuning, grid_points, tune
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.session import RunInterrupted
-from fedpub.simulations.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.run.session import RunInterrupted
+from fedpub.simulations.tools.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
 
 TUNING_SEED = 100
 """The tuning runs' seed, outside the test seeds."""
@@ -234,7 +234,7 @@ class RunsDidNotFinish(RuntimeError):
 
 def run_ahead(base: Mapping[str, Any], specs: Sequence[RunSpec], jobs: int) -> None:
     """With ``jobs`` > 1 (or ``auto``: one per core), run ``specs`` that many at once in worker processes
-    (``fedpub compare --jobs``'s :func:`~fedpub.simulations.sweep_jobs.run_jobs`), so that :func:`run_one` then
+    (``fedpub compare --jobs``'s :func:`~fedpub.simulations.tools.sweep_jobs.run_jobs`), so that :func:`run_one` then
     finds them finished; a failed run is an error naming it. With one job, nothing: :func:`run_one` runs each in
     turn."""
     jobs = resolve_jobs(jobs, len(specs))

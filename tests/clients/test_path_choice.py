@@ -13,11 +13,11 @@ from fedpub.clients.path_choice import GroupKey, PathChooser
 from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import Experiment, build_experiment
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.server_app import server_public_pool
-from fedpub.simulations.session import RunSession
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import Experiment, build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.flower.server_app import server_public_pool
+from fedpub.simulations.run.session import RunSession
 from fedpub.tasks import CLASSIFICATION
 from tests.conftest import tiny_config
 

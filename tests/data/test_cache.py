@@ -11,10 +11,10 @@ import torch
 from fedpub.data.base import ClientData
 from fedpub.data.cache import CachedClients
 from fedpub.data.emnist import load_emnist_split
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.flower_simulation import run_flower_simulation
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.flower.simulation import run_flower_simulation
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 

@@ -43,7 +43,7 @@ from fedpub.data.stackoverflow_writers import (
     write_stackoverflow_h5,
     write_stackoverflow_sqlite,
 )
-from fedpub.simulations.data_inspect import inspect_path
+from fedpub.simulations.tools.data_inspect import inspect_path
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EMNIST = {f"f000{i}_0{i}": (np.full((n, 28, 28), 0.5, np.float32), np.arange(n) % 10) for i, n in enumerate((3, 1, 2))}

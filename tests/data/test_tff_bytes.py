@@ -37,7 +37,7 @@ from fedpub.data.stackoverflow_writers import (
     write_tag_count,
     write_word_count,
 )
-from fedpub.simulations.data_inspect import inspect_path
+from fedpub.simulations.tools.data_inspect import inspect_path
 
 WORDS = {"python": 9, "list": 8, "how": 7, "to": 6, "café": 5, "x": 4}  # ids 0..5 (next-word ids 1..6)
 TAGS = {"python": 5, "java": 4, "c#": 3}

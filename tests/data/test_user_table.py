@@ -20,10 +20,11 @@ from fedpub.config import dump_config, load_config
 from fedpub.data.base import DatasetError
 from fedpub.data.users import load_data
 from fedpub.simulations.configs import quickstart_config_path
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.flower_simulation import run_flower_simulation, simulated_nodes
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.flower.server_app import simulated_nodes
+from fedpub.simulations.flower.simulation import run_flower_simulation
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 datasets = pytest.importorskip("datasets")  # the `hf` extra (in `test`)
@@ -170,7 +171,7 @@ def test_a_device_node_reads_its_own_users_rows_from_a_table_file_or_a_dataset_f
 def test_fedpub_data_describes_a_table_file_and_a_save_to_disk_shard_reads_as_a_table(femnist_dir, tmp_path):
     from typer.testing import CliRunner
 
-    from fedpub.simulations.data_cli import data_app
+    from fedpub.simulations.tools.data_cli import data_app
 
     shard = next(femnist_dir.glob("data-*.arrow"))
     out = CliRunner().invoke(data_app, ["verify", str(shard)]).output

@@ -37,7 +37,7 @@ from fedpub.clients.local_training import ClientResult
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import ClientData, FederatedDataset
 from fedpub.types import Updates
-from fedpub.simulations.experiment import Experiment
+from fedpub.simulations.run.experiment import Experiment
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
@@ -197,10 +197,10 @@ def main(argv: list[str]) -> None:
     ``round_end`` after its checkpoint, ``training`` while its cohort trains, ``after_metrics`` once its metrics
     record is written (before its checkpoint), ``writing_checkpoint`` halfway through writing its checkpoint."""
     from fedpub.config import load_config
-    from fedpub.simulations import run_dir
-    from fedpub.simulations.engine import run_in_process
-    from fedpub.simulations.experiment import build_experiment
-    from fedpub.simulations.session import RunSession
+    from fedpub.simulations.run import run_dir
+    from fedpub.simulations.run.engine import run_in_process
+    from fedpub.simulations.run.experiment import build_experiment
+    from fedpub.simulations.run.session import RunSession
 
     path, point, kill_round = argv[0], argv[1], int(argv[2])
     if point not in KILL_POINTS:

@@ -64,7 +64,7 @@ def test_a_users_own_strategies_clients_and_simulations_files_do_not_shadow_fedp
         "import fedpub\n"
         "from fedpub.strategies import adadps\n"
         "from fedpub.clients import client_app\n"
-        "from fedpub.simulations import api\n"
+        "from fedpub.simulations.run import api\n"
         "print(adadps.__file__, client_app.__file__, api.__file__, fedpub.run is api.run, sep='\\n')\n"
     )
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True)
@@ -72,5 +72,5 @@ def test_a_users_own_strategies_clients_and_simulations_files_do_not_shadow_fedp
     *files, same_run = done.stdout.split()
     repository = Path(fedpub.__file__).resolve().parents[1]
     assert [Path(f).relative_to(repository).as_posix() for f in files] == [
-        "strategies/adadps.py", "clients/client_app.py", "simulations/api.py"]
+        "strategies/adadps.py", "clients/client_app.py", "simulations/run/api.py"]
     assert same_run == "True"

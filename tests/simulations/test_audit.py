@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from fedpub.config import dump_config
 from fedpub.privacy.empirical import gaussians_epsilon
-from fedpub.simulations.audit import ROUND_COSINES, VIOLATION, Canaries, RoundCosines, run_audit
-from fedpub.simulations.cli import app
-from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.tools.audit import ROUND_COSINES, VIOLATION, Canaries, RoundCosines, run_audit
+from fedpub.simulations.tools.cli import app
+from fedpub.simulations.run.experiment import build_experiment
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them

@@ -1,4 +1,4 @@
-"""What an audit's size detects (simulations/audit_power.py), on canary statistics made by hand, and the audit
+"""What an audit's size detects (simulations/tools/audit_power.py), on canary statistics made by hand, and the audit
 command's exit status on a violation (a short run)."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 from fedpub.config import dump_config
 from fedpub.privacy.empirical import gdp_epsilon
-from fedpub.simulations.audit_power import (
+from fedpub.simulations.tools.audit_power import (
     all_iterates_statistic,
     canaries_to_detect,
     detects,
     final_statistic,
     smallest_error,
 )
-from fedpub.simulations.cli import app
+from fedpub.simulations.tools.cli import app
 from tests.conftest import tiny_config
 
 DELTA = 1e-5

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from fedpub.config import dump_config
 from fedpub.models.seeded import model_params
-from fedpub.simulations.cli import app
-from fedpub.simulations.engine import RunDirectoryError, run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.tools.cli import app
+from fedpub.simulations.run.engine import RunDirectoryError, run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 runner = CliRunner()

@@ -15,10 +15,10 @@ from fedpub.config import load_config, parse_config
 from fedpub.data.cifar100 import TEST_FILE, TRAIN_FILE
 from fedpub.data.cifar100_writers import SyntheticCifar100Spec, write_synthetic_cifar100
 from fedpub.simulations.configs import quickstart_config_path
-from fedpub.simulations.data_cli import data_app
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.tools.data_cli import data_app
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.data.test_download import FileServer, serve_registry_file, server, tar_bz2  # noqa: F401
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ import pytest
 from dp_accounting import pld, rdp
 from typer.testing import CliRunner
 
-from fedpub.simulations.cli import app
+from fedpub.simulations.tools.cli import app
 
 runner = CliRunner()
 
@@ -117,7 +117,7 @@ def test_help_imports_neither_torch_nor_dp_accounting_nor_the_data_libraries():
     import subprocess
     import sys
 
-    code = ("import sys; from fedpub.simulations.cli import app; "
+    code = ("import sys; from fedpub.simulations.tools.cli import app; "
             "print(sorted(m for m in ('torch', 'dp_accounting', 'h5py', 'flwr') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]", result.stdout

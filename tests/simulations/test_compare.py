@@ -15,10 +15,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from fedpub.config import ConfigError, dump_config
-from fedpub.simulations import compare
-from fedpub.simulations.cli import app
-from fedpub.simulations.compare import load_sweep, run_sweep
-from fedpub.simulations.compare_report import read_csv
+from fedpub.simulations.tools import compare
+from fedpub.simulations.tools.cli import app
+from fedpub.simulations.tools.compare import load_sweep, run_sweep
+from fedpub.simulations.tools.compare_report import read_csv
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them

@@ -20,7 +20,7 @@ from fedpub.data.base import DatasetError
 from fedpub.data.stackoverflow import StackOverflowExample, StackOverflowSqlite, decode_text
 from fedpub.data.stackoverflow_writers import write_stackoverflow_sqlite
 from fedpub.data.tf_example import encode_example
-from fedpub.simulations.data_cli import data_app
+from fedpub.simulations.tools.data_cli import data_app
 from tests.data.test_download import FileServer, closed_port_url, serve_registry_file, server, tar_bz2  # noqa: F401
 
 runner = CliRunner()

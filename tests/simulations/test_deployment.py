@@ -28,7 +28,7 @@ from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_em
 from fedpub.models.seeded import model_params
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
-from fedpub.simulations.deploy.flwr_cli import (
+from fedpub.simulations.flower.deploy.flwr_cli import (
     REPO_ROOT,
     list_supernodes,
     register_supernode,
@@ -36,8 +36,8 @@ from fedpub.simulations.deploy.flwr_cli import (
     start_supernode,
     write_connection,
 )
-from fedpub.simulations.deploy.local import LocalDeployment
-from fedpub.simulations.deploy.processes import (
+from fedpub.simulations.flower.deploy.local import LocalDeployment
+from fedpub.simulations.flower.deploy.processes import (
     MARKER_VAR,
     VENV_BIN,
     ProcessRegistry,
@@ -46,8 +46,8 @@ from fedpub.simulations.deploy.processes import (
     marked_pids,
     pid_alive,
 )
-from fedpub.simulations.deploy.tls import make_node_key, make_tls_certificates
-from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.flower.deploy.tls import make_node_key, make_tls_certificates
+from fedpub.simulations.run.experiment import build_experiment
 
 pytestmark = [
     pytest.mark.slow,  # real SuperLink/SuperNode processes: pytest -m 'not slow' skips them

@@ -26,10 +26,10 @@ from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_em
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
 from fedpub.privacy.ledger import read_ledger_event
-from fedpub.simulations.deploy.flwr_cli import list_supernodes
-from fedpub.simulations.deploy.local import LocalDeployment
-from fedpub.simulations.deploy.processes import VENV_BIN
-from fedpub.simulations.deploy.tls import make_node_key
+from fedpub.simulations.flower.deploy.flwr_cli import list_supernodes
+from fedpub.simulations.flower.deploy.local import LocalDeployment
+from fedpub.simulations.flower.deploy.processes import VENV_BIN
+from fedpub.simulations.flower.deploy.tls import make_node_key
 from tests.simulations.test_deployment import assert_all_stopped, needs_tls_tools, run_records
 
 pytestmark = [

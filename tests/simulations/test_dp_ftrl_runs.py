@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from fedpub.privacy.ledger import read_ledger_event
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 Z = 0.8

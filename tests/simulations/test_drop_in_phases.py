@@ -20,11 +20,12 @@ from fedpub.clients.public_training import PooledPublicTrainer
 from fedpub.clients.round_training import ServerPublicPool
 from fedpub.models.seeded import model_params
 from fedpub.run_phases import RunPhases
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.flower_env import offline_flower_environment
-from fedpub.simulations.flower_simulation import backend_config, simulated_nodes
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.flower.environment import offline_flower_environment
+from fedpub.simulations.flower.server_app import simulated_nodes
+from fedpub.simulations.flower.simulation import backend_config
+from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.strategies.flower import FedpubStrategy, to_array_record, to_tensors
 from tests.conftest import tiny_config
 

@@ -12,9 +12,9 @@ from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.errors import BudgetExceededError
 from fedpub.privacy.events import PoissonSampling
 from fedpub.privacy.ledger import read_ledger_event
-from fedpub.simulations.engine import RunDirectoryError, run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import RunDirectoryError, run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from fedpub.config import ConfigError, load_config, parse_config
 from fedpub.simulations.configs import quickstart_config_path
-from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.run.experiment import build_experiment
 from tests.conftest import tiny_config
 
 HELD_OUT = "test examples of users outside N (held out, never trained on)"

@@ -28,12 +28,12 @@ from fedpub.data.base import ClientData
 from fedpub.models import build_model
 from fedpub.models.seeded import model_params
 from fedpub.tasks import CLASSIFICATION
-from fedpub.simulations.deploy.flwr_cli import REPO_ROOT, flwr_cli
-from fedpub.simulations.deploy.local import LocalDeployment
-from fedpub.simulations.deploy.processes import VENV_BIN, marked_pids
-from fedpub.simulations.engine import CohortsKeepFailing, run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.flower.deploy.flwr_cli import REPO_ROOT, flwr_cli
+from fedpub.simulations.flower.deploy.local import LocalDeployment
+from fedpub.simulations.flower.deploy.processes import VENV_BIN, marked_pids
+from fedpub.simulations.run.engine import CohortsKeepFailing, run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 from tests.simulations.faults import CORRUPTIONS, FaultPlan, InProcessFaults, faulty_client_app
 from tests.simulations.test_deployment import (  # noqa: F401  (three_user_dir: the fixture)
@@ -217,7 +217,7 @@ FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180, "ro
 def test_flower_simulation_failed_late_and_malformed_replies_contribute_nothing(tiny_emnist_dir, tmp_path, monkeypatch):
     from flwr.simulation import run_simulation
 
-    from fedpub.simulations.server_app import make_server_app
+    from fedpub.simulations.flower.server_app import make_server_app
 
     make = lambda where: _config(tiny_emnist_dir, tmp_path / where, rounds=2, flower=FLOWER)  # noqa: E731
     cfg = make("flower")
@@ -308,7 +308,7 @@ def test_a_checkpoint_write_that_fails_halfway_leaves_the_previous_one_and_a_cut
         Path(f).write_bytes(before[: len(before) // 2])
         raise OSError("disk full")
 
-    monkeypatch.setattr("fedpub.simulations.run_dir.torch.save", half_then_raise)
+    monkeypatch.setattr("fedpub.simulations.run.run_dir.torch.save", half_then_raise)
     with pytest.raises(OSError, match="disk full"):
         run_dir.save_checkpoint({"rounds_done": 99})
     assert run_dir.checkpoint_path.read_bytes() == before
@@ -444,7 +444,7 @@ def test_flower_releases_a_round_only_after_its_checkpoint_so_a_resume_never_red
     """A redone round reuses its noise; on Flower its surviving users may differ, and two releases with the same
     noise would leak their difference. So the ServerApp checkpoints each round before writing its record: killed
     in between, the resumed run writes the checkpointed record and goes on with the next round."""
-    from fedpub.simulations.flower_simulation import run_flower_simulation
+    from fedpub.simulations.flower.simulation import run_flower_simulation
 
     cfg = _config(tiny_emnist_dir, tmp_path, rounds=3, checkpoint_every=3, flower=FLOWER)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)

@@ -8,7 +8,7 @@ import torch
 from fedpub.config import parse_config
 from fedpub.simulations.benchmarks.flop_floor import matmul_flops_per_second
 from fedpub.simulations.benchmarks.throughput import _config, _floor, _rows, _summary, measure
-from fedpub.simulations.experiment import build_experiment
+from fedpub.simulations.run.experiment import build_experiment
 
 MLP_FLOPS_PER_EXAMPLE = (
     2 * (784 * 200 + 200 * 200 + 200 * 10)  # forward: three matrix products

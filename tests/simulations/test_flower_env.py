@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from fedpub.simulations.flower_env import FINAL_RESULTS, without_final_results
+from fedpub.simulations.flower.environment import FINAL_RESULTS, without_final_results
 
 
 class _Kept(logging.Handler):

@@ -12,10 +12,11 @@ import json
 import pytest
 import torch
 
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.flower_simulation import run_flower_simulation, simulated_nodes
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.flower.server_app import simulated_nodes
+from fedpub.simulations.flower.simulation import run_flower_simulation
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them

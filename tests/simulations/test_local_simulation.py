@@ -1,6 +1,6 @@
 """``flwr run`` on a local simulation, as a Flower user runs the repository: a simulation SuperLink
 (``flower-superlink --simulation``), the app from this checkout, ``--federation-config "num-supernodes=N"``,
-driven by ``python -m fedpub.simulations.deploy.local --simulation`` (which returns the run's status as its exit code:
+driven by ``python -m fedpub.simulations.flower.deploy.local --simulation`` (which returns the run's status as its exit code:
 ``flwr run`` itself exits 0 whether the run completed or failed). 3 users, 2 rounds of DP-FedAvg: about 35 s a
 run on 2 busy cores, most of it starting Ray and importing torch in the simulation process.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fedpub.simulations.deploy import local
-from fedpub.simulations.deploy.local import LocalDeployment
-from fedpub.simulations.deploy.processes import VENV_BIN
+from fedpub.simulations.flower.deploy import local
+from fedpub.simulations.flower.deploy.local import LocalDeployment
+from fedpub.simulations.flower.deploy.processes import VENV_BIN
 from tests.simulations.test_deployment import (
     USERS,
     assert_all_stopped,

@@ -1,4 +1,4 @@
-"""The allocator tuning of fedpub.simulations.memory is opt-in: the engine leaves glibc's malloc alone unless asked, and
+"""The allocator tuning of fedpub.simulations.run.memory is opt-in: the engine leaves glibc's malloc alone unless asked, and
 when asked a freed block stays in the process for the next round instead of going back to the kernel.
 
 The tuning is process-wide and cannot be undone, so each case runs in a child process: this one keeps its
@@ -25,9 +25,9 @@ import os, sys
 from pathlib import Path
 import torch
 from fedpub.config import load_config
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 
 def resident():
     with open("/proc/self/statm") as statm:

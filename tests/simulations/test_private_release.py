@@ -23,9 +23,9 @@ import torch
 from fedpub import tree
 from fedpub.privacy.randomness import PrivacyRandomness
 from fedpub.seeding import derive_seed
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 RELEASED = ("config.yaml", "metrics.jsonl", "ledger.json", "summary.md", "final_metrics.json")

@@ -13,9 +13,9 @@ from fedpub.data import registry
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
 from fedpub.seeding import torch_generator
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 from tests.simulations.test_stackoverflow_runs import _config as so_config
 

@@ -23,9 +23,9 @@ import pytest
 from typer.testing import CliRunner
 
 from fedpub.config import FlowerConfig, parse_config
-from fedpub.simulations.cli import app
-from fedpub.simulations.deploy.processes import VENV_BIN
-from fedpub.simulations.flower_simulation import backend_config, ray_init_args
+from fedpub.simulations.tools.cli import app
+from fedpub.simulations.flower.deploy.processes import VENV_BIN
+from fedpub.simulations.flower.simulation import backend_config, ray_init_args
 from tests.simulations.test_deployment import selected, three_user_dir, write_experiment  # noqa: F401
 
 HEAD = "10.1.2.3:6379"

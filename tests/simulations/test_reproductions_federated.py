@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fedpub.config import parse_config
-from fedpub.simulations.compare import deep_merge, load_sweep
+from fedpub.simulations.tools.compare import deep_merge, load_sweep
 from fedpub.simulations.reproductions import (
     adadps_stackoverflow,
     budget_schedule_table2,
@@ -34,8 +34,8 @@ from fedpub.simulations.reproductions.federated import (
     place,
 )
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.session import RunInterrupted
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.run.session import RunInterrupted
 from fedpub.simulations.reproductions.tuning import Axis
 
 MODULES = [adadps_stackoverflow, budget_schedule_table2, dope_table7, pda_dpmd_federated, public_epochs_figure4]

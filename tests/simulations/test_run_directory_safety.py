@@ -19,12 +19,12 @@ import yaml
 from typer.testing import CliRunner
 
 from fedpub.config import ConfigError, dump_config
-from fedpub.simulations.cli import app
-from fedpub.simulations.compare import load_sweep
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.run_lock import RunDirectoryLocked, RunLock
+from fedpub.simulations.tools.cli import app
+from fedpub.simulations.tools.compare import load_sweep
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.run.run_lock import RunDirectoryLocked, RunLock
 from tests.conftest import tiny_config
 
 runner = CliRunner()
@@ -51,7 +51,7 @@ def test_a_second_process_holding_the_run_directory_is_refused_naming_it(tiny_em
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
-            from fedpub.simulations.run_lock import RunLock
+            from fedpub.simulations.run.run_lock import RunLock
             RunLock({str(root)!r}).acquire()
             print("locked", flush=True)
             sys.stdin.read()
@@ -104,7 +104,7 @@ def test_ctrl_c_stops_at_the_round_end_checkpointed_and_the_rerun_resumes(tiny_e
     config = _config_file(tmp_path, tiny_emnist_dir, rounds=24, eval_every=2, checkpoint_every=1000,
                           model={"name": "emnist_mlp"})
     run = subprocess.Popen(
-        [sys.executable, "-c", "from fedpub.simulations.cli import main; main()", "run", str(config)],
+        [sys.executable, "-c", "from fedpub.simulations.tools.cli import main; main()", "run", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=tmp_path,
     )
     lines = []

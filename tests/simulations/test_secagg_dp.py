@@ -1,4 +1,4 @@
-"""SecAgg+ as a transport over the round driver's two halves (``simulations/secagg_dp.py``).
+"""SecAgg+ as a transport over the round driver's two halves (``simulations/flower/secagg_dp.py``).
 
 Fast: the device's contribution is the in-process per-user map of the same user over C_t; the quantisation cannot
 wrap and its error stays under one level per user; what SecAgg+ cannot run is refused by name. Slow (real Flower
@@ -27,13 +27,13 @@ from fedpub.config import dump_config, parse_config
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models.seeded import model_params
 from fedpub.strategy import usable_rows
-from fedpub.simulations.deploy.flwr_cli import flwr_run
-from fedpub.simulations.deploy.local import LocalDeployment
-from fedpub.simulations.deploy.processes import VENV_BIN
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.secagg_dp import (
+from fedpub.simulations.flower.deploy.flwr_cli import flwr_run
+from fedpub.simulations.flower.deploy.local import LocalDeployment
+from fedpub.simulations.flower.deploy.processes import VENV_BIN
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.flower.secagg_dp import (
     RunOptions,
     SecAggRound,
     check_supported,
@@ -232,8 +232,8 @@ dependencies = ["fedpub"]
 publisher = "fedpub"
 
 [tool.flwr.app.components]
-serverapp = "fedpub.simulations.secagg_dp:server_app"
-clientapp = "fedpub.simulations.secagg_dp:client_app"
+serverapp = "fedpub.simulations.flower.secagg_dp:server_app"
+clientapp = "fedpub.simulations.flower.secagg_dp:client_app"
 
 [tool.flwr.app.config]
 config = "{config}"

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fedpub.config import ConfigError, parse_config
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 
 SYNTHETIC = {"num_clients": 24, "test_clients": 6, "min_examples": 2, "max_examples": 6, "seed": 0}
 

@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from fedpub.config import load_config
-from fedpub.simulations.deploy.flwr_cli import list_supernodes, run_status
-from fedpub.simulations.deploy.local import LocalDeployment
-from fedpub.simulations.deploy.processes import VENV_BIN, marked_pids, pid_alive
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.flower.deploy.flwr_cli import list_supernodes, run_status
+from fedpub.simulations.flower.deploy.local import LocalDeployment
+from fedpub.simulations.flower.deploy.processes import VENV_BIN, marked_pids, pid_alive
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.simulations.test_deployment import (  # noqa: F401
     selected,
     assert_all_stopped,

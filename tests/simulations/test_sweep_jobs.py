@@ -19,10 +19,10 @@ import yaml
 from typer.testing import CliRunner
 
 from fedpub.config import dump_config
-from fedpub.simulations.cli import app
-from fedpub.simulations.compare import load_sweep, run_sweep
-from fedpub.simulations.compare_report import read_csv
-from fedpub.simulations.sweep_jobs import AUTO, available_cores, parse_jobs, resolve_jobs, threads_per_job
+from fedpub.simulations.tools.cli import app
+from fedpub.simulations.tools.compare import load_sweep, run_sweep
+from fedpub.simulations.tools.compare_report import read_csv
+from fedpub.simulations.tools.sweep_jobs import AUTO, available_cores, parse_jobs, resolve_jobs, threads_per_job
 from tests.conftest import tiny_config
 
 runner = CliRunner()
@@ -128,7 +128,7 @@ def test_ctrl_c_stops_every_run_under_way_checkpointed_and_the_rerun_resumes_the
     path = _sweep_file(tmp_path, tiny_emnist_dir)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sweep = subprocess.Popen(  # a session of its own: the test sends its process group a terminal's Ctrl-C
-        [sys.executable, "-c", "from fedpub.simulations.cli import main; main()", "compare", str(path), "--jobs", "2"],
+        [sys.executable, "-c", "from fedpub.simulations.tools.cli import main; main()", "compare", str(path), "--jobs", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, start_new_session=True,
     )
     try:

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 import fedpub
 from fedpub.config import ConfigError, TrackingConfig, dump_config, parse_config
-from fedpub.simulations.cli import app
-from fedpub.simulations.session import run_changes
-from fedpub.simulations.tracking import configured_trackers
+from fedpub.simulations.tools.cli import app
+from fedpub.simulations.run.session import run_changes
+from fedpub.simulations.run.tracking import configured_trackers
 from tests.conftest import tiny_config
 
 INSTALL = "pip install 'fedpub[tracking]'"

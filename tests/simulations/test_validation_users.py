@@ -11,10 +11,10 @@ import pytest
 from fedpub.config import ConfigError
 from fedpub.privacy.accountant import epsilon_for
 from fedpub.privacy.events import PoissonSampling
-from fedpub.simulations.compare_report import csv_text, read_run
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.tools.compare_report import csv_text, read_run
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
 
 

@@ -168,7 +168,7 @@ def _save_load(state: Any) -> Any:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     buffer.seek(0)
-    return torch.load(buffer, weights_only=True)  # as simulations.run_dir loads checkpoints
+    return torch.load(buffer, weights_only=True)  # as simulations.run.run_dir loads checkpoints
 
 
 def _round(case: Case, params: Params, stacked: dict[str, torch.Tensor], ctx: RoundContext):

@@ -19,7 +19,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedpub.round_driver import CohortsKeepFailing, PublicUpdateRefused, RoundPlan
-from fedpub.simulations.flower_env import offline_flower_environment
+from fedpub.simulations.flower.environment import offline_flower_environment
 from fedpub.strategies.flower import FedpubStrategy, ProtocolMismatch
 
 pytestmark = pytest.mark.slow  # Flower, Ray or long end-to-end runs: pytest -m 'not slow' skips them

@@ -15,7 +15,7 @@ from fedpub import recipe_registry  # noqa: E402
 from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
 
 if TYPE_CHECKING:
-    from fedpub.simulations.experiment import Experiment
+    from fedpub.simulations.run.experiment import Experiment
 
 
 def write_plot(

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from fedpub.atomic import write_text_atomic
 from fedpub.config import ConfigError, ExperimentConfig, MlflowConfig, TrackingConfig, WandbConfig
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.run.run_dir import RunDirectory
 
 INSTALL = "pip install 'fedpub[tracking]'"
 

@@ -132,9 +132,9 @@ def _run_job(index: int, config: ExperimentConfig, fresh: bool, threads: int) ->
     is an ``interrupted`` outcome). Outside the engine's round loop SIGTERM acts as SIGINT: a KeyboardInterrupt."""
     import torch
 
-    from fedpub.simulations.backends import run_experiment
-    from fedpub.simulations.experiment import build_experiment
-    from fedpub.simulations.session import RunInterrupted
+    from fedpub.simulations.run.backends import run_experiment
+    from fedpub.simulations.run.experiment import build_experiment
+    from fedpub.simulations.run.session import RunInterrupted
 
     began = time.perf_counter()
     if _stops[0]:  # asked to stop before it started

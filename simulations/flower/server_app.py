@@ -13,7 +13,7 @@ runner binds a config directly.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from logging import INFO
@@ -27,11 +27,11 @@ from fedpub.clients.app_config import experiment_config
 from fedpub.clients.round_training import ServerPublicPool
 from fedpub.config import ExperimentConfig
 from fedpub.config import ConfigError
-from fedpub.simulations.experiment import Experiment, build_experiment
-from fedpub.simulations.flower_env import quiet_flower_logging, without_final_results
-from fedpub.simulations.flower_simulation import simulated_nodes
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.session import RunResult, RunSession
+from fedpub.data.base import FederatedDataset
+from fedpub.simulations.run.experiment import Experiment, build_experiment
+from fedpub.simulations.flower.environment import quiet_flower_logging, without_final_results
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.run.session import RunResult, RunSession
 from fedpub.node_identity import UserRegistry
 from fedpub.recipe_registry import check_transport
 from fedpub.strategies.flower import FedpubStrategy, NodeMap, discover_nodes, to_array_record
@@ -63,10 +63,25 @@ def discover_private_nodes(grid: Grid, config: ExperimentConfig, registry: UserR
     )
 
 
+def simulated_nodes(experiment: Experiment) -> int:
+    """How many virtual SuperNodes a simulation of ``experiment`` starts: :func:`federation_size` of its data."""
+    return federation_size(experiment.config, experiment.train, experiment.public_data, experiment.public_ids)
+
+
+def federation_size(
+    config: ExperimentConfig, train: FederatedDataset, public: FederatedDataset, public_ids: Sequence[str]
+) -> int:
+    """One virtual SuperNode per user of the training file (its public users among them), plus one per held-out
+    public user (``public`` is not ``train``) when public users are nodes (``flower.public_users: nodes``);
+    ``partition-id`` counts through them in that order."""
+    heldout = public is not train and config.flower.public_users == "nodes"
+    return len(train.client_ids) + (len(public_ids) if heldout else 0)
+
+
 def check_simulated_nodes(grid: Grid, experiment: Experiment, *, poll: float = 0.5) -> None:
     """In Flower's Simulation Engine (an in-memory grid: every virtual SuperNode is registered as the run starts,
     none joins later) the federation must have one SuperNode per node user of the experiment
-    (:func:`~fedpub.simulations.flower_simulation.simulated_nodes`); otherwise fail now, naming both numbers and the fix,
+    (:func:`simulated_nodes`); otherwise fail now, naming both numbers and the fix,
     instead of waiting ``flower.node_wait_timeout`` for nodes that never come. The count is read once it is steady
     (the engine registers its nodes while the ServerApp starts). A deployment's SuperNodes connect over time: no
     check there."""
@@ -83,7 +98,7 @@ def check_simulated_nodes(grid: Grid, experiment: Experiment, *, poll: float = 0
             f"the simulated federation has {count} SuperNodes, but the experiment {experiment.config.name!r} has "
             f"{expected} users that each need one: run it with "
             f"`flwr run . --federation-config \"num-supernodes={expected}\"`, or with "
-            "`python -m fedpub.simulations.deploy.local --simulation --config ...`, which sizes the federation itself"
+            "`python -m fedpub.simulations.flower.deploy.local --simulation --config ...`, which sizes the federation itself"
         )
 
 

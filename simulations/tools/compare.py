@@ -1,5 +1,5 @@
 """``fedpub compare``: every (strategy, ε, seed) of a sweep file, run in process (several at once with ``--jobs``:
-:mod:`fedpub.simulations.sweep_jobs`) or on Flower simulation (``--backend flower``), then compared.
+:mod:`fedpub.simulations.tools.sweep_jobs`) or on Flower simulation (``--backend flower``), then compared.
 
 A sweep file names a base experiment config (a path relative to the sweep file, or an inline
 mapping), target ε values, seeds and strategies, each a label with overrides deep-merged over the
@@ -29,7 +29,7 @@ from rich.markup import escape
 from fedpub.atomic import write_text_atomic
 from fedpub.config import ConfigError, ExperimentConfig, apply_overrides, dump_config, parse_config
 from fedpub.tasks import get_task
-from fedpub.simulations.compare_report import (
+from fedpub.simulations.tools.compare_report import (
     CSV_FILE,
     OUTPUT_FILES,
     ComparedRun,
@@ -40,13 +40,13 @@ from fedpub.simulations.compare_report import (
     run_name,
     write_comparison,
 )
-from fedpub.simulations.backends import Backend, run_experiment
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.progress import RoundDisplay
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.run_lock import RunLock
-from fedpub.simulations.session import RunInterrupted, run_changes
-from fedpub.simulations.sweep_jobs import (
+from fedpub.simulations.run.backends import Backend, run_experiment
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.progress import RoundDisplay
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.run.run_lock import RunLock
+from fedpub.simulations.run.session import RunInterrupted, run_changes
+from fedpub.simulations.tools.sweep_jobs import (
     JobOutcome,
     available_cores,
     check_jobs,
@@ -204,8 +204,8 @@ def run_sweep(
     """Run every run not yet recorded (all of them with ``fresh``) on ``backend``, then write the comparison,
     holding the sweep directory's lock (a second sweep of it is refused: :class:`RunDirectoryLocked`).
     ``started`` is told each run's directory as it starts. ``jobs``: how many runs at once (in process only; 0: one
-    per core, :mod:`fedpub.simulations.sweep_jobs`); 1 runs them one after the other with a progress display. An
-    interrupted run (Ctrl-C, SIGTERM) stops the sweep: :class:`~fedpub.simulations.session.RunInterrupted` (or
+    per core, :mod:`fedpub.simulations.tools.sweep_jobs`); 1 runs them one after the other with a progress display. An
+    interrupted run (Ctrl-C, SIGTERM) stops the sweep: :class:`~fedpub.simulations.run.session.RunInterrupted` (or
     KeyboardInterrupt) goes up, the run checkpointed; with several at once, :class:`SweepInterrupted`."""
     check_jobs(jobs, backend)
     with RunLock(sweep.root, "sweep directory"):

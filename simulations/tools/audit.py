@@ -29,7 +29,7 @@ The audited claim is the accountant's ε of the configured run, for its populati
 users of the accountant (they only join the cohort). ``noise_scale`` breaks the mechanism on purpose: the
 run adds noise z·noise_scale while the claim stays the ε of z.
 
-Each audit also says what its size can detect (:mod:`fedpub.simulations.audit_power`): the smallest noise error
+Each audit also says what its size can detect (:mod:`fedpub.simulations.tools.audit_power`): the smallest noise error
 (a run adding z/f) it flags, and how many canaries, over the same rounds, flag a run adding half its noise
 (:data:`DOUBLE_ERROR`), with an estimate of that audit's run time from this one's: the time per round of the
 rounds it trained, its canaries' own work (their updates and cosines) scaled with their number.
@@ -55,14 +55,14 @@ from fedpub.models.seeded import model_params
 from fedpub.privacy.empirical import Observe, estimate
 from fedpub.seeding import numpy_generator, torch_generator
 from fedpub.types import Params, Updates
-from fedpub.simulations.audit_power import (
+from fedpub.simulations.tools.audit_power import (
     LARGEST_ERROR, MOST_CANARIES, Statistic, all_iterates_statistic, canaries_to_detect, final_statistic,
     smallest_error,
 )
-from fedpub.simulations.compare import deep_merge
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import Experiment, build_experiment
-from fedpub.simulations.run_dir import RunDirectory
+from fedpub.simulations.tools.compare import deep_merge
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import Experiment, build_experiment
+from fedpub.simulations.run.run_dir import RunDirectory
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -150,7 +150,7 @@ class Canaries:
 
 
 class RoundCosines:
-    """``on_model`` hook of :func:`~fedpub.simulations.engine.run_in_process`: appends round t's cosines
+    """``on_model`` hook of :func:`~fedpub.simulations.run.engine.run_in_process`: appends round t's cosines
     cos(θ_{t+1} − θ_t, c_i) to ``path`` (:data:`ROUND_COSINES`) as each round ends. A run's first round t
     (t > 0 when resumed from a checkpoint) first checks that rounds < t are on file, then drops the records
     of rounds ≥ t (redone, as ``metrics.jsonl``'s are) and a record cut short by a kill."""
@@ -327,7 +327,7 @@ def _scaled_statistic(
     users: Canaries, inserted: np.ndarray, held_out: np.ndarray, recorder: RoundCosines | None, rounds: int
 ) -> Statistic:
     """The audit's statistic as a function of the canaries' shift scaled by r
-    (:mod:`~fedpub.simulations.audit_power`)."""
+    (:mod:`~fedpub.simulations.tools.audit_power`)."""
     joined = np.zeros((rounds, users.inserted), dtype=bool)
     for t in range(rounds):
         joined[t, users.joined(t)] = True

@@ -23,13 +23,13 @@ from rich.table import Table
 
 from fedpub.config import ExperimentConfig, load_config
 from fedpub.simulations.configs import quickstart_config_path
-from fedpub.simulations.data_cli import data_app
-from fedpub.simulations.progress import RoundDisplay
+from fedpub.simulations.tools.data_cli import data_app
+from fedpub.simulations.run.progress import RoundDisplay
 
 if TYPE_CHECKING:
     from fedpub.privacy.events import CohortRule
-    from fedpub.simulations.experiment import Experiment
-    from fedpub.simulations.run_dir import RunDirectory
+    from fedpub.simulations.run.experiment import Experiment
+    from fedpub.simulations.run.run_dir import RunDirectory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
 app.add_typer(data_app, name="data", help=data_app.info.help)
@@ -88,8 +88,8 @@ def _describe_experiment(cfg: ExperimentConfig, experiment: Experiment, backend:
 def _dry_run(cfg: ExperimentConfig, experiment: Experiment, run_dir: RunDirectory, fresh: bool) -> None:
     """What ``fedpub run`` would do with this experiment, from its files; nothing is written."""
     from fedpub.config import dump_config
-    from fedpub.simulations.run_lock import lock_holder
-    from fedpub.simulations.session import run_changes
+    from fedpub.simulations.run.run_lock import lock_holder
+    from fedpub.simulations.run.session import run_changes
 
     strategy = experiment.strategy
     delta = cfg.privacy.delta
@@ -122,8 +122,8 @@ def _resume_state(experiment: Experiment, run_dir: RunDirectory, new: bool) -> s
     from it, or refuse it as the run would (a file it cannot read, another config's or model's)."""
     from fedpub.config import dump_config
     from fedpub.models.seeded import model_params
-    from fedpub.simulations.run_dir import RunDirectoryError
-    from fedpub.simulations.session import check_checkpoint_config, check_checkpoint_params
+    from fedpub.simulations.run.run_dir import RunDirectoryError
+    from fedpub.simulations.run.session import check_checkpoint_config, check_checkpoint_params
 
     try:
         checkpoint = run_dir.load_checkpoint()
@@ -182,11 +182,11 @@ def run(
     the end of the round under way, checkpointed, and exits 130.
 
     CONFIG: the experiment YAML; omit it for the bundled quick-start."""
-    from fedpub.simulations.backends import check_backend, run_experiment
-    from fedpub.simulations.engine import CohortsKeepFailing, RunDirectoryError, RunInterrupted
-    from fedpub.simulations.experiment import build_experiment
-    from fedpub.simulations.run_dir import RunDirectory
-    from fedpub.simulations.run_lock import RunDirectoryLocked
+    from fedpub.simulations.run.backends import check_backend, run_experiment
+    from fedpub.simulations.run.engine import CohortsKeepFailing, RunDirectoryError, RunInterrupted
+    from fedpub.simulations.run.experiment import build_experiment
+    from fedpub.simulations.run.run_dir import RunDirectory
+    from fedpub.simulations.run.run_lock import RunDirectoryLocked
 
     try:
         backend = check_backend(backend, tune_allocator=tune_allocator)
@@ -328,12 +328,12 @@ def compare(
     the runs under way at the end of their round, checkpointed, and exits 130.
 
     SWEEP: the sweep YAML (base config, epsilons, seeds, strategies; see the README)."""
-    from fedpub.simulations.backends import check_backend
-    from fedpub.simulations.compare import SweepInterrupted, load_sweep, run_sweep
-    from fedpub.simulations.engine import RunInterrupted
-    from fedpub.simulations.run_dir import RunDirectory
-    from fedpub.simulations.run_lock import RunDirectoryLocked
-    from fedpub.simulations.sweep_jobs import check_jobs, parse_jobs
+    from fedpub.simulations.run.backends import check_backend
+    from fedpub.simulations.tools.compare import SweepInterrupted, load_sweep, run_sweep
+    from fedpub.simulations.run.engine import RunInterrupted
+    from fedpub.simulations.run.run_dir import RunDirectory
+    from fedpub.simulations.run.run_lock import RunDirectoryLocked
+    from fedpub.simulations.tools.sweep_jobs import check_jobs, parse_jobs
 
     sets = overrides or []
     try:
@@ -383,7 +383,7 @@ def report(
     A run's label is <label> of a compare run named <label>__eps<ε>__seed<seed>, else its strategy.name.
 
     RUN_DIRS: the run directories (runs/<name>/), one or more."""
-    from fedpub.simulations.compare_report import report_runs
+    from fedpub.simulations.tools.compare_report import report_runs
 
     out_dir = out or Path(os.path.commonpath([p.resolve().parent for p in run_dirs]))
     try:
@@ -413,9 +413,9 @@ def audit(
 
     CONFIG: the experiment YAML to audit."""
     from fedpub.tasks import get_task
-    from fedpub.simulations.audit import audit_power_line, check_options, output_names, run_audit
-    from fedpub.simulations.engine import RunDirectoryError
-    from fedpub.simulations.run_lock import RunDirectoryLocked
+    from fedpub.simulations.tools.audit import audit_power_line, check_options, output_names, run_audit
+    from fedpub.simulations.run.engine import RunDirectoryError
+    from fedpub.simulations.run.run_lock import RunDirectoryLocked
 
     scales = noise_scale or [1.0]
     try:

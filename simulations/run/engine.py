@@ -37,10 +37,10 @@ from fedpub.noise_prefetch import cancel_prefetch, core_left_for_draws
 from fedpub.recipe_registry import check_transport
 from fedpub.round_driver import CohortsKeepFailing
 from fedpub.types import Params, Updates
-from fedpub.simulations.experiment import Experiment
-from fedpub.simulations.memory import keep_freed_memory
-from fedpub.simulations.run_dir import RunDirectory, RunDirectoryError
-from fedpub.simulations.session import RunInterrupted, RunResult, RunSession
+from fedpub.simulations.run.experiment import Experiment
+from fedpub.simulations.run.memory import keep_freed_memory
+from fedpub.simulations.run.run_dir import RunDirectory, RunDirectoryError
+from fedpub.simulations.run.session import RunInterrupted, RunResult, RunSession
 
 __all__ = ["CohortsKeepFailing", "RunDirectoryError", "RunInterrupted", "RunResult", "run_in_process"]
 
@@ -94,7 +94,7 @@ def run_in_process(
     and noised like them. ``on_model(t, before, after)`` receives round t's global model before and after
     the round, once the round is recorded (an audit's per-round canary statistics). ``tune_allocator`` makes
     glibc keep freed memory, so that each round's update buffers are reused by the next instead of being
-    page-faulted in again (:func:`fedpub.simulations.memory.keep_freed_memory`): faster for large cohorts, but
+    page-faulted in again (:func:`fedpub.simulations.run.memory.keep_freed_memory`): faster for large cohorts, but
     process-wide and for good (the process keeps its peak memory), hence off unless asked for.
     ``on_resume(k)`` is called (and ``log`` told) when a checkpointed run resumes from round k. A run the
     directory holds finished is not run again: its result comes back with ``already_finished``.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from fedpub.simulations.flower_env import FLOWER_OFFLINE_ENV
+from fedpub.simulations.flower.environment import FLOWER_OFFLINE_ENV
 
 VENV_BIN = Path(sys.executable).parent
 """Where ``flower-superlink``, ``flower-supernode`` and ``flwr`` of this interpreter live."""

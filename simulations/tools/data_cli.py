@@ -9,7 +9,7 @@ public files. Every dataset-specific answer comes from the dataset registry (:mo
                                         file (fedpub.data.download)
     fedpub data export-user FILE ID OUT one user of a TFF HDF5 file as a device's data: a folder or a one-user file
 
-The commands import what they use when they run (:mod:`fedpub.simulations.data_inspect`, the readers, the download), so
+The commands import what they use when they run (:mod:`fedpub.simulations.tools.data_inspect`, the readers, the download), so
 ``fedpub --help`` loads neither h5py nor torch (the registry is declarations only).
 """
 
@@ -72,7 +72,7 @@ def info(
 
     TARGET: a registered dataset's name, or a dataset file."""
     from fedpub.data.base import DatasetError
-    from fedpub.simulations.data_inspect import inspect_path
+    from fedpub.simulations.tools.data_inspect import inspect_path
 
     path = Path(target)
     if not path.exists() and target in registry.DATASET_NAMES:
@@ -96,7 +96,7 @@ def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a direc
     file that verifies is one a run accepts; TFF's largest database takes hours); exit 1 on any problem.
 
     PATH: a dataset file, or a directory of them."""
-    from fedpub.simulations.data_inspect import inspect_path
+    from fedpub.simulations.tools.data_inspect import inspect_path
 
     if not path.exists():
         _fail(FileNotFoundError(f"{path} does not exist"))

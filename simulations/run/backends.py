@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from fedpub.simulations.engine import run_in_process
-from fedpub.simulations.experiment import Experiment
-from fedpub.simulations.flower_simulation import run_flower_simulation, simulated_nodes
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.session import RunResult
+from fedpub.simulations.run.engine import run_in_process
+from fedpub.simulations.run.experiment import Experiment
+from fedpub.simulations.flower.server_app import simulated_nodes
+from fedpub.simulations.flower.simulation import run_flower_simulation
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.run.session import RunResult
 
 Backend = Literal["inprocess", "flower"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -41,7 +42,7 @@ def run_experiment(
 ) -> RunResult:
     """Run (or resume) ``experiment`` on ``backend`` into ``<output_dir>/<name>/``; ``log`` receives the engine's
     lines (how cohorts train, failed users) in process. ``tune_allocator`` (in process only: Flower's clients
-    run in Ray's worker processes) is :func:`fedpub.simulations.engine.run_in_process`'s, and so is ``on_resume`` (on Flower the
+    run in Ray's worker processes) is :func:`fedpub.simulations.run.engine.run_in_process`'s, and so is ``on_resume`` (on Flower the
     ServerApp logs the round it resumes from)."""
     config = experiment.config
     check_backend(backend, tune_allocator=tune_allocator)

@@ -1,5 +1,5 @@
 """What a dataset file holds and whether it is intact, for ``fedpub data info|verify``
-(:mod:`fedpub.simulations.data_cli`).
+(:mod:`fedpub.simulations.tools.data_cli`).
 
 The containers are read here: TFF's HDF5 files and SQLite databases, ``.sqlite.lzma`` streams and the ``.tar.bz2``
 archives of the registry's downloads. A file named like TFF's (``.h5``, ``.sqlite``) that is not one is a problem,

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from logging import INFO
 from typing import Any
 
 from fedpub.config import ExperimentConfig, FlowerConfig
-from fedpub.data.base import FederatedDataset
-from fedpub.simulations.experiment import Experiment
-from fedpub.simulations.flower_env import offline_flower_environment, quiet_flower_logging
-from fedpub.simulations.session import RunResult
+from fedpub.simulations.flower.environment import offline_flower_environment, quiet_flower_logging
+from fedpub.simulations.flower.server_app import make_server_app
+from fedpub.simulations.run.session import RunResult
 
 
 RAY_CONNECT_TIMEOUT = 10.0
@@ -79,21 +78,6 @@ def _log(what: str) -> None:
     log(INFO, "fedpub: Flower simulation on %s", what)
 
 
-def simulated_nodes(experiment: Experiment) -> int:
-    """How many virtual SuperNodes a simulation of ``experiment`` starts: :func:`federation_size` of its data."""
-    return federation_size(experiment.config, experiment.train, experiment.public_data, experiment.public_ids)
-
-
-def federation_size(
-    config: ExperimentConfig, train: FederatedDataset, public: FederatedDataset, public_ids: Sequence[str]
-) -> int:
-    """One virtual SuperNode per user of the training file (its public users among them), plus one per held-out
-    public user (``public`` is not ``train``) when public users are nodes (``flower.public_users: nodes``);
-    ``partition-id`` counts through them in that order."""
-    heldout = public is not train and config.flower.public_users == "nodes"
-    return len(train.client_ids) + (len(public_ids) if heldout else 0)
-
-
 def run_flower_simulation(
     config: ExperimentConfig,
     num_supernodes: int,
@@ -113,7 +97,6 @@ def run_flower_simulation(
     from flwr.simulation import run_simulation
 
     from fedpub.clients.client_app import make_client_app
-    from fedpub.simulations.server_app import make_server_app
 
     results: list[RunResult] = []
     run_simulation(

@@ -1,7 +1,7 @@
 """The environment every Flower process fedpub starts runs in: offline, with no telemetry, no update check and
 no runtime dependency installation. One set of switches for the Simulation Engine (this process and its Ray
 workers, :func:`offline_flower_environment`) and for a local deployment's SuperLink, SuperNodes and ``flwr``
-CLI (:func:`fedpub.simulations.deploy.processes.deployment_env`).
+CLI (:func:`fedpub.simulations.flower.deploy.processes.deployment_env`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ the GPUs), so the warning itself is filtered instead."""
 
 RUN_SIMULATION_DEPRECATION = "DEPRECATED FEATURE: The `run_simulation` function is deprecated"
 """Flower 1.42's notice on ``flwr.simulation.run_simulation``. It names ``flwr run`` as its replacement, which is a
-CLI driving a SuperLink (``python -m fedpub.simulations.deploy.local --simulation``), not an in-process call: the Python
+CLI driving a SuperLink (``python -m fedpub.simulations.flower.deploy.local --simulation``), not an in-process call: the Python
 API has no other entry point to the Simulation Engine, so ``fedpub run --backend flower`` keeps it."""
 
 

@@ -9,7 +9,7 @@ What a round writes is split by what DP covers: ``metrics.jsonl`` is released (Î
 statistics, the evaluation), ``diagnostics.jsonl`` holds the un-noised statistics of the private users (realised
 cohort, failures, norms, training loss, examples, wall time), outside the guarantee and written only when the
 experiment asks for diagnostics. The released records alone also go to the config's trackers
-(:mod:`fedpub.simulations.tracking`). A secret privacy seed (:mod:`fedpub.privacy.randomness`) is checkpointed
+(:mod:`fedpub.simulations.run.tracking`). A secret privacy seed (:mod:`fedpub.privacy.randomness`) is checkpointed
 before the first release, so a resumed run draws the same noise and cohorts; the checkpoint is server-private.
 """
 
@@ -34,12 +34,12 @@ from fedpub.privacy.randomness import PrivacyRandomness
 from fedpub.run_phases import RunPhases
 from fedpub.strategy import RoundOutcome
 from fedpub.types import Params
-from fedpub.simulations.evaluation import EvaluationSet, evaluate
-from fedpub.simulations.experiment import Experiment
-from fedpub.simulations.report import write_plot, write_summary
-from fedpub.simulations.run_dir import RunDirectory, RunDirectoryError
-from fedpub.simulations.run_lock import RunLock
-from fedpub.simulations.tracking import Trackers
+from fedpub.simulations.run.evaluation import EvaluationSet, evaluate
+from fedpub.simulations.run.experiment import Experiment
+from fedpub.simulations.run.report import write_plot, write_summary
+from fedpub.simulations.run.run_dir import RunDirectory, RunDirectoryError
+from fedpub.simulations.run.run_lock import RunLock
+from fedpub.simulations.run.tracking import Trackers
 
 
 class RunInterrupted(Exception):
@@ -159,9 +159,9 @@ class RunSession:
         whose results were released (a redo reuses the round's noise: two releases with different surviving
         users and the same noise would leak their difference). In-process a redo is bit-identical.
 
-        The session holds the directory's lock (:class:`~fedpub.simulations.run_lock.RunLock`) from here until
+        The session holds the directory's lock (:class:`~fedpub.simulations.run.run_lock.RunLock`) from here until
         :meth:`close` (which :meth:`finish` calls): a second session of the same directory, in this process or
-        another, is refused with :class:`~fedpub.simulations.run_lock.RunDirectoryLocked` naming the holder."""
+        another, is refused with :class:`~fedpub.simulations.run.run_lock.RunDirectoryLocked` naming the holder."""
         self._lock = RunLock(run_dir.root).acquire()
         self._started = False
         self._trainer: CohortTrainer | None = None

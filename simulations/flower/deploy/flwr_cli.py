@@ -1,6 +1,6 @@
 """Driving Flower's own programs: the ``flwr`` CLI (its ``config.toml`` connection, SuperNode registration and
 listing, run status, ``flwr run``) and the ``flower-superlink`` and ``flower-supernode`` processes, started under
-a :class:`~fedpub.simulations.deploy.processes.ProcessRegistry` with this interpreter's binaries.
+a :class:`~fedpub.simulations.flower.deploy.processes.ProcessRegistry` with this interpreter's binaries.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedpub.simulations.deploy.processes import (
+from fedpub.simulations.flower.deploy.processes import (
     LOCALHOST,
     VENV_BIN,
     DeploymentError,
@@ -30,9 +30,9 @@ from fedpub.simulations.deploy.processes import (
     signal_group,
     wait_for_port,
 )
-from fedpub.simulations.deploy.tls import TlsFiles
+from fedpub.simulations.flower.deploy.tls import TlsFiles
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 """The Flower App directory (``pyproject.toml`` with ``[tool.flwr.app]``)."""
 
 CONNECTION = "fedpub-local"

@@ -30,7 +30,7 @@ from fedpub.round_driver import RoundDriver
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
 from fedpub.strategies.build import build_experiment_strategy, new_accountant
-from fedpub.simulations.tracking import check_trackers
+from fedpub.simulations.run.tracking import check_trackers
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def build_experiment(
     None) users found as nodes (``flower.private_users: nodes``), replacing the data's (None public: the data's,
     the server's pool); the strategy is built for their number, and refused when it sends clients a payload local
 training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracker whose library is missing is
-    refused first (:func:`~fedpub.simulations.tracking.check_trackers`). ``splits``: the users of ``data.source:
+    refused first (:func:`~fedpub.simulations.run.tracking.check_trackers`). ``splits``: the users of ``data.source:
     python``, given from Python."""
     check_trackers(config.tracking)
     data = load_data(config, splits)

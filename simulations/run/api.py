@@ -34,8 +34,8 @@ from fedpub.data.base import Splits
 from fedpub.data.python_users import PythonUsers, UserExamples
 from fedpub.data.spec import resolve
 from fedpub.types import Params
-from fedpub.simulations.backends import Backend, check_backend, run_experiment
-from fedpub.simulations.experiment import Experiment, build_experiment
+from fedpub.simulations.run.backends import Backend, check_backend, run_experiment
+from fedpub.simulations.run.experiment import Experiment, build_experiment
 
 KEEP = "config"
 """``output_dir`` default of :func:`run`: the config's own ``output_dir``."""

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedpub.simulations.deploy.processes import LOCALHOST, DeploymentError, run_tool
+from fedpub.simulations.flower.deploy.processes import LOCALHOST, DeploymentError, run_tool
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
 from fedpub.tasks import get_task  # noqa: E402
-from fedpub.simulations.run_dir import RunDirectory  # noqa: E402
+from fedpub.simulations.run.run_dir import RunDirectory  # noqa: E402
 
 Row = dict[str, Any]
 Curve = list[tuple[int, float]]

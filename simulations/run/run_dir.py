@@ -126,7 +126,7 @@ class RunDirectory:
         return json.loads(self.paths_path.read_text()) if self.paths_path.exists() else None
 
     def holds_finished_run(self) -> bool:
-        """Whether a run finished here: :meth:`~fedpub.simulations.session.RunSession.finish` writes the summary and the
+        """Whether a run finished here: :meth:`~fedpub.simulations.run.session.RunSession.finish` writes the summary and the
         final metrics last."""
         return self.summary_path.exists() and self.final_metrics_path.exists()
 

@@ -38,7 +38,7 @@ What the server still sees in the clear: which users were sampled and which drop
 carries no metrics and weight 1). A private user's node never replies in the clear: the ClientApp refuses a plain
 TRAIN for a private user.
 
-Run it: ``python -m fedpub.simulations.secagg_dp CONFIG [--rounds R] [--fresh]`` (Flower simulation, one SuperNode per
+Run it: ``python -m fedpub.simulations.flower.secagg_dp CONFIG [--rounds R] [--fresh]`` (Flower simulation, one SuperNode per
 training user); it writes the run directory ``<output_dir>/<name>/`` as ``fedpub run`` does, and resumes it. On a real
 SuperLink, ``flwr run`` an app whose components are :data:`server_app` and :data:`client_app` (the experiment YAML
 from the run config key ``config``, as fedpub's own app).
@@ -91,12 +91,13 @@ from fedpub.round_driver import PreparedRound, RoundPlan
 from fedpub.step import Chain
 from fedpub.strategy import usable_rows
 from fedpub.types import Params, Updates
-from fedpub.simulations.experiment import build_experiment
-from fedpub.simulations.flower_env import offline_flower_environment, quiet_flower_logging, without_final_results
-from fedpub.simulations.flower_simulation import backend_config, simulated_nodes
-from fedpub.simulations.run_dir import RunDirectory
-from fedpub.simulations.server_app import server_public_pool
-from fedpub.simulations.session import RunResult, RunSession
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.flower.environment import offline_flower_environment, quiet_flower_logging, without_final_results
+from fedpub.simulations.flower.server_app import simulated_nodes
+from fedpub.simulations.flower.simulation import backend_config
+from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.flower.server_app import server_public_pool
+from fedpub.simulations.run.session import RunResult, RunSession
 from fedpub.strategies.build import privacy_budget
 from fedpub.strategies.common import make_sampling
 from fedpub.strategies.compose import build_strategy
@@ -631,7 +632,7 @@ def _share(text: str) -> int | float:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m fedpub.simulations.secagg_dp",
+        prog="python -m fedpub.simulations.flower.secagg_dp",
         description="fedpub's recipes with client-side per-user maps, SecAgg+ and server noise, in Flower simulation",
     )
     parser.add_argument(

@@ -1,6 +1,6 @@
 """A Flower deployment on this machine: a real SuperLink, N SuperNodes and ``flwr run``.
 
-``python -m fedpub.simulations.deploy.local --config EXP.yaml [--nodes N] [--rounds R] [--tls]`` starts
+``python -m fedpub.simulations.flower.deploy.local --config EXP.yaml [--nodes N] [--rounds R] [--tls]`` starts
 ``flower-superlink`` on 127.0.0.1 (a free port), N ``flower-supernode`` processes (node i holds
 ``partition-id=i``, i.e. the i-th user of the training file), writes a private ``FLWR_HOME`` with a
 ``config.toml`` connection, runs ``flwr run <repo> <connection> --run-config "config='EXP.yaml'"
@@ -11,8 +11,8 @@ and ``--enable-supernode-auth``; each SuperNode gets a key pair registered with 
 register`` before it starts.
 
 :class:`LocalDeployment` puts together the building blocks of the other modules of this package
-(:mod:`~fedpub.simulations.deploy.processes`: supervision; :mod:`~fedpub.simulations.deploy.tls`: certificates and keys;
-:mod:`~fedpub.simulations.deploy.flwr_cli`: the Flower programs), which ``tests/simulations/test_deployment.py``
+(:mod:`~fedpub.simulations.flower.deploy.processes`: supervision; :mod:`~fedpub.simulations.flower.deploy.tls`: certificates and keys;
+:mod:`~fedpub.simulations.flower.deploy.flwr_cli`: the Flower programs), which ``tests/simulations/test_deployment.py``
 also uses one by one; ``docs/deployment.md`` has the recipe for real devices.
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedpub.simulations.deploy.flwr_cli import (
+from fedpub.simulations.flower.deploy.flwr_cli import (
     FlwrRunResult,
     flwr_run,
     register_supernode,
@@ -33,7 +33,7 @@ from fedpub.simulations.deploy.flwr_cli import (
     start_supernodes,
     write_connection,
 )
-from fedpub.simulations.deploy.processes import (
+from fedpub.simulations.flower.deploy.processes import (
     LOCALHOST,
     DeploymentError,
     ManagedProcess,
@@ -42,7 +42,7 @@ from fedpub.simulations.deploy.processes import (
     free_ports,
     stop_on_signals,
 )
-from fedpub.simulations.deploy.tls import NodeKey, TlsFiles, make_node_key, make_tls_certificates
+from fedpub.simulations.flower.deploy.tls import NodeKey, TlsFiles, make_node_key, make_tls_certificates
 
 MAX_DEFAULT_NODES = 64
 """Without ``--nodes``, at most this many SuperNodes (one per user of the data) are started."""
@@ -157,10 +157,10 @@ def experiment_file(config: Path, rounds: int | None, work_dir: Path) -> Path:
 
 def count_users(config_path: Path, *, simulation: bool = False) -> int:
     """How many private users (= SuperNodes the ServerApp waits for) the experiment's data has; with
-    ``simulation``, the virtual SuperNodes its simulation needs (:func:`~fedpub.simulations.flower_simulation.federation_size`)."""
+    ``simulation``, the virtual SuperNodes its simulation needs (:func:`~fedpub.simulations.flower.server_app.federation_size`)."""
     from fedpub.config import load_config
     from fedpub.data.users import load_data
-    from fedpub.simulations.flower_simulation import federation_size
+    from fedpub.simulations.flower.server_app import federation_size
 
     config = load_config(config_path)
     data = load_data(config)
@@ -178,7 +178,7 @@ def results_dir(config_path: Path, cwd: Path) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m fedpub.simulations.deploy.local",
+        prog="python -m fedpub.simulations.flower.deploy.local",
         description="Run an experiment as a real Flower deployment on this machine: flower-superlink, "
         "one flower-supernode per user, `flwr run`; every process is stopped at the end.",
     )
