@@ -33,9 +33,10 @@ def results_of(rows: Sequence[Mapping[str, Any]], headline: str) -> dict[str, di
     """``{strategy: {cell: {seed: eval_<headline>}}}``; a seed twice in one cell is refused."""
     results: dict[str, dict[str, dict[int, float]]] = {}
     for row in rows:
-        seeds = results.setdefault(row["strategy"], {}).setdefault(cell_of(row["target_epsilon"]), {})
+        cell = cell_of(row.get("target_epsilon"))
+        seeds = results.setdefault(row["strategy"], {}).setdefault(cell, {})
         if row["seed"] in seeds:
-            raise ValueError(f"{row['strategy']} seed {row['seed']} appears twice in {cell_of(row['target_epsilon'])}")
+            raise ValueError(f"{row['strategy']} seed {row['seed']} appears twice in {cell}")
         seeds[row["seed"]] = float(row[f"eval_{headline}"])
     return results
 
