@@ -443,6 +443,6 @@ def judge_claim(claim: Claim, results: Results, landscapes: Landscapes | None = 
                                        higher_is_better=claim.higher_is_better))
         failed = [why for gate in (*gates, *claim.gates) if (why := gate.check(results, cell, landscapes or {}))]
         if failed:
-            difference = replace(difference, withheld="not testable: " + "; ".join(failed))
+            difference = replace(difference, withheld="; ".join(failed))
         differences.append(difference)
     return ClaimJudgement(tuple(differences), claim.paper_effect)

@@ -83,13 +83,13 @@ def test_a_failed_gate_withholds_the_verdict_and_says_its_numbers():
     gate = Beats(("a", "b"), "public_only", 0.01, "public-only")
     judged = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.02), results, gates=[gate])
     assert judged.outcome == "supports" and [c.outcome for c in judged.cells] == ["not testable", "supports"]
-    assert judged.gates_text().startswith("1 of 2 cells testable; ε=1: not testable: gate 'the best private arm "
+    assert judged.gates_text().startswith("1 of 2 cells testable; ε=1: gate 'the best private arm "
                                           "beats public-only by 0.01' failed: a 0.8002 vs public-only 0.8200, a gap "
                                           "of -0.0198")
     results["public_only"][ANY] = {s: 0.86 for s in SEEDS}  # now public-only beats every private arm everywhere
     judged = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.02), results, gates=[gate])
     assert judged.outcome == "not testable" and "supports" not in judged.verdict
-    assert judged.verdict.startswith("not testable: ε=1: not testable: gate 'the best private arm beats public-only")
+    assert judged.verdict.startswith("not testable: ε=1: gate 'the best private arm beats public-only")
     assert "a 0.8502 vs public-only 0.8600, a gap of -0.0098" in judged.verdict and judged.power is None
 
 

@@ -191,6 +191,30 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+QUICK_OTHERS = [dope_table7] + [pytest.param(m, marks=pytest.mark.extended)
+                                 for m in (pda_dpmd_federated, public_epochs_figure4, adadps_stackoverflow)]
+"""The other quick modes end to end: DOPE's (its public-only control and gate) in the suite, the rest in
+-m extended (about 35 s each on 2 shared cores)."""
+
+
+@pytest.mark.parametrize("module", QUICK_OTHERS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_quick_mode_runs_its_controls_and_gates_and_publishes_no_verdict_past_a_failed_gate(
+    module, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    module.main(["--quick", "--out", str(out)])
+    record = read_claims_json(out / "claims.json")
+    assert record.quick and len(record.claims) == len(module.REPRODUCTION.claims)
+    for claim in record.claims:
+        testable = int(claim.gates.split(" of ")[0])
+        assert claim.verdict.startswith(VERDICTS) and (testable == 0) == claim.verdict.startswith("not testable")
+        if testable == 0:
+            assert "gate '" in claim.verdict or "not judged" in claim.verdict
+    if module.REPRODUCTION.control is not None:
+        assert "`public_only` (centralised training on the pooled public users, run once for every ε" in record.tuning
+
+
 def test_a_stopped_reproduction_exits_130_saying_how_to_resume(tmp_path, monkeypatch, capsys):
     def stopped(placed, out, jobs):
         raise RunInterrupted(RunDirectory(out / "tuning" / "x"), 3, 60)
