@@ -71,7 +71,7 @@ def test_a_single_value_axis_is_held_fixed_and_never_flagged():
 def test_the_paragraph_names_the_grid_choice_budget_validation_and_epsilon():
     tuning = tune([Axis("lr", (0.1, 1.0, 10.0))], lambda p: -abs(p["lr"] - 1.0), higher_is_better=True)
     text = tuning.markdown()
-    for part in ("lr ∈ {0.1, 1, 10}", "lr = 1", "3 evaluations", "validation data", "not counted in ε",
+    for part in ("lr ∈ {0.1, 1, 10}", "lr = 1", "3 grid points evaluated", "validation data", "not counted in ε",
                  "No chosen value is on its grid's edge"):
         assert part in text
 
