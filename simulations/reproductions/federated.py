@@ -6,18 +6,22 @@ paper's own figure for each, its tuning axes) and its ``main(argv)`` calls :func
 
 1. places the sweep: its base config with the reproduction's ``changes`` merged in (``--quick``: its tiny
    ``quick`` sizes too, the data under ``--out``, a fixed noise multiplier (:data:`QUICK_NOISE`) in place of the
-   ε values, every tuning axis cut to its first two values and never extended: a check that the pipeline runs,
-   its verdicts say nothing about the paper);
-2. tunes each strategy that has :attr:`~FederatedReproduction.axes` by :func:`~.tuning.tune`: one run a grid
-   point at the sweep's largest ε (or, with :attr:`~FederatedReproduction.tune_each_epsilon`, at every ε of the
-   sweep, each ε's test runs taking its own tuned values) with the seed :data:`TUNING_SEED` (outside the test
-   seeds), scored on the validation users' headline metric (``val_accuracy``: the base must hold
-   ``data.validation``), never on the test users; these runs are the tuning budget, reported and not counted
-   in ε;
+   ε values, the first tuning axis cut to its first two values and the others to their first, never extended: a
+   check that the pipeline and its gates run, its verdicts say nothing about the paper);
+2. tunes every strategy by :func:`~.tuning.tune` **fairly** (fedpub issue 36): each tunes the client lr and what
+   scales the noise against the signal (the server lr or the clip norm), over grids of one size (an equal
+   budget; :class:`FederatedReproduction` refuses otherwise), at every ε of the sweep (each ε's test runs take
+   its own values), each grid point scored as the mean over the :attr:`~FederatedReproduction.tuning_seeds`
+   (outside the test seeds; two where one run's spread is large) of the validation users' headline metric
+   (``val_accuracy``: the base must hold ``data.validation``), never the test users; these runs are the tuning
+   budget, reported and not counted in ε, and their scores the landscapes the :class:`~.judge.NotFlat` gate
+   reads;
 3. runs every (strategy, ε, seed) with the chosen values (``out/runs/``; a rerun resumes: a finished run is not
    run again) and writes the comparison (``compare.csv``, ``compare.md``, the two plots);
-4. judges the claims by :mod:`fedpub.simulations.reproductions.judge` and writes ``comparison.md`` and
-   ``claims.json`` (:mod:`fedpub.simulations.reproductions.results_record`) for the results page.
+4. judges the claims by :mod:`fedpub.simulations.reproductions.judge`, the reproduction's
+   :attr:`~FederatedReproduction.gates` checked in every cell first (a control's rows, run once, in the judge's
+   ``ANY`` cell), and writes ``comparison.md`` and ``claims.json``
+   (:mod:`fedpub.simulations.reproductions.results_record`) for the results page.
 
 The sweep file has the keys of a ``fedpub compare`` sweep (``base``, ``epsilons``, ``seeds``, ``strategies``);
 without ``epsilons`` every run keeps the base's fixed noise multiplier, and the claims are judged in one cell, at the
@@ -51,8 +55,8 @@ from fedpub.simulations.tools.compare_report import (
 )
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import build_experiment
-from fedpub.simulations.reproductions.claims import Claim, judge_claims
-from fedpub.simulations.reproductions.judge import RULE
+from fedpub.simulations.reproductions.claims import cell_of, judge_claims, results_of
+from fedpub.simulations.reproductions.judge import RULE, Beats, Claim, Gate, NotDegenerate, NotFlat
 from fedpub.simulations.reproductions.results_record import (
     ClaimRecord,
     ReproductionRecord,
@@ -65,7 +69,11 @@ from fedpub.simulations.run.session import RunInterrupted
 from fedpub.simulations.tools.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
 
 TUNING_SEED = 100
-"""The tuning runs' seed, outside the test seeds."""
+"""The first tuning seed, outside the test seeds."""
+TUNING_SEEDS = (TUNING_SEED, TUNING_SEED + 1)
+"""Two tuning seeds a grid point: for the arms whose one-run spread is large (low ε on the EMNIST-layout data)."""
+NOISE_SCALES = ("strategy.server_optimizer.lr", "strategy.clip_norm")
+"""What scales the noise against the signal: every tuned arm tunes one of them beside the client lr."""
 QUICK_EMNIST: dict[str, Any] = {
     "rounds": 2, "eval_every": 2, "checkpoint_every": 2,
     "data": {"synthetic": {"num_writers": 40, "min_examples": 6, "max_examples": 10}, "eval_clients": 8},
@@ -79,6 +87,25 @@ than a tiny run's training)."""
 
 CLIENT_LR = Axis("client.lr", (0.03, 0.1, 0.3))
 """The client learning-rate grid the federated reproductions start from (extended by :func:`tune` at an edge)."""
+SERVER_LR = Axis("strategy.server_optimizer.lr", (0.3, 1.0, 3.0))
+"""The server learning-rate grid (SGD with the base's momentum): it scales the noise with the signal, unlike the
+client lr, which scales the signal alone (fedpub issue 36)."""
+EMNIST_CHANCE = 0.1
+"""The EMNIST-layout digits' trivial predictor (10 classes): an arm within :data:`CHANCE_MARGIN` of it learned
+nothing (DP-FedAvg cold at ε = 0.5 scored 0.1002)."""
+CHANCE_MARGIN = 0.05
+FLAT = 0.01
+"""A tuning landscape whose validation scores span less than this is flat (the :class:`~.judge.NotFlat` gate)."""
+BEATS_MARGIN = 0.01
+"""By how much the best private arm must beat public-only (or the trivial predictor) for a cell to be testable."""
+
+
+def emnist_gates(arms: tuple[str, ...], private: tuple[str, ...] = ()) -> tuple[Gate, ...]:
+    """The regime gates of a reproduction on the EMNIST-layout data: the best of ``private`` (none: no public-data
+    claim) beats the ``public_only`` control by :data:`BEATS_MARGIN`, no arm within :data:`CHANCE_MARGIN` of
+    chance, no tuning landscape flatter than :data:`FLAT`."""
+    public = (Beats(private, "public_only", BEATS_MARGIN, "public-only"),) if private else ()
+    return (*public, NotDegenerate(arms, EMNIST_CHANCE, CHANCE_MARGIN), NotFlat(arms, FLAT))
 
 EVALUATION: dict[str, Any] = {"data": {"validation": {"fraction": 0.1, "seed": 0}, "eval_users": "all"}}
 """Who evaluates: the validation users the tuning scores on (10 % of the private users, held out of N, never
@@ -88,8 +115,9 @@ post-training fits)."""
 
 Row = dict[str, Any]
 Control = Callable[[Mapping[str, Any], Sequence[int], bool], tuple[list[Row], str]]
-"""(the placed base config, the test seeds, quick) ↦ one row per seed of a method run outside the sweep (its
-metrics, ``eval_*`` and ``val_*``, with ``strategy`` and ``seed``) and its tuning paragraph."""
+"""(the placed base config, the test seeds, quick) ↦ one row per seed of a method run outside the sweep, once
+for every ε (its metrics, ``eval_*`` and ``val_*``, with ``strategy``, ``seed`` and ``target_epsilon`` None) and
+its tuning paragraph."""
 Setting = Callable[[Sequence[Row], Mapping[str, Any]], str]
 """(the test rows, the placed base config) ↦ a paragraph on the regime the runs were in, for ``comparison.md``."""
 
@@ -106,16 +134,18 @@ class FederatedReproduction:
     claims: tuple[Claim, ...]
     """Each with the paper's own figure for it (shown beside ours on the results page)."""
     axes: Mapping[str, tuple[Axis, ...]] = field(default_factory=dict)
-    """Per strategy label, its tuning grid; an axis's name is the dotted config key it sets (``client.lr``)."""
+    """Per strategy label, its tuning grid; an axis's name is the dotted config key it sets (``client.lr``).
+    Every grid has the same number of points (an equal budget) and one of :data:`NOISE_SCALES`."""
+    gates: tuple[Gate, ...] = ()
+    """The regime gates checked in every cell before a claim is judged there (:mod:`.judge`)."""
+    tuning_seeds: tuple[int, ...] = (TUNING_SEED,)
+    """The seeds each tuning point runs with (its score: their mean); outside the test seeds."""
     changes: Mapping[str, Any] = field(default_factory=dict)
     """Merged into the sweep's base (the regime, the validation users)."""
     quick: Mapping[str, Any] = field(default_factory=lambda: QUICK_EMNIST)
     """Merged into the base and over every strategy's overrides in ``--quick`` mode (``data.path`` is set to
     ``--out``'s ``data`` folder)."""
     note: str = ""
-    tune_each_epsilon: bool = False
-    """Tune at every ε of the sweep, not only the largest: where the noise changes the best values (a learning
-    rate tuned at ε = 8 left DP-FedAvg at chance at ε = 0.5), at the cost of one tuning per ε."""
     control: Control | None = None
     setting: Setting | None = None
 
@@ -128,6 +158,17 @@ class FederatedReproduction:
                 and "validation" not in self.changes.get("data", {}):
             raise ValueError(f"{self.name}: tuning needs validation users: set data.validation in the base or "
                              "in changes")
+        if untuned := sorted(labels - set(self.axes)):
+            raise ValueError(f"{self.name}: every strategy is tuned (issue 36: equal budgets); {untuned} have no axes")
+        budgets = {label: len(grid_points(axes)) for label, axes in self.axes.items()}
+        if len(set(budgets.values())) > 1:
+            raise ValueError(f"{self.name}: the tuning grids must be of one size (an equal budget), got {budgets}")
+        if noisy := sorted(label for label, axes in self.axes.items()
+                           if not {a.name for a in axes} & set(NOISE_SCALES)):
+            raise ValueError(f"{self.name}: {noisy} tune none of {NOISE_SCALES} (what scales the noise)")
+        if set(self.tuning_seeds) & set(self.raw["seeds"]):
+            raise ValueError(f"{self.name}: tuning_seeds {self.tuning_seeds} overlap the test seeds "
+                             f"{self.raw['seeds']}")
 
     @property
     def raw(self) -> dict[str, Any]:
@@ -145,8 +186,8 @@ class FederatedReproduction:
 @dataclass(frozen=True)
 class PlacedSweep:
     """What :func:`run` runs: the base config, the strategies' overrides, the ε values (None: the base's fixed
-    noise multiplier), the test seeds, the tuning axes (cut in quick mode) and the extensions allowed past an
-    edge."""
+    noise multiplier), the test seeds, the tuning axes (cut in quick mode), the extensions allowed past an edge
+    and the tuning seeds."""
 
     base: dict[str, Any]
     strategies: dict[str, dict[str, Any]]
@@ -154,18 +195,12 @@ class PlacedSweep:
     seeds: tuple[int, ...]
     axes: dict[str, tuple[Axis, ...]]
     max_extensions: int
-    tune_each_epsilon: bool = False
+    tuning_seeds: tuple[int, ...] = (TUNING_SEED,)
 
     @property
     def tuning_epsilons(self) -> tuple[float | None, ...]:
-        """The ε values tuned at: every ε, or the largest (None: the base's fixed noise multiplier)."""
-        if not self.epsilons:
-            return (None,)
-        return self.epsilons if self.tune_each_epsilon else (max(self.epsilons),)
-
-    def tuned_at(self, epsilon: float | None) -> float | None:
-        """The ε whose tuning a test run at ``epsilon`` takes its values from."""
-        return epsilon if self.tune_each_epsilon else self.tuning_epsilons[0]
+        """The ε values tuned at: every ε (None: the base's fixed noise multiplier)."""
+        return self.epsilons or (None,)
 
 
 def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
@@ -179,9 +214,10 @@ def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
         base = deep_merge(base, tiny)
         strategies = {label: deep_merge(overrides, tiny) for label, overrides in strategies.items()}
         epsilons = None
-        axes = {label: tuple(Axis(a.name, a.values[:2], a.scale) for a in grid) for label, grid in axes.items()}
+        axes = {label: tuple(Axis(a.name, a.values[:2 if i == 0 else 1], a.scale) for i, a in enumerate(grid))
+                for label, grid in axes.items()}
     return PlacedSweep(base, strategies, epsilons, tuple(raw["seeds"]), axes, 0 if quick else 2,
-                       repro.tune_each_epsilon and not quick)
+                       tuple(repro.tuning_seeds))
 
 
 def _nested(dotted: str, value: float) -> dict[str, Any]:
@@ -258,56 +294,55 @@ TuningKey = tuple[str, float | None]
 
 
 def _tuning_spec(placed: PlacedSweep, out: Path, label: str, epsilon: float | None,
-                 point: Mapping[str, float]) -> RunSpec:
-    """The tuning run of ``label`` at ``point``: ``label[__eps<ε>]__<key><value>...`` (the ε only when every ε is
-    tuned), on :data:`TUNING_SEED`, in ``out/tuning``."""
-    name = label + (f"__eps{epsilon:g}" if placed.tune_each_epsilon else "") + "".join(
-        f"__{key.replace('.', '-')}{value:g}" for key, value in point.items())
-    return RunSpec(_with_values(placed.strategies[label], point), epsilon, TUNING_SEED, name, out / "tuning")
+                 point: Mapping[str, float], seed: int) -> RunSpec:
+    """The tuning run of ``label`` at ``point`` with ``seed``: ``label[__eps<ε>]__<key><value>...__seed<seed>`` (no
+    ε at a fixed noise multiplier), in ``out/tuning``."""
+    name = label + (f"__eps{epsilon:g}" if epsilon is not None else "") + "".join(
+        f"__{key.replace('.', '-')}{value:g}" for key, value in point.items()) + f"__seed{seed}"
+    return RunSpec(_with_values(placed.strategies[label], point), epsilon, seed, name, out / "tuning")
 
 
 def _tune(placed: PlacedSweep, out: Path, jobs: int = 1) -> dict[TuningKey, Tuning]:
-    """Each strategy with axes tuned on the validation users at each of the tuning ε values (see the module
-    docstring). With ``jobs`` > 1 every initial grid point runs first, that many at once (:func:`run_ahead`); the
-    points an edge extension adds run in turn."""
+    """Every strategy tuned on the validation users at every ε (see the module docstring), a point's score the
+    mean over the tuning seeds. With ``jobs`` > 1 every initial grid point runs first, that many at once
+    (:func:`run_ahead`); the points an edge extension adds run in turn."""
     keys = [(label, epsilon) for label in placed.axes for epsilon in placed.tuning_epsilons]
-    run_ahead(placed.base, [_tuning_spec(placed, out, label, epsilon, point)
-                            for label, epsilon in keys for point in grid_points(placed.axes[label])], jobs)
+    run_ahead(placed.base, [_tuning_spec(placed, out, label, epsilon, point, seed)
+                            for label, epsilon in keys for point in grid_points(placed.axes[label])
+                            for seed in placed.tuning_seeds], jobs)
     tunings = {}
     for label, epsilon in keys:
         def score(point: Mapping[str, float], label: str = label, epsilon: float | None = epsilon) -> float:
-            run = run_one(placed.base, _tuning_spec(placed, out, label, epsilon, point))
-            return float(run.row[f"val_{run.headline}"])
+            runs = [run_one(placed.base, _tuning_spec(placed, out, label, epsilon, point, seed))
+                    for seed in placed.tuning_seeds]
+            return sum(float(run.row[f"val_{run.headline}"]) for run in runs) / len(runs)
 
         tunings[label, epsilon] = tune(placed.axes[label], score, higher_is_better=True,
                                        max_extensions=placed.max_extensions)
     return tunings
 
 
-def _tuning_text(repro: FederatedReproduction, placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning],
-                 control: str, quick: bool) -> str:
-    untuned = [label for label in repro.strategies if label not in placed.axes]
-    where = ("at every ε of the sweep" if placed.tune_each_epsilon else
-             "at the sweep's largest ε, its values used at every ε" if placed.epsilons else "")
-    parts = [f"Tuned {where}." if where else ""]
-    parts += [f"`{label}`{f' at ε = {eps:g}' if placed.tune_each_epsilon else ''}: {t.markdown()}"
+def _tuning_text(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], control: str, quick: bool) -> str:
+    seeds = placed.tuning_seeds
+    parts = ["Every arm tuned the same way (client lr and the server lr or clip norm, grids of one size)"
+             + (" at every ε of the sweep." if placed.epsilons else ".")]
+    parts += [f"`{label}`{f' at ε = {eps:g}' if eps is not None else ''}: {t.markdown()}"
               for (label, eps), t in tunings.items()]
     if control:
         parts.append(control)
-    if untuned:
-        parts.append(f"Not tuned (the sweep's values): {', '.join(f'`{u}`' for u in untuned)}.")
-    budget = sum(t.evaluations for t in tunings.values())
-    parts.append(f"Total tuning budget: {budget} runs on the validation users (seed {TUNING_SEED}), not counted "
-                 "in ε.")
-    text = " ".join(p for p in parts if p)
-    return "Quick mode: two-value grids, no extensions (nothing is really tuned). " + text if quick else text
+    points = sum(t.evaluations for t in tunings.values())
+    parts.append(f"Total tuning budget: {points} points × {len(seeds)} seed{'s' if len(seeds) > 1 else ''} "
+                 f"({', '.join(map(str, seeds))}; a point's score is their mean) = {points * len(seeds)} runs on the "
+                 "validation users, not counted in ε.")
+    text = " ".join(parts)
+    return ("Quick mode: two values of the first axis, one of the others, no extensions (nothing is really tuned). "
+            + text if quick else text)
 
 
 def _tuned_overrides(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], label: str,
                      epsilon: float | None) -> dict[str, Any]:
     """A strategy's overrides with the values tuned for the test runs at ``epsilon``."""
-    tuning = tunings.get((label, placed.tuned_at(epsilon)))
-    return _with_values(placed.strategies[label], tuning.best if tuning is not None else {})
+    return _with_values(placed.strategies[label], tunings[label, epsilon].best)
 
 
 def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path:
@@ -317,7 +352,8 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
                         help=f"output folder (default {default_out(repro.name, False)}, quick: "
                              f"{default_out(repro.name, True)})")
     parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes, the largest ε, two-value tuning grids: a check that it runs")
+                        help="tiny sizes, a fixed noise multiplier, two-point tuning grids: a check that it and "
+                             "its gates run")
     parser.add_argument("--jobs", type=parse_jobs, default=1,
                         help="runs at once, each in a worker process (auto: one per core); default 1")
     args = parser.parse_args(argv)
@@ -341,7 +377,7 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     strategies_as_run: dict[str, Any] = (
         {label: {f"epsilon {eps:g}": tuned[label, eps] for eps in epsilons} for label in placed.strategies}
-        if placed.tune_each_epsilon else {label: tuned[label, epsilons[0]] for label in placed.strategies})
+        if placed.epsilons else {label: tuned[label, None] for label in placed.strategies})
     write_text_atomic(out / "sweep.yaml", yaml.safe_dump(
         {"base": placed.base, **({"epsilons": list(placed.epsilons)} if placed.epsilons else {}),
          "seeds": list(placed.seeds), "strategies": strategies_as_run}, sort_keys=False))
@@ -359,13 +395,13 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
     rows, headline = [c.row for c in compared], compared[0].headline
     if placed.epsilons is None:  # one noise multiplier: one cell, at the largest ε a run achieved
         rows = [{**r, "target_epsilon": float(f"{max(r['epsilon'] for r in rows):.3g}")} for r in rows]
-    control_text = ""
-    if repro.control is not None:
-        control_rows, control_text = repro.control(placed.base, placed.seeds, args.quick)
-        epsilons = sorted({r["target_epsilon"] for r in rows})
-        rows += [{**r, "target_epsilon": eps} for r in control_rows for eps in epsilons]
-    judged = judge_claims(rows, headline, repro.claims)
-    tuning = _tuning_text(repro, placed, tunings, control_text, args.quick)
+    control_rows, control_text = ([], "") if repro.control is None else repro.control(
+        placed.base, placed.seeds, args.quick)
+    landscapes: dict[str, dict[str, list[float]]] = {}
+    for (label, eps), t in tunings.items():
+        landscapes.setdefault(label, {})[cell_of(eps)] = list(t.scores.values())
+    judged = judge_claims(results_of([*rows, *control_rows], headline), repro.claims, repro.gates, landscapes)
+    tuning = _tuning_text(placed, tunings, control_text, args.quick)
     lines = [f"# {repro.title}", "", repro.paper, ""]
     if repro.setting is not None:
         lines += [repro.setting(rows, placed.base), ""]

@@ -1,46 +1,76 @@
-"""One rule for judging a reproduction's claims: a win only when the difference exceeds its uncertainty.
+"""One judge for the reproductions' claims: regime gates first, then a difference, its 95 % CI, and one of four
+outcomes (fedpub issue 36).
 
-Every reproduction states a paper's claim as "method A beats method B" over a grid of cells (ε, loss, data size)
-and judges it here, from the figures of its seeds:
+**Input: a plain structure.** The figures a reproduction measured are a :data:`Results` mapping
+``{arm: {cell: {pairing key: value}}}``: per arm (a method, a control), per cell of its grid (``"ε=2"``,
+``"hinge ε=1"``; :data:`ANY` for a control run once for every cell, counted once), the per-seed metric values
+keyed by what pairs them (the seed: arms run with one seed share its data draw, cohorts and noise stream). The
+tuning landscapes are :data:`Landscapes`, ``{arm: {cell or ANY: [validation score of each tuning point]}}``. A
+:class:`Claim` names the arms compared (``better`` beats ``worse``), the direction (``higher_is_better``), the
+paper's effect (``paper_effect``: better − worse in the claimed direction, in the metric's units; the smallest the
+paper reports), whether the arms share data (``paired``), an optional declared ``primary`` cell, and its
+:data:`Gate`\\ s. :func:`judge_claim` judges one claim; :meth:`ClaimJudgement.sentence` says it.
 
-- a method's figure in a cell is the **mean over its seeds ± its standard error** s/√n;
-- a cell is a **win** for A when A's mean is better than B's by more than t·SE, where SE = √(se_A² + se_B²) is the
-  standard error of the difference and t the one-sided 97.5 % quantile of Student's t with the Welch–Satterthwaite
-  degrees of freedom (a two-sided 95 % test: with 3 seeds a side t ≈ 2.8–4.3); a **loss** when worse by as much; a
-  **tie** otherwise: the seeds cannot tell the two apart;
-- the claim over its whole grid is **reproduced** when every cell is a win, **partly reproduced** when some are and
-  none is a loss, **not reproduced** when every cell is a tie, **refuted** when some cells are losses and none a
-  win, **mixed** when there are both;
-- a cell with fewer than :data:`MIN_SEEDS` seeds on either side is **not judged**, and so is the claim.
+**Gates, before any verdict.** Each gate is checked in each cell: :class:`Beats` (the best private arm beats
+public-only, the warm start, or a constant such as the majority predictor, by a stated margin), :class:`Headroom`
+(non-private training stays a stated number of points above the best private arm), :class:`NotDegenerate` (no arm
+diverged or sits at chance), :class:`NotFlat` (every tuned arm's validation scores span a stated range). A cell
+failing a gate is **not testable** there, with the gate and its numbers; a claim with no testable cell is
+published as ``not testable: <gate, with the numbers>``, never with a verdict.
 
-Nothing is decided in advance: the verdict and its sentence come from the figures.
+**The test in a testable cell.** The difference d = better − worse (sign-flipped when lower is better). Arms that
+share data (``paired``) are compared by a paired t on the per-seed differences (the pairing keys must match);
+others by Welch's t (Welch–Satterthwaite degrees of freedom). A cell with fewer than :data:`MIN_SEEDS` seeds a
+side, a non-finite value, or zero variance (every seed gives the same difference: t is undefined) is not judged,
+with the reason. Each cell reports d, its 95 % CI, and a two-sided p-value; the p-values of a claim's cells are
+Holm-corrected together (family-wise α = :data:`ALPHA`), or the declared primary cell is judged alone.
+
+**Four outcomes.** *contradicts*: some cell's d is significantly below zero (Holm); else *supports*: some cell's d
+is significantly above zero (a qualitative claim "A beats B"; the CI beside the paper's effect shows the size);
+else *contradicts* as well when some cell rules out the paper's effect (Holm on the tests of d = the paper's
+effect, d below it: the CI excludes it); else *inconclusive*, with the power a cell had to detect the paper's effect
+(noncentral t at the first Holm threshold α/k, the best cell's); *not testable* when no cell passed its gates.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal
 
 from scipy import stats
 
+ANY = "*"
+"""The cell of an arm run once for every cell (a control that does not depend on ε): compared in each of the other
+arm's cells, its seeds counted once (never copied per cell)."""
 MIN_SEEDS = 3
-"""Fewer seeds give no usable standard error: such a cell, and its claim, are not judged."""
-CONFIDENCE = 0.975
-"""The one-sided quantile of the test: a two-sided 95 % test of "the means differ"."""
-RULE = (
-    f"Each figure is the mean over seeds ± its standard error (s/√n). A cell is a win when the claimed-better "
-    f"method's mean is better by more than t·√(se₁² + se₂²), t being Student's {CONFIDENCE:.1%} quantile with "
-    f"Welch's degrees of freedom (a two-sided 95 % test), a loss when worse by as much, else a tie. A claim is "
-    f"reproduced when every cell of its grid is a win, partly reproduced when some are and none is lost, not "
-    f"reproduced when all tie, refuted when cells are lost and none won, mixed when some are won and some lost; "
-    f"a cell with fewer than {MIN_SEEDS} seeds is not judged."
-)
-"""The rule in one paragraph, for a reproduction's ``comparison.md``."""
+"""Fewer seeds a side give no usable standard error: such a cell is not judged."""
+ALPHA = 0.05
+"""The family-wise error rate of a claim's cells (Holm) and 1 − the CIs' level."""
 
-Outcome = Literal["win", "tie", "loss", "not judged"]
+Results = Mapping[str, Mapping[str, Mapping[Hashable, float]]]
+"""{arm: {cell (or :data:`ANY`): {pairing key (the seed): metric value}}}."""
+Landscapes = Mapping[str, Mapping[str, Sequence[float]]]
+"""{arm: {cell (or :data:`ANY`): validation scores of every tuning point}}."""
+Outcome = Literal["supports", "contradicts", "inconclusive", "not testable"]
+OUTCOMES: tuple[Outcome, ...] = ("supports", "contradicts", "inconclusive", "not testable")
+
+RULE = (
+    "Before any verdict each cell passes the reproduction's regime gates (the best private arm beats public-only or "
+    "the warm start and the trivial predictor by a margin, headroom to non-private training, no arm diverged or at "
+    "chance, a tuning landscape that is not flat); a cell failing one is not testable, with the gate's numbers. In "
+    "a testable cell the difference d (claimed-better minus the other) gets a 95 % CI and a two-sided p-value: a "
+    "paired t on the per-seed differences where the arms share seeds (data, cohorts, noise), Welch's t otherwise; "
+    f"a cell with under {MIN_SEEDS} seeds, a non-finite value or zero variance is not judged. The cells of a claim "
+    f"are Holm-corrected together (α = {ALPHA:g}), or one declared primary cell is judged alone. A claim "
+    "**contradicts** when a cell's d is significantly negative, **supports** when (else) one is significantly "
+    "positive, **contradicts** when (else) a cell's CI excludes the paper's effect, is **inconclusive** otherwise "
+    "(with its power at the paper's effect), and **not testable** when no cell passed its gates."
+)
+"""The rule in one paragraph, for a reproduction's ``comparison.md`` and the results page."""
 
 
 @dataclass(frozen=True)
@@ -53,88 +83,366 @@ class Estimate:
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Estimate:
-        """The estimate from the seeds' figures."""
+        """The estimate from the seeds' figures (NaN where one is not finite: a diverged run)."""
         values = [float(v) for v in values]
+        if not all(math.isfinite(v) for v in values):
+            return cls(math.nan, math.nan, len(values))
         sd = statistics.stdev(values) if len(values) > 1 else math.nan
         return cls(statistics.fmean(values), sd / math.sqrt(len(values)), len(values))
-
-    @classmethod
-    def from_summary(cls, mean: float, sd: float, n: int) -> Estimate:
-        """The estimate from a mean, the seeds' standard deviation and their number."""
-        return cls(mean, sd / math.sqrt(n) if n > 1 else math.nan, n)
 
     def __str__(self) -> str:
         return f"{self.mean:.4f} ± {self.se:.4f} (n={self.n})"
 
 
 @dataclass(frozen=True)
-class CellJudgement:
-    """One cell of a claim's grid: both estimates, the margin the difference had to exceed, and the outcome."""
+class Difference:
+    """better − worse in one cell, in the claimed direction: its estimate, standard error, degrees of freedom and
+    test; ``withheld`` says why the cell is not judged (empty: it is)."""
 
     cell: str
     better: Estimate
     worse: Estimate
+    diff: float
+    se: float
+    dof: float
+    test: Literal["paired t", "Welch"]
+    withheld: str = ""
+
+    def ci(self, alpha: float = ALPHA) -> tuple[float, float]:
+        """The two-sided (1 − α) confidence interval of the difference."""
+        half = float(stats.t.ppf(1 - alpha / 2, self.dof)) * self.se
+        return self.diff - half, self.diff + half
+
+    def p_value(self, null: float = 0.0) -> float:
+        """The two-sided p-value of "the difference is ``null``"."""
+        return float(2 * stats.t.sf(abs(self.diff - null) / self.se, self.dof))
+
+    def power(self, effect: float, alpha: float) -> float:
+        """The chance a two-sided level-α test finds the difference when it is ``effect`` (noncentral t)."""
+        critical, shift = float(stats.t.ppf(1 - alpha / 2, self.dof)), effect / self.se
+        return float(stats.nct.sf(critical, self.dof, shift) + stats.nct.cdf(-critical, self.dof, shift))
+
+
+def _sign(higher_is_better: bool) -> float:
+    return 1.0 if higher_is_better else -1.0
+
+
+def _unjudgeable(values: Sequence[float]) -> str:
+    if len(values) < MIN_SEEDS:
+        return f"not judged: under {MIN_SEEDS} seeds ({len(values)})"
+    if not all(math.isfinite(v) for v in values):
+        return "not judged: a value is not finite (a diverged run)"
+    return ""
+
+
+def welch_difference(cell: str, better: Sequence[float], worse: Sequence[float], *,
+                     higher_is_better: bool = True) -> Difference:
+    """The difference of two arms that share no data: Welch's t with Welch–Satterthwaite degrees of freedom."""
+    b, w = Estimate.of(better), Estimate.of(worse)
+    diff = _sign(higher_is_better) * (b.mean - w.mean)
+    withheld = _unjudgeable(better) or _unjudgeable(worse)
+    se = math.hypot(b.se, w.se) if not withheld else math.nan
+    if not withheld and se == 0:
+        withheld = (f"not judged: zero variance (every seed gives {b.mean:.4f} and {w.mean:.4f}: no t-test can "
+                    "tell them apart)")
+    dof = se**4 / sum(e.se**4 / (e.n - 1) for e in (b, w) if e.se > 0) if not withheld else math.nan
+    return Difference(cell, b, w, diff, se, dof, "Welch", withheld)
+
+
+def paired_difference(cell: str, better: Mapping[Hashable, float], worse: Mapping[Hashable, float], *,
+                      higher_is_better: bool = True) -> Difference:
+    """The difference of two arms that share each seed's data: a paired t on the per-seed differences. The pairing
+    keys must be the same on both sides."""
+    if set(better) != set(worse):
+        raise ValueError(f"cell {cell!r}: a paired test needs the same seeds on both sides, got {sorted(better)} and "
+                         f"{sorted(worse)}; declare the claim paired=False if the arms share no data")
+    keys = list(better)
+    diffs = [_sign(higher_is_better) * (better[k] - worse[k]) for k in keys]
+    b, w = Estimate.of([better[k] for k in keys]), Estimate.of([worse[k] for k in keys])
+    withheld = _unjudgeable(diffs)
+    d = Estimate.of(diffs) if not withheld else Estimate(math.nan, math.nan, len(diffs))
+    if not withheld and d.se == 0:
+        withheld = f"not judged: zero variance (every seed's difference is {d.mean:+.4f}: t is undefined)"
+    return Difference(cell, b, w, statistics.fmean(diffs) if diffs else math.nan, d.se, len(diffs) - 1, "paired t",
+                      withheld)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (a cell is significant when its adjusted p ≤ :data:`ALPHA`)."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [math.nan] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _mean(results: Results, arm: str, cell: str) -> list[float] | None:
+    """The seeds' values of ``arm`` in ``cell`` (its :data:`ANY` cell otherwise); None when it did not run there."""
+    if arm not in results:
+        raise ValueError(f"a gate or claim names the arm {arm!r}, which has no results; the arms are {sorted(results)}")
+    found = results[arm].get(cell, results[arm].get(ANY))
+    return None if found is None else [float(v) for v in found.values()]
+
+
+def _reference(results: Results, reference: str | float, cell: str) -> float | None:
+    if isinstance(reference, str):
+        values = _mean(results, reference, cell)
+        return None if values is None else statistics.fmean(values)
+    return float(reference)
+
+
+def _best_against(results: Results, arms: Sequence[str], reference: str | float, cell: str,
+                  higher_is_better: bool) -> tuple[tuple[str, float], float, float] | str:
+    """((the best of ``arms``, its mean), the reference's figure, best − reference in the better direction), or why
+    there is none."""
+    sign = _sign(higher_is_better)
+    means = {arm: statistics.fmean(v) for arm in arms if (v := _mean(results, arm, cell))}
+    means = {arm: mean for arm, mean in means.items() if math.isfinite(mean)}
+    ref = _reference(results, reference, cell)
+    if not means or ref is None:
+        return f"no finite arm or no reference in {cell}"
+    best = max(means.items(), key=lambda item: sign * item[1])
+    return best, ref, sign * (best[1] - ref)
+
+
+@dataclass(frozen=True)
+class Beats:
+    """Gate: the best of ``arms`` beats ``reference`` (an arm, e.g. public-only or the warm start, or a constant,
+    e.g. the majority predictor's accuracy; named ``what``) by at least ``margin``."""
+
+    arms: tuple[str, ...]
+    reference: str | float
     margin: float
+    what: str
+    higher_is_better: bool = True
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        found = _best_against(results, self.arms, self.reference, cell, self.higher_is_better)
+        if isinstance(found, str):
+            return f"gate 'beats {self.what}': {found}"
+        (arm, best), ref, gap = found
+        if gap >= self.margin:
+            return ""
+        return (f"gate 'the best private arm beats {self.what} by {self.margin:g}' failed: {arm} {best:.4f} "
+                f"vs {self.what} {ref:.4f}, a gap of {gap:+.4f}")
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Gate: ``ceiling`` (non-private training: an arm or a constant) is at least ``points`` better than the best of
+    ``arms`` (a comparison at the ceiling cannot show a method's gain)."""
+
+    arms: tuple[str, ...]
+    ceiling: str | float
+    points: float
+    what: str = "non-private training"
+    higher_is_better: bool = True
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        found = _best_against(results, self.arms, self.ceiling, cell, self.higher_is_better)
+        if isinstance(found, str):
+            return f"gate 'headroom to {self.what}': {found}"
+        (arm, best), top, gap = found
+        if -gap >= self.points:
+            return ""
+        return (f"gate 'headroom to {self.what} ≥ {self.points:g}' failed: {self.what} {top:.4f} vs the best "
+                f"private arm {arm} {best:.4f}, headroom {-gap:+.4f}")
+
+
+@dataclass(frozen=True)
+class NotDegenerate:
+    """Gate: none of ``arms`` diverged (a non-finite value) or sits within ``margin`` of ``chance`` (the trivial
+    predictor's figure: a claim between two arms at chance says nothing)."""
+
+    arms: tuple[str, ...]
+    chance: float
+    margin: float
+    higher_is_better: bool = True
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        failed = []
+        for arm in self.arms:
+            values = _mean(results, arm, cell)
+            if values is None:
+                continue
+            if not all(math.isfinite(v) for v in values):
+                failed.append(f"{arm} diverged (a non-finite value)")
+            elif _sign(self.higher_is_better) * (statistics.fmean(values) - self.chance) < self.margin:
+                failed.append(f"{arm} at chance ({statistics.fmean(values):.4f}, chance {self.chance:.4f})")
+        return (f"gate 'no arm diverged or within {self.margin:g} of chance' failed: " + "; ".join(failed)
+                if failed else "")
+
+
+@dataclass(frozen=True)
+class NotFlat:
+    """Gate: the validation scores of each of ``arms``' tuning points span at least ``spread`` (a flat landscape
+    means nothing the tuning tried mattered: a choice on it is noise)."""
+
+    arms: tuple[str, ...]
+    spread: float
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        failed = []
+        for arm in self.arms:
+            scores = landscapes.get(arm, {}).get(cell, landscapes.get(arm, {}).get(ANY))
+            finite = [s for s in scores or () if math.isfinite(s)]
+            if len(finite) < 2:
+                failed.append(f"{arm} has no tuning landscape here ({len(finite)} finite scores)")
+            elif (span := max(finite) - min(finite)) < self.spread:
+                failed.append(f"{arm}'s {len(finite)} validation scores span {span:.4f}")
+        return f"gate 'tuning landscape spans ≥ {self.spread:g}' failed: " + "; ".join(failed) if failed else ""
+
+
+Gate = Beats | Headroom | NotDegenerate | NotFlat
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``better`` beats ``worse`` (the paper's words in ``text``, its own figure in ``paper_figure``).
+    ``paper_effect``: the paper's effect, better − worse in the claimed direction in the metric's units (None: the
+    paper gives none; an inconclusive claim then has no power to report). ``paired``: the arms share each seed's
+    data (a paired t). ``primary``: the one cell judged (no correction); None: every cell where both ran, Holm.
+    ``gates``: this claim's own, checked with the reproduction's."""
+
+    text: str
+    better: str
+    worse: str
+    paper_figure: str = ""
+    paper_effect: float | None = None
+    higher_is_better: bool = True
+    paired: bool = True
+    primary: str | None = None
+    gates: tuple[Gate, ...] = ()
+
+
+@dataclass(frozen=True)
+class CellJudgement:
+    """One cell of a claim: its difference, the Holm-adjusted p-value, its outcome and why."""
+
+    difference: Difference
+    holm_p: float
     outcome: Outcome
+    reason: str
+
+    @property
+    def cell(self) -> str:
+        return self.difference.cell
 
     def __str__(self) -> str:
-        said = {"win": "win", "tie": "tie", "loss": "LOSS", "not judged": f"not judged: under {MIN_SEEDS} seeds"}
-        return f"{self.cell}: {self.better} vs {self.worse}, margin {self.margin:.4f} ({said[self.outcome]})"
-
-
-def welch_margin(a: Estimate, b: Estimate) -> float:
-    """t·SE of the difference of two estimates (Welch); 0 when neither varies over its seeds."""
-    se = math.hypot(a.se, b.se)
-    if se == 0:
-        return 0.0
-    dof = se**4 / sum(e.se**4 / (e.n - 1) for e in (a, b) if e.se > 0)
-    return float(stats.t.ppf(CONFIDENCE, dof)) * se
-
-
-def judge_cell(
-    cell: str, better: Sequence[float], worse: Sequence[float], *, higher_is_better: bool = True
-) -> CellJudgement:
-    """Whether the seeds' figures ``better`` beat ``worse`` in ``cell`` by more than their uncertainty."""
-    return judge_estimates(cell, Estimate.of(better), Estimate.of(worse), higher_is_better=higher_is_better)
-
-
-def judge_estimates(cell: str, better: Estimate, worse: Estimate, *, higher_is_better: bool = True) -> CellJudgement:
-    """:func:`judge_cell` from estimates already summarised."""
-    if min(better.n, worse.n) < MIN_SEEDS:
-        return CellJudgement(cell, better, worse, math.nan, "not judged")
-    margin = welch_margin(better, worse)
-    gap = (better.mean - worse.mean) * (1 if higher_is_better else -1)
-    outcome: Outcome = "win" if gap > margin else "loss" if gap < -margin else "tie"
-    return CellJudgement(cell, better, worse, margin, outcome)
+        d = self.difference
+        if d.withheld:
+            return f"{d.cell}: {d.better} vs {d.worse}, {d.withheld}"
+        low, high = d.ci()
+        return (f"{d.cell}: {d.better} vs {d.worse}, d = {d.diff:+.4f} [95 % CI {low:+.4f}, {high:+.4f}] "
+                f"({d.test}, df {d.dof:.1f}, Holm p {self.holm_p:.3g}: {self.outcome}{self.reason})")
 
 
 @dataclass(frozen=True)
 class ClaimJudgement:
-    """A claim judged over its whole grid."""
+    """A claim judged over its cells (see the module docstring for the rule)."""
 
-    cells: tuple[CellJudgement, ...]
+    differences: tuple[Difference, ...]
+    paper_effect: float | None = None
 
-    def count(self, outcome: Outcome) -> int:
-        return sum(c.outcome == outcome for c in self.cells)
+    @cached_property
+    def cells(self) -> tuple[CellJudgement, ...]:
+        tested = [d for d in self.differences if not d.withheld]
+        zero = dict(zip((id(d) for d in tested), holm([d.p_value() for d in tested]), strict=True))
+        at_effect = dict(zip((id(d) for d in tested), holm([d.p_value(self.paper_effect) for d in tested]),
+                             strict=True)) if self.paper_effect is not None else {}
+        judged = []
+        for d in self.differences:
+            if d.withheld:
+                judged.append(CellJudgement(d, math.nan, "not testable", ""))
+            elif zero[id(d)] <= ALPHA:
+                judged.append(CellJudgement(d, zero[id(d)], "supports" if d.diff > 0 else "contradicts", ""))
+            elif at_effect.get(id(d), 1.0) <= ALPHA and d.diff < (self.paper_effect or 0.0):
+                judged.append(CellJudgement(d, zero[id(d)], "contradicts", ", excludes the paper's effect"))
+            else:
+                judged.append(CellJudgement(d, zero[id(d)], "inconclusive", ""))
+        return tuple(judged)
+
+    @property
+    def outcome(self) -> Outcome:
+        cells = [c for c in self.cells if c.outcome != "not testable"]
+        if not cells:
+            return "not testable"
+        if any(c.outcome == "contradicts" and not c.reason for c in cells):
+            return "contradicts"
+        if any(c.outcome == "supports" for c in cells):
+            return "supports"
+        return "contradicts" if any(c.outcome == "contradicts" for c in cells) else "inconclusive"
+
+    @property
+    def power(self) -> float | None:
+        """The best tested cell's power at the paper's effect, at the first Holm threshold (None: no effect given
+        or no tested cell)."""
+        tested = [d for d in self.differences if not d.withheld]
+        if self.paper_effect is None or not tested:
+            return None
+        return max(d.power(self.paper_effect, ALPHA / len(tested)) for d in tested)
 
     @property
     def verdict(self) -> str:
-        wins, losses = self.count("win"), self.count("loss")
-        if not self.cells:
-            return "not checked"
-        if self.count("not judged"):
-            return "not judged"
-        if losses:
-            return "mixed" if wins else "refuted"
-        return "reproduced" if wins == len(self.cells) else "partly reproduced" if wins else "not reproduced"
+        """The outcome as published: with its power when inconclusive, its gates' numbers when not testable."""
+        if self.outcome == "not testable":
+            return "not testable: " + ("; ".join(f"{d.cell}: {d.withheld}" for d in self.differences)
+                                       or "no cell where both arms ran")
+        if self.outcome == "inconclusive":
+            power = self.power
+            return ("inconclusive (no paper's effect given: power not computed)" if power is None else
+                    f"inconclusive (power {power:.0%} at the paper's effect)")
+        return self.outcome
+
+    def ci_text(self) -> str:
+        """Each tested cell's difference and 95 % CI, beside the paper's effect."""
+        tested = [d for d in self.differences if not d.withheld]
+        cells = "; ".join(f"{d.cell}: {d.diff:+.4f} [{d.ci()[0]:+.4f}, {d.ci()[1]:+.4f}]" for d in tested)
+        effect = "none given" if self.paper_effect is None else f"{self.paper_effect:+g}"
+        return f"{cells or 'no tested cell'} (paper's effect {effect})"
+
+    def gates_text(self) -> str:
+        """Which cells passed their gates, and the numbers of each that did not."""
+        failed = [f"{d.cell}: {d.withheld}" for d in self.differences if d.withheld]
+        passed = len(self.differences) - len(failed)
+        return f"{passed} of {len(self.differences)} cells testable" + (f"; {'; '.join(failed)}" if failed else "")
 
     def sentence(self, text: str, better: str, worse: str) -> str:
-        """A markdown bullet: the claim, its verdict, the tally and every cell's figures."""
-        if not self.cells:
-            return f"- {text}: **not checked** (no cell where both `{better}` and `{worse}` ran)"
-        tally = (f"`{better}` vs `{worse}`: {self.count('win')} wins, {self.count('tie')} ties, "
-                 f"{self.count('loss')} losses of {len(self.cells)} cells")
-        if self.count("not judged"):
-            tally += f", {self.count('not judged')} not judged (under {MIN_SEEDS} seeds)"
-        return f"- {text}: **{self.verdict}** — {tally}; " + "; ".join(str(c) for c in self.cells)
+        """A markdown bullet: the claim, its outcome, and every cell's figures."""
+        tested = sum(not d.withheld for d in self.differences)
+        family = "" if tested < 2 else f", Holm over {tested} cells"
+        return (f"- {text}: **{self.verdict}** — `{better}` vs `{worse}`{family}; paper's effect "
+                f"{'none given' if self.paper_effect is None else f'{self.paper_effect:+g}'}; "
+                + "; ".join(str(c) for c in self.cells))
 
+
+def judge_claim(claim: Claim, results: Results, landscapes: Landscapes | None = None,
+                gates: Sequence[Gate] = ()) -> ClaimJudgement:
+    """``claim`` judged on ``results``: its primary cell, or every cell where both arms ran (an :data:`ANY` arm runs
+    in every cell), each checked first against ``gates`` (the reproduction's) and the claim's own."""
+    for arm in (claim.better, claim.worse):
+        if arm not in results:
+            raise ValueError(f"claim {claim.text!r} names the arm {arm!r}, which has no results; the arms are "
+                             f"{sorted(results)}")
+    better_cells, worse_cells = results[claim.better], results[claim.worse]
+    if claim.primary is not None:
+        cells = [claim.primary]
+    else:
+        candidates = [cell for cell in (*better_cells, *worse_cells) if cell != ANY] or [ANY]
+        cells = [cell for cell in dict.fromkeys(candidates)
+                 if (cell in better_cells or ANY in better_cells) and (cell in worse_cells or ANY in worse_cells)]
+    differences = []
+    for cell in cells:
+        better, worse = (results[arm].get(cell, results[arm].get(ANY)) for arm in (claim.better, claim.worse))
+        if better is None or worse is None:
+            raise ValueError(f"claim {claim.text!r}: its primary cell {cell!r} is not a cell of both arms")
+        difference = (paired_difference(cell, better, worse, higher_is_better=claim.higher_is_better)
+                      if claim.paired else
+                      welch_difference(cell, list(better.values()), list(worse.values()),
+                                       higher_is_better=claim.higher_is_better))
+        failed = [why for gate in (*gates, *claim.gates) if (why := gate.check(results, cell, landscapes or {}))]
+        if failed:
+            difference = replace(difference, withheld="; ".join(failed))
+        differences.append(difference)
+    return ClaimJudgement(tuple(differences), claim.paper_effect)

@@ -48,7 +48,7 @@ import math
 import statistics
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +63,7 @@ from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
 from fedpub.privacy.calibration import calibrate_noise_multiplier  # noqa: E402
 from fedpub.privacy.events import PoissonSampling  # noqa: E402
 from fedpub.seeding import torch_generator  # noqa: E402
-from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, judge_cell  # noqa: E402
+from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, Difference, welch_difference  # noqa: E402
 from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     ClaimRecord,
     ReproductionRecord,
@@ -585,18 +585,22 @@ def claim_judgements(results: Sequence[Result]) -> dict[str, ClaimJudgement]:
 
     pairs = list(itertools.pairwise(dims))
     lower = {"higher_is_better": False}
+
+    def claim(cells: Iterable[Difference]) -> ClaimJudgement:
+        return ClaimJudgement(tuple(cells))
+
     return {
-        "warm": ClaimJudgement(tuple(judge_cell(f"p={d}", values("warm_dp_sgd", d), values("cold_dp_sgd", d), **lower)
-                                     for d in dims)),
-        "cold_grows": ClaimJudgement(tuple(judge_cell(f"p={a}→{b}", values("cold_dp_sgd", b), values("cold_dp_sgd", a))
-                                           for a, b in pairs)),
-        "warm_flat": ClaimJudgement(tuple(judge_cell(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("warm_dp_sgd", a, b))
-                                          for a, b in pairs)),
-        "pda_flat": ClaimJudgement(tuple(judge_cell(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("pda_dpmd", a, b))
-                                         for a, b in pairs)),
-        "pda_beats_warm": ClaimJudgement(tuple(judge_cell(f"p={d}", values("pda_dpmd", d), values("warm_dp_sgd", d),
-                                                          **lower) for d in dims)),
-        "gain_shrinks": ClaimJudgement(tuple(judge_cell(f"p={a}→{b}", gain(a), gain(b)) for a, b in pairs)),
+        "warm": claim(welch_difference(f"p={d}", values("warm_dp_sgd", d), values("cold_dp_sgd", d), **lower)
+                      for d in dims),
+        "cold_grows": claim(welch_difference(f"p={a}→{b}", values("cold_dp_sgd", b), values("cold_dp_sgd", a))
+                            for a, b in pairs),
+        "warm_flat": claim(welch_difference(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("warm_dp_sgd", a, b))
+                           for a, b in pairs),
+        "pda_flat": claim(welch_difference(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("pda_dpmd", a, b))
+                          for a, b in pairs),
+        "pda_beats_warm": claim(welch_difference(f"p={d}", values("pda_dpmd", d), values("warm_dp_sgd", d), **lower)
+                                for d in dims),
+        "gain_shrinks": claim(welch_difference(f"p={a}→{b}", gain(a), gain(b)) for a, b in pairs),
     }
 
 

@@ -78,8 +78,7 @@ from fedpub.steps.clip import clip  # noqa: E402
 from fedpub.steps.gaussian_noise import gaussian_noise  # noqa: E402
 from fedpub.strategies import ppsgd  # noqa: E402
 from fedpub.types import RoundContext  # noqa: E402
-from fedpub.simulations.reproductions.claims import Claim  # noqa: E402
-from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, judge_cell  # noqa: E402
+from fedpub.simulations.reproductions.judge import RULE, Claim, ClaimJudgement, welch_difference  # noqa: E402
 from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     ClaimRecord,
     ReproductionRecord,
@@ -509,8 +508,8 @@ def judge(claim: Claim, results: Sequence[Result]) -> ClaimJudgement:
     keys = sorted({(loss, eps) for loss, eps, m in values if m == claim.better}
                   & {(loss, eps) for loss, eps, m in values if m == claim.worse})
     return ClaimJudgement(tuple(
-        judge_cell(f"{loss} ε={eps:g}", values[loss, eps, claim.better], values[loss, eps, claim.worse],
-                   higher_is_better=HIGHER_IS_BETTER[loss])
+        welch_difference(f"{loss} ε={eps:g}", values[loss, eps, claim.better], values[loss, eps, claim.worse],
+                         higher_is_better=HIGHER_IS_BETTER[loss])
         for loss, eps in keys))
 
 
@@ -520,7 +519,7 @@ def verdict(claim: Claim, results: Sequence[Result]) -> str:
     judged = judge(claim, results)
     sentence = judged.sentence(claim.text, LABELS[claim.better], LABELS[claim.worse])
     cells = summarize(results)
-    others = [c.cell for c in judged.cells if c.outcome != "win"]
+    others = [c.cell for c in judged.cells if c.outcome != "supports"]
     if others:
         keys = [(loss, float(eps)) for loss, eps in (c.split(" ε=") for c in others)]
         grew = sum(cells[loss, eps, PPSGD].budget_steps > 0 for loss, eps in keys)

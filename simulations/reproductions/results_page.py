@@ -2,7 +2,8 @@
 
 ``python -m fedpub.simulations.reproductions.results_page [--runs runs/reproductions] [--out docs/results.md]``
 reads every ``claims.json`` under the runs folder (:mod:`fedpub.simulations.reproductions.results_record`) and
-writes one page: a summary table of every claim's verdict beside the paper's own figure, then per reproduction
+writes one page: a summary table of every claim's outcome, the difference's CI beside the paper's effect, the
+power and the gates, beside the paper's own figure, then per reproduction
 its paper, command, seeds, wall time, tuning paragraph, each claim's sentence with its statistics (the judge's,
 :mod:`fedpub.simulations.reproductions.judge`), and its tables and figures. Each record, with its tables and
 figures, is copied into ``docs/results/<name>/`` beside the page, so the page renders from the repository and
@@ -126,13 +127,15 @@ def results_page(runs: Path, out: Path, note: str = "") -> str:
         "tuned on validation data where the reproduction says so; tuning is not counted in ε.", "",
         f"**How a claim is judged.** {RULE}", "",
         "## Summary", "",
-        "| seed | reproduction | claim | verdict | the paper |", "|---|---|---|---|---|",
+        "| seed | reproduction | claim | outcome | difference, 95 % CI (paper's effect) | power | gates | the paper |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for _, record in records:
         mode = " (quick)" if record.quick else ""
         for claim in record.claims:
-            lines.append(f"| {record.seed_paper} | {record.name}{mode} | {_cell(claim.text)} | **{claim.verdict}** | "
-                         f"{_cell(claim.paper_figure)} |")
+            lines.append(f"| {record.seed_paper} | {record.name}{mode} | {_cell(claim.text)} | "
+                         f"**{_cell(claim.verdict)}** | {_cell(claim.ci)} | {claim.power or '—'} | "
+                         f"{_cell(claim.gates)} | {_cell(claim.paper_figure)} |")
     missing = [s for s in SEED_PAPERS if s not in {r.seed_paper for _, r in records}]
     lines.append("")
     if missing:

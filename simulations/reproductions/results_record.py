@@ -6,12 +6,14 @@ Every reproduction in ``simulations/reproductions/`` (fedpub issue 21, item 8) e
 schema, one JSON object::
 
     {"name", "seed_paper": "000".."004", "title", "paper", "command", "quick", "seeds", "wall_time_s",
-     "tuning", "claims": [{"text", "better", "worse", "verdict", "sentence", "paper_figure"}],
-     "tables": [relative .md paths], "figures": [relative .png paths]}
+     "tuning", "claims": [{"text", "better", "worse", "verdict", "sentence", "paper_figure", "ci", "power",
+     "gates"}], "tables": [relative .md paths], "figures": [relative .png paths]}
 
-A verdict is one of the claim judge's words (:data:`VERDICTS`, from
-:class:`fedpub.simulations.reproductions.judge.ClaimJudgement`); paths are relative to the folder of the
-``claims.json``. A record that breaks the schema is refused, naming the field.
+A verdict starts with one of the judge's four outcomes (:data:`VERDICTS`: ``not testable: <gate, with the
+numbers>``, ``inconclusive (power X % at the paper's effect)``; :attr:`.judge.ClaimJudgement.verdict`); ``ci`` is
+each tested cell's difference and 95 % CI beside the paper's effect, ``power`` the power at the paper's effect
+(empty where none), ``gates`` which cells passed and the numbers of each failed gate. Paths are relative to the
+folder of the ``claims.json``. A record that breaks the schema is refused, naming the field.
 """
 
 from __future__ import annotations
@@ -22,20 +24,21 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fedpub.atomic import write_json_atomic
-from fedpub.simulations.reproductions.judge import ClaimJudgement
+from fedpub.simulations.reproductions.judge import OUTCOMES, ClaimJudgement
 
 CLAIMS_FILE = "claims.json"
 REPRODUCTIONS = Path("runs/reproductions")
 """Where the reproductions write by default: full runs in ``<name>/``, quick ones in ``quick/<name>/`` (a quick run
 never resumes into, or overwrites, a full one)."""
 SEED_PAPERS = ("000", "001", "002", "003", "004")
-VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "refuted", "mixed", "not judged", "not checked")
-"""Every verdict :attr:`ClaimJudgement.verdict` can say."""
+VERDICTS = OUTCOMES
+"""The outcome each verdict starts with (:attr:`ClaimJudgement.verdict`)."""
 
 
 @dataclass(frozen=True)
 class ClaimRecord:
-    """One claim, its verdict and its sentence (with the statistics), and the paper's own figure beside ours."""
+    """One claim, its verdict and its sentence (with the statistics), the paper's own figure beside ours, the
+    difference's CI, the power at the paper's effect, and the gates."""
 
     text: str
     better: str
@@ -43,15 +46,20 @@ class ClaimRecord:
     verdict: str
     sentence: str
     paper_figure: str
+    ci: str
+    power: str
+    gates: str
 
     @classmethod
     def of(cls, text: str, better: str, worse: str, judged: ClaimJudgement, paper_figure: str) -> ClaimRecord:
         """The record of a claim judged over its grid."""
-        return cls(text, better, worse, judged.verdict, judged.sentence(text, better, worse), paper_figure)
+        power = judged.power
+        return cls(text, better, worse, judged.verdict, judged.sentence(text, better, worse), paper_figure,
+                   judged.ci_text(), "" if power is None else f"{power:.0%}", judged.gates_text())
 
     def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"claims[].verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if not self.verdict.startswith(VERDICTS):
+            raise ValueError(f"claims[].verdict must start with one of {VERDICTS}, got {self.verdict!r}")
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ class Tuning:
         flags = (f" Still on the grid's edge after the extensions (flagged): {', '.join(self.on_edge)}."
                  if self.on_edge else " No chosen value is on its grid's edge.")
         return (f"Grid search over {grid}{grown}; chosen {chosen} (validation score {self.best_score:.4g}).{flags} "
-                f"Tuning budget: {self.evaluations} evaluations (runs). Tuning is on validation data and is not "
+                f"Tuning budget: {self.evaluations} grid points evaluated. Tuning is on validation data and is not "
                 "counted in ε.")
 
 

@@ -1,6 +1,6 @@
-"""The one claim judge of the reproductions (simulations/reproductions/judge.py): a win only when the difference
-of the seeds' means exceeds its uncertainty (Welch's t at 95 %), ties and losses said as such, under 3 seeds not
-judged, and a claim judged over its whole grid."""
+"""The one claim judge of the reproductions (simulations/reproductions/judge.py), on constructed estimates: each of
+the four outcomes, Holm within a claim, paired vs unpaired tests, a failed gate withholding the verdict, a
+zero-variance cell not judged, a control counted once, and the runner's rows as the judge's plain structure."""
 
 from __future__ import annotations
 
@@ -9,81 +9,168 @@ import math
 import pytest
 from scipy import stats
 
-from fedpub.simulations.reproductions.claims import Claim, judge_claims
+from fedpub.simulations.reproductions.claims import results_of
 from fedpub.simulations.reproductions.judge import (
-    MIN_SEEDS,
+    ANY,
+    Beats,
+    Claim,
     ClaimJudgement,
     Estimate,
-    judge_cell,
-    welch_margin,
+    Headroom,
+    NotDegenerate,
+    NotFlat,
+    holm,
+    judge_claim,
+    paired_difference,
+    welch_difference,
 )
+
+SEEDS = range(5)
+
+
+def _arm(base: float, jitter: tuple[float, ...] = (0.0, 0.01, -0.01, 0.02, -0.02), **cells: float) -> dict:
+    """{cell: {seed: value}}: the cell's level plus a per-seed jitter (shared across arms: the seeds' draw)."""
+    return {cell.replace("eps", "ε="): {s: base + level + jitter[s] for s in SEEDS} for cell, level in cells.items()}
 
 
 def test_an_estimate_is_the_mean_and_its_standard_error():
     estimate = Estimate.of([0.80, 0.82, 0.84])
     assert estimate.mean == pytest.approx(0.82) and estimate.n == 3
     assert estimate.se == pytest.approx(0.02 / math.sqrt(3))
-    summary = Estimate.from_summary(0.82, 0.02, 3)
-    assert (summary.mean, summary.se, summary.n) == (pytest.approx(0.82), pytest.approx(estimate.se), 3)
 
 
-def test_the_margin_is_welchs_t_times_the_standard_error_of_the_difference():
-    a, b = Estimate(0.8, 0.01, 3), Estimate(0.7, 0.01, 3)  # equal se and n: 4 degrees of freedom
-    assert welch_margin(a, b) == pytest.approx(stats.t.ppf(0.975, 4) * math.sqrt(2) * 0.01)
-    assert welch_margin(Estimate(0.8, 0.0, 3), Estimate(0.7, 0.0, 5)) == 0.0  # neither varies: any gap counts
+def test_supports_when_a_cell_is_significantly_better_with_its_ci_beside_the_papers_effect():
+    results = {"a": _arm(0.80, eps1=0.0, eps4=0.03), "b": _arm(0.78, eps1=0.0, eps4=0.0)}
+    results["a"]["ε=1"][0] += 0.001  # not exactly constant differences
+    results["a"]["ε=4"][1] -= 0.002
+    judged = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.02), results)
+    assert judged.outcome == judged.verdict == "supports"
+    assert [c.outcome for c in judged.cells] == ["supports", "supports"]
+    assert "ε=4: +0.0496 [" in judged.ci_text() and "(paper's effect +0.02)" in judged.ci_text()
+    assert "**supports**" in judged.sentence("a beats b", "a", "b") and "paired t" in str(judged.cells[0])
 
 
-@pytest.mark.parametrize(
-    ("better", "worse", "higher_is_better", "outcome"),
-    [
-        ([0.80, 0.81, 0.82], [0.70, 0.71, 0.72], True, "win"),
-        ([0.70, 0.80, 0.75], [0.74, 0.75, 0.745], True, "tie"),  # better on average, within the seeds' noise
-        ([0.70, 0.71, 0.72], [0.80, 0.81, 0.82], True, "loss"),
-        ([0.10, 0.11, 0.12], [0.20, 0.21, 0.22], False, "win"),  # a loss, such as MSE: lower is better
-        ([0.80, 0.81], [0.70, 0.71, 0.72], True, "not judged"),
-    ],
-)
-def test_a_cell_is_won_only_beyond_its_uncertainty(better, worse, higher_is_better, outcome):
-    judged = judge_cell("ε=1", better, worse, higher_is_better=higher_is_better)
-    assert judged.outcome == outcome
-    assert str(judged).startswith("ε=1: ")
+def test_contradicts_when_significantly_worse_or_when_the_ci_excludes_the_papers_effect():
+    worse = {"a": _arm(0.70, eps1=0.0), "b": _arm(0.75, eps1=0.0)}
+    worse["a"]["ε=1"][0] += 0.002
+    assert judge_claim(Claim("a beats b", "a", "b", paper_effect=0.02), worse).verdict == "contradicts"
+    # a tie measured tightly: the CI holds zero but rules out the paper's +2 points
+    tie = {"a": _arm(0.75, eps1=0.0), "b": _arm(0.75, eps1=0.0)}
+    tie["a"]["ε=1"] = {s: v + d for (s, v), d in zip(tie["a"]["ε=1"].items(), (0.001, -0.001, 0.002, -0.002, 0.0))}
+    judged = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.02), tie)
+    low, high = judged.differences[0].ci()
+    assert low < 0 < high < 0.02
+    assert judged.verdict == "contradicts" and "excludes the paper's effect" in str(judged.cells[0])
 
 
-WIN, TIE, LOSS = ([0.8, 0.81, 0.82], [0.7, 0.71, 0.72]), ([0.7, 0.8, 0.75], [0.74, 0.75, 0.745]), \
-    ([0.7, 0.71, 0.72], [0.8, 0.81, 0.82])
+def test_inconclusive_reports_the_power_at_the_papers_effect():
+    noisy = {"a": _arm(0.75, eps1=0.0), "b": _arm(0.75, (0.0, 0.05, -0.05, 0.1, -0.1), eps1=0.0)}
+    judged = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.01), noisy)
+    d = judged.differences[0]
+    expected = stats.nct.sf(stats.t.ppf(0.975, 4), 4, 0.01 / d.se) + stats.nct.cdf(-stats.t.ppf(0.975, 4), 4,
+                                                                                   0.01 / d.se)
+    assert judged.power == pytest.approx(expected) and judged.power < 0.2
+    assert judged.verdict == f"inconclusive (power {expected:.0%} at the paper's effect)"
+    assert judge_claim(Claim("a beats b", "a", "b"), noisy).verdict.startswith(
+        "inconclusive (no paper's effect given")
 
 
-@pytest.mark.parametrize(
-    ("cells", "verdict"),
-    [
-        ([WIN, WIN], "reproduced"),
-        ([WIN, TIE], "partly reproduced"),
-        ([TIE, TIE], "not reproduced"),
-        ([TIE, LOSS], "refuted"),
-        ([WIN, LOSS], "mixed"),
-        ([WIN, ([0.8], [0.7])], "not judged"),
-        ([], "not checked"),
-    ],
-)
-def test_a_claim_is_judged_over_its_whole_grid(cells, verdict):
-    judged = ClaimJudgement(tuple(judge_cell(f"cell {k}", *pair) for k, pair in enumerate(cells)))
-    assert judged.verdict == verdict
-    assert f"**{verdict}**" in judged.sentence("a beats b", "a", "b")
+def test_a_failed_gate_withholds_the_verdict_and_says_its_numbers():
+    results = {"a": _arm(0.80, eps1=0.0, eps4=0.05), "b": _arm(0.70, eps1=0.0, eps4=0.05),
+               "public_only": {ANY: {s: 0.82 for s in SEEDS}}}
+    results["a"]["ε=1"][0] += 0.001
+    results["a"]["ε=4"][0] += 0.001
+    gate = Beats(("a", "b"), "public_only", 0.01, "public-only")
+    judged = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.02), results, gates=[gate])
+    assert judged.outcome == "supports" and [c.outcome for c in judged.cells] == ["not testable", "supports"]
+    assert judged.gates_text().startswith("1 of 2 cells testable; ε=1: gate 'the best private arm "
+                                          "beats public-only by 0.01' failed: a 0.8002 vs public-only 0.8200, a gap "
+                                          "of -0.0198")
+    results["public_only"][ANY] = {s: 0.86 for s in SEEDS}  # now public-only beats every private arm everywhere
+    judged = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.02), results, gates=[gate])
+    assert judged.outcome == "not testable" and "supports" not in judged.verdict
+    assert judged.verdict.startswith("not testable: ε=1: gate 'the best private arm beats public-only")
+    assert "a 0.8502 vs public-only 0.8600, a gap of -0.0098" in judged.verdict and judged.power is None
 
 
-def _rows(values: dict[tuple[str, float], list[float]]) -> list[dict]:
-    return [
-        {"strategy": label, "target_epsilon": eps, "epsilon": eps, "seed": seed, "eval_accuracy": value}
-        for (label, eps), seeds in values.items() for seed, value in enumerate(seeds)
-    ]
+def test_the_other_gates_headroom_chance_divergence_and_a_flat_tuning_landscape():
+    results = {"a": {"ε=1": {0: 0.85, 1: 0.86, 2: 0.84}}, "b": {"ε=1": {0: 0.10, 1: math.nan, 2: 0.10}},
+               "nonprivate": {ANY: {0: 0.86, 1: 0.86, 2: 0.86}}}
+    headroom = Headroom(("a", "b"), "nonprivate", 0.02)
+    assert "headroom +0.0100" in headroom.check(results, "ε=1", {})
+    assert Headroom(("a",), 0.95, 0.02).check(results, "ε=1", {}) == ""
+    chance = NotDegenerate(("a", "b"), chance=0.1379, margin=0.02).check(results, "ε=1", {})
+    assert "b diverged" in chance and "a at chance" not in chance
+    results["b"]["ε=1"][1] = 0.11
+    assert "b at chance (0.1033, chance 0.1379)" in NotDegenerate(("a", "b"), 0.1379, 0.02).check(results, "ε=1", {})
+    flat = NotFlat(("a", "b"), 0.01)
+    said = flat.check(results, "ε=1", {"a": {"ε=1": [0.5, 0.8, 0.7]}, "b": {ANY: [0.1379, 0.1379, 0.138]}})
+    assert "b's 3 validation scores span 0.0001" in said and "a's" not in said
+    assert "a has no tuning landscape" in flat.check(results, "ε=1", {})
+    with pytest.raises(ValueError, match="the arm 'nope'"):
+        Beats(("a",), "nope", 0.0, "x").check(results, "ε=1", {})
 
 
-def test_a_sweeps_claim_is_judged_at_every_epsilon_where_both_ran():
-    claim = Claim("a beats b", "a", "b")
-    (judged,) = judge_claims(_rows({("a", 1.0): WIN[0], ("b", 1.0): WIN[1], ("a", 2.0): TIE[0], ("b", 2.0): TIE[1],
-                                    ("a", 4.0): [0.9] * MIN_SEEDS}), "accuracy", [claim])
-    line = judged.sentence(claim.text, claim.better, claim.worse)
-    assert line.startswith("- a beats b: **partly reproduced** — `a` vs `b`: 1 wins, 1 ties, 0 losses of 2 cells")
-    assert "ε=1: 0.8100 ± 0.0058 (n=3) vs 0.7100 ± 0.0058 (n=3)" in line and "(tie)" in line
-    (unchecked,) = judge_claims(_rows({("a", 1.0): WIN[0], ("b", 2.0): WIN[1]}), "accuracy", [claim])
-    assert "**not checked**" in unchecked.sentence(claim.text, claim.better, claim.worse)
+def test_holm_adjusts_within_a_claim():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([]) == []
+    # one cell at p ≈ 0.03 supports alone, not among three cells of which the others show nothing
+    lone = {"a": {"ε=1": {s: v for s, v in enumerate([0.02, 0.03, 0.01, 0.04, 0.00])}},
+            "b": {"ε=1": {s: 0.0 for s in range(5)}}}
+    p = paired_difference("ε=1", lone["a"]["ε=1"], lone["b"]["ε=1"]).p_value()
+    assert 0.01 < p < 0.05
+    assert judge_claim(Claim("a beats b", "a", "b"), lone).outcome == "supports"
+    for eps in ("ε=2", "ε=4"):
+        lone["a"][eps] = {s: v for s, v in enumerate([0.02, -0.03, 0.01, -0.01, 0.01])}
+        lone["b"][eps] = {s: 0.0 for s in range(5)}
+    judged = judge_claim(Claim("a beats b", "a", "b"), lone)
+    assert judged.cells[0].holm_p == pytest.approx(3 * p) and judged.outcome == "inconclusive"
+    assert "Holm over 3 cells" in judged.sentence("a beats b", "a", "b")
+
+
+def test_arms_sharing_seeds_are_paired_others_compared_by_welch():
+    # the seeds' draws differ a lot, but a is better than b by 0.01 on every draw (± a little)
+    spread = (0.0, 0.10, -0.10, 0.05, -0.05)
+    results = {"a": _arm(0.76, spread, eps1=0.0), "b": _arm(0.75, spread, eps1=0.0)}
+    results["a"]["ε=1"][3] += 0.002
+    paired = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.01), results)
+    welch = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.01, paired=False), results)
+    assert paired.outcome == "supports" and paired.differences[0].test == "paired t"
+    assert welch.outcome == "inconclusive" and welch.differences[0].test == "Welch"
+    assert paired.differences[0].diff == pytest.approx(welch.differences[0].diff)
+    w = welch.differences[0]  # Welch–Satterthwaite: equal variances and n give 2(n − 1) degrees of freedom
+    assert w.dof == pytest.approx(8, rel=0.01) and w.se == pytest.approx(math.hypot(w.better.se, w.worse.se))
+    with pytest.raises(ValueError, match="the same seeds on both sides"):
+        paired_difference("ε=1", {0: 1.0, 1: 1.0, 2: 1.0}, {0: 1.0, 1: 1.0, 3: 1.0})
+
+
+def test_a_zero_variance_cell_is_not_judged_and_says_why():
+    constant = {"a": {"ε=1": {s: 0.1379 for s in SEEDS}}, "b": {"ε=1": {s: 0.1379 for s in SEEDS}}}
+    judged = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.05), constant)
+    assert judged.outcome == "not testable" and "zero variance" in judged.verdict and judged.power is None
+    shifted = welch_difference("ε=1", [0.2] * 3, [0.1] * 3)
+    assert "zero variance (every seed gives 0.2000 and 0.1000" in shifted.withheld
+    assert "under 3 seeds (2)" in welch_difference("ε=1", [0.2, 0.3], [0.1, 0.1, 0.2]).withheld
+    assert "not finite" in paired_difference("ε=1", {0: 1.0, 1: math.nan, 2: 1.0}, {0: 0.0, 1: 0.0, 2: 0.1}).withheld
+    # a zero-variance cell beside a judged one: the claim rests on the judged one
+    constant["a"]["ε=4"], constant["b"]["ε=4"] = {0: 0.9, 1: 0.92, 2: 0.91}, {0: 0.8, 1: 0.81, 2: 0.82}
+    mixed = judge_claim(Claim("a beats b", "a", "b"), constant)
+    assert mixed.outcome == "supports" and mixed.gates_text().startswith("1 of 2 cells testable")
+
+
+def test_a_control_run_once_is_compared_in_every_cell_and_the_rows_become_the_plain_structure():
+    rows = [{"strategy": "dp", "target_epsilon": eps, "seed": s, "eval_accuracy": 0.80 + eps / 100 + s / 1000}
+            for eps in (2.0, 4.0) for s in range(3)]
+    rows += [{"strategy": "public_only", "target_epsilon": None, "seed": s, "eval_accuracy": 0.7 + s / 500}
+             for s in range(3)]
+    results = results_of(rows, "accuracy")
+    assert set(results["dp"]) == {"ε=2", "ε=4"} and set(results["public_only"]) == {ANY}
+    judged = judge_claim(Claim("dp beats public-only", "dp", "public_only"), results)
+    assert [d.cell for d in judged.differences] == ["ε=2", "ε=4"] and judged.outcome == "supports"
+    with pytest.raises(ValueError, match="appears twice"):
+        results_of(rows + rows[:1], "accuracy")
+    with pytest.raises(ValueError, match="the arm 'c'"):
+        judge_claim(Claim("c beats dp", "c", "dp"), results)
+    assert judge_claim(Claim("x", "dp", "public_only"), {"dp": {}, "public_only": {}}).verdict == (
+        "not testable: no cell where both arms ran")
+    assert ClaimJudgement(()).outcome == "not testable"

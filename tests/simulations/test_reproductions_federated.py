@@ -1,8 +1,9 @@
 """The federated reproductions (seeds 000-003) and their one runner (simulations/reproductions/federated.py): every
 declaration is valid (its claims name strategies it runs, each with the paper's figure; its tuning axes set real
-config fields; it holds validation users out and is judged on every test client), the full and quick sweeps are
-placed as documented, and one quick mode runs end to end (the others differ only in their declaration). How
-claims are judged: test_judge.py."""
+config fields, tune what scales the noise with an equal budget; it holds validation users out, is judged on every
+test client and declares its regime gates), the full and quick sweeps are placed as documented, and one quick mode
+runs end to end, gates included (the others differ only in their declaration). How claims are judged:
+test_judge.py."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from fedpub.simulations.reproductions import (
 from fedpub.simulations.reproductions import federated
 from fedpub.simulations.reproductions.federated import (
     CLIENT_LR,
+    NOISE_SCALES,
     QUICK_NOISE,
+    SERVER_LR,
     TUNING_SEED,
-    FederatedReproduction,
     PlacedSweep,
     _with_values,
     place,
@@ -55,7 +57,11 @@ def test_each_declaration_claims_what_it_runs_and_tunes_real_fields_on_validatio
     labels = set(placed.strategies) | ({"public_only"} if repro.control else set())
     assert {c.better for c in repro.claims} | {c.worse for c in repro.claims} <= labels
     assert all(c.paper_figure for c in repro.claims)
-    assert set(repro.axes) == set(placed.strategies)  # every federated method is tuned
+    assert set(repro.axes) == set(placed.strategies)  # every federated method is tuned ...
+    assert len({len(federated.grid_points(axes)) for axes in repro.axes.values()}) == 1  # ... with one budget ...
+    assert all({a.name for a in axes} & set(NOISE_SCALES) for axes in repro.axes.values())  # ... and its noise scale
+    assert repro.gates and any(type(g).__name__ == "NotDegenerate" for g in repro.gates)
+    assert not set(repro.tuning_seeds) & set(placed.seeds)
     assert placed.base["data"]["validation"]["fraction"] > 0 and len(placed.seeds) >= 3
     assert placed.base["data"]["eval_users"] == "all"  # the claims are judged on every test client
     for label, axes in placed.axes.items():
@@ -76,52 +82,54 @@ def test_each_quick_placement_is_tiny_untuned_and_writes_under_out(module, tmp_p
     out = tmp_path / "out"
     placed = place(module.REPRODUCTION, out, quick=True)
     assert placed.epsilons is None and placed.max_extensions == 0 and placed.seeds == (0, 1, 2)
-    assert all(len(a.values) <= 2 for axes in placed.axes.values() for a in axes)
+    assert all(len(a.values) <= (2 if i == 0 else 1) for axes in placed.axes.values() for i, a in enumerate(axes))
     for label in placed.strategies:
         config = _config(placed, label, {}, tmp_path)
         assert config.rounds == 2 and config.data.path == out / "data"
         assert config.strategy.noise_multiplier == QUICK_NOISE["strategy"]["noise_multiplier"]
 
 
-def test_the_full_placement_tunes_at_the_largest_or_every_epsilon_and_extends_edges(tmp_path):
+def test_the_full_placement_tunes_at_every_epsilon_with_two_seeds_and_extends_edges(tmp_path):
     placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False)
     assert placed.epsilons == (0.5, 2.0, 8.0) and placed.tuning_epsilons == (0.5, 2.0, 8.0)
-    assert placed.tuned_at(2.0) == 2.0 and placed.max_extensions == 2
-    budget = place(budget_schedule_table2.REPRODUCTION, tmp_path, quick=False)
-    assert budget.tuning_epsilons == (8.0,) and budget.tuned_at(1.0) == 8.0
+    assert placed.max_extensions == 2 and placed.tuning_seeds == (TUNING_SEED, TUNING_SEED + 1)
+    assert place(budget_schedule_table2.REPRODUCTION, tmp_path, quick=False).tuning_epsilons == (1.0, 3.0, 8.0)
     assert place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=True).tuning_epsilons == (None,)
-    assert [a.name for a in placed.axes["pda_dpmd"]] == ["client.lr", "strategy.mirror.alpha_floor"]
+    # the paper's K is tuned, not the recipe's alpha_floor (not in the paper)
+    assert [a.name for a in placed.axes["pda_dpmd"]] == ["client.lr", "strategy.server_optimizer.lr",
+                                                         "strategy.mirror.decay_rounds"]
+    assert "alpha_floor" not in pda_dpmd_federated.REPRODUCTION.sweep.read_text().split("strategies:")[1].replace(
+        "no alpha_floor", "")
     assert place(adadps_stackoverflow.REPRODUCTION, tmp_path, quick=False).epsilons is None  # fixed σ = 0.3
 
 
 def test_tuning_at_every_epsilon_gives_each_epsilons_test_runs_its_own_values(tmp_path, monkeypatch):
     """The runner's bookkeeping, with a stand-in for the training run: the validation score peaks at a learning
-    rate that falls as the noise grows, so each ε must choose its own."""
+    rate that falls as the noise grows, so each ε must choose its own; a point's score is its seeds' mean."""
     best_lr = {0.5: 0.03, 8.0: 0.3}
     asked = []
 
     def fake_run_one(base, spec):
         asked.append((spec.name, spec.epsilon, spec.seed))
         lr = spec.overrides["client"]["lr"]
-        return SimpleNamespace(headline="accuracy", row={"val_accuracy": -abs(math.log(lr / best_lr[spec.epsilon]))})
+        noise = 0.5 if spec.seed == TUNING_SEED else -0.5  # the two seeds disagree; their mean does not
+        return SimpleNamespace(headline="accuracy",
+                               row={"val_accuracy": -abs(math.log(lr / best_lr[spec.epsilon])) + noise})
 
     monkeypatch.setattr(federated, "run_one", fake_run_one)
     placed = PlacedSweep(base={}, strategies={"a": {}}, epsilons=(0.5, 8.0), seeds=(0,),
-                         axes={"a": (CLIENT_LR,)}, max_extensions=0, tune_each_epsilon=True)
+                         axes={"a": (CLIENT_LR,)}, max_extensions=0, tuning_seeds=(TUNING_SEED, TUNING_SEED + 1))
     tunings = federated._tune(placed, tmp_path)
     assert {key: t.best for key, t in tunings.items()} == {("a", 0.5): {"client.lr": 0.03},
                                                             ("a", 8.0): {"client.lr": 0.3}}
-    assert {name for name, *_ in asked} >= {"a__eps0.5__client-lr0.03", "a__eps8__client-lr0.3"}
-    assert all(seed == TUNING_SEED for *_, seed in asked)
+    assert tunings["a", 8.0].best_score == pytest.approx(0.0)
+    assert {name for name, *_ in asked} >= {"a__eps0.5__client-lr0.03__seed100", "a__eps8__client-lr0.3__seed101"}
+    assert {seed for *_, seed in asked} == {TUNING_SEED, TUNING_SEED + 1} and len(asked) == 2 * 3 * 2
     assert federated._tuned_overrides(placed, tunings, "a", 0.5) == {"client": {"lr": 0.03}}
     assert federated._tuned_overrides(placed, tunings, "a", 8.0) == {"client": {"lr": 0.3}}
-    largest_only = dataclasses.replace(placed, tune_each_epsilon=False)
-    asked.clear()
-    tunings = federated._tune(largest_only, tmp_path)
-    assert list(tunings) == [("a", 8.0)] and {epsilon for _, epsilon, _ in asked} == {8.0}
-    assert federated._tuned_overrides(largest_only, tunings, "a", 0.5) == {"client": {"lr": 0.3}}
-    assert "at the sweep's largest ε" in federated._tuning_text(
-        budget_schedule_table2.REPRODUCTION, largest_only, tunings, "", quick=False)
+    assert "3 points × 2 seeds" not in federated._tuning_text(placed, tunings, "", quick=False)
+    assert "6 points × 2 seeds (100, 101; a point's score is their mean) = 12 runs" in federated._tuning_text(
+        placed, tunings, "", quick=False)
 
 
 def test_budget_schedule_boosts_one_round_of_60_at_the_papers_sigma_squared():
@@ -137,14 +145,21 @@ def test_pda_dpmd_and_warm_dp_fedavg_start_from_the_same_warm_model():
     assert runs["dp_fedavg_cold"].strategy.warm_start is None
 
 
-def test_a_declaration_tuning_an_unknown_strategy_or_without_validation_users_is_refused():
+def test_a_declaration_tuning_unfairly_or_without_validation_users_is_refused():
     repro = budget_schedule_table2.REPRODUCTION
     with pytest.raises(ValueError, match=r"axes name strategies \['nope'\]"):
-        FederatedReproduction(repro.name, repro.seed_paper, repro.title, repro.paper, repro.sweep, repro.claims,
-                              axes={"nope": (Axis("client.lr", (0.1, 0.3)),)}, changes=repro.changes)
+        dataclasses.replace(repro, axes={**repro.axes, "nope": (Axis("client.lr", (0.1, 0.3)),)})
     with pytest.raises(ValueError, match="data.validation"):
-        FederatedReproduction(repro.name, repro.seed_paper, repro.title, repro.paper, repro.sweep, repro.claims,
-                              axes=repro.axes)
+        dataclasses.replace(repro, changes={})
+    with pytest.raises(ValueError, match=r"\['last_rounds'\] have no axes"):
+        dataclasses.replace(repro, axes={"first_rounds": repro.axes["first_rounds"]})
+    with pytest.raises(ValueError, match="one size .*'first_rounds': 9, 'last_rounds': 3"):
+        dataclasses.replace(repro, axes={**repro.axes, "last_rounds": (CLIENT_LR,)})
+    with pytest.raises(ValueError, match=r"\['first_rounds', 'last_rounds'\] tune none of"):
+        dataclasses.replace(repro, axes={label: (CLIENT_LR, Axis("client.epochs", (1, 2, 3))) for label in repro.axes})
+    with pytest.raises(ValueError, match="overlap the test seeds"):
+        dataclasses.replace(repro, tuning_seeds=(0, 100))
+    assert [a.name for a in repro.axes["first_rounds"]] == ["client.lr", SERVER_LR.name]
 
 
 @pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.extended)])  # --jobs 2: -m extended
@@ -156,19 +171,48 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
     out = tmp_path / "out"
     budget_schedule_table2.main(["--quick", "--out", str(out), "--jobs", str(jobs)])
     in_workers = capsys.readouterr().out.count(": finished in ")
-    assert in_workers == (0 if jobs == 1 else 4 + 6)
+    assert in_workers == (0 if jobs == 1 else 8 + 6)
     record = read_claims_json(out / "claims.json")
     assert record.quick and record.seeds == 3 and record.seed_paper == "001"
     assert record.name == "budget_schedule_table2"
-    assert [c.verdict in VERDICTS for c in record.claims] == [True] and record.claims[0].paper_figure
+    assert [c.verdict.startswith(VERDICTS) for c in record.claims] == [True] and record.claims[0].paper_figure
     assert all((out / path).is_file() for path in (*record.tables, *record.figures))
-    assert "Total tuning budget: 4 runs on the validation users" in record.tuning
+    assert "Total tuning budget: 4 points × 2 seeds (100, 101; a point's score is their mean) = 8 runs" \
+        in record.tuning
     assert "not counted in ε" in record.tuning
-    assert len(list((out / "tuning").iterdir())) == 4 and len(list((out / "runs").iterdir())) == 6
+    assert len(list((out / "tuning").iterdir())) == 8 and len(list((out / "runs").iterdir())) == 6
+    # the gates ran: a tiny run is judged only where they pass, and says their numbers where not
+    claim = record.claims[0]
+    assert claim.gates.endswith("cells testable") or "gate '" in claim.gates
+    assert claim.verdict.startswith("not testable: ") == ("gate '" in claim.verdict or "not judged" in claim.verdict)
     ran = yaml.safe_load((out / "sweep.yaml").read_text())
     chosen = {label: s["client"]["lr"] for label, s in ran["strategies"].items()}
     assert set(chosen) == {"first_rounds", "last_rounds"} and set(chosen.values()) <= {0.03, 0.1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+QUICK_OTHERS = [dope_table7] + [pytest.param(m, marks=pytest.mark.extended)
+                                 for m in (pda_dpmd_federated, public_epochs_figure4, adadps_stackoverflow)]
+"""The other quick modes end to end: DOPE's (its public-only control and gate) in the suite, the rest in
+-m extended (about 35 s each on 2 shared cores)."""
+
+
+@pytest.mark.parametrize("module", QUICK_OTHERS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_quick_mode_runs_its_controls_and_gates_and_publishes_no_verdict_past_a_failed_gate(
+    module, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    module.main(["--quick", "--out", str(out)])
+    record = read_claims_json(out / "claims.json")
+    assert record.quick and len(record.claims) == len(module.REPRODUCTION.claims)
+    for claim in record.claims:
+        testable = int(claim.gates.split(" of ")[0])
+        assert claim.verdict.startswith(VERDICTS) and (testable == 0) == claim.verdict.startswith("not testable")
+        if testable == 0:
+            assert "gate '" in claim.verdict or "not judged" in claim.verdict
+    if module.REPRODUCTION.control is not None:
+        assert "`public_only` (centralised training on the pooled public users, run once for every ε" in record.tuning
 
 
 def test_a_stopped_reproduction_exits_130_saying_how_to_resume(tmp_path, monkeypatch, capsys):

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from fedpub.simulations.reproductions.judge import ClaimJudgement, judge_cell
+from fedpub.simulations.reproductions.judge import ClaimJudgement, welch_difference
 from fedpub.simulations.reproductions.results_page import main
 from fedpub.simulations.reproductions.results_record import ClaimRecord, ReproductionRecord, write_claims_json
 
 
 def _record(folder: Path, name: str, seed_paper: str, better: list[float], paper_figure: str,
             quick: bool = False) -> None:
-    judged = ClaimJudgement((judge_cell("ε=1", better, [0.50, 0.51, 0.52]),))
+    judged = ClaimJudgement((welch_difference("ε=1", better, [0.50, 0.51, 0.52]),), paper_effect=0.02)
     (folder / "plots").mkdir(parents=True)
     (folder / "compare.md").write_text(f"# table of {name}\n")
     (folder / "plots" / "acc.png").write_bytes(b"\x89PNG not really")
@@ -34,8 +34,10 @@ def test_the_page_is_built_from_every_claims_json_with_statistics_and_copied_ass
     assert main(["--runs", str(runs), "--out", str(out), "--note", "seed 000 runs on another branch"]) == out
     page = out.read_text()
     assert page.index("Seed 002") < page.index("Seed 003")  # by seed paper
-    assert "| 003 | dope_table7 | A beats B in dope_table7 | **reproduced** | 84.7 vs 82.2 % |" in page
-    assert "| 002 | adadps_stackoverflow | A beats B in adadps_stackoverflow | **not reproduced** | +5 points |" in page
+    assert ("| 003 | dope_table7 | A beats B in dope_table7 | **supports** | ε=1: +0.3000 [+0.2773, +0.3227] (paper's "
+            "effect +0.02) | 46% | 1 of 1 cells testable | 84.7 vs 82.2 % |") in page
+    assert ("| 002 | adadps_stackoverflow | A beats B in adadps_stackoverflow | **inconclusive (power 19% at the "
+            "paper's effect)** |") in page and "| +5 points |" in page
     assert "0.8100 ± 0.0058 (n=3)" in page  # the judge's statistics, from the sentence
     assert "tuning dope_table7" in page and "python -m adadps_stackoverflow" in page and "90 s" in page
     assert "![plots/acc.png](results/dope_table7/plots/acc.png)" in page
@@ -64,7 +66,7 @@ def test_a_regeneration_keeps_the_committed_records_until_the_runs_have_a_better
     _record(second / "adadps_stackoverflow", "adadps_stackoverflow", "002", [0.49, 0.50, 0.51], "new adadps")
     main(["--runs", str(second), "--out", str(out)])
     page = out.read_text()
-    assert "| 003 | dope_table7 | A beats B in dope_table7 | **reproduced** | full dope |" in page  # kept over quick
+    assert "| 003 | dope_table7 | A beats B in dope_table7 | **supports** |" in page and "| full dope |" in page
     assert "new adadps" in page and "full adadps" not in page  # a new full run replaces the committed one
     assert (out.parent / "results" / "dope_table7" / "plots" / "acc.png").is_file()  # its figure kept with it
     assert not (out.parent / "results.new").exists() and not (out.parent / "results.old").exists()

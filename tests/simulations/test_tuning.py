@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from fedpub.simulations.reproductions.judge import ClaimJudgement, judge_cell
+from fedpub.simulations.reproductions.judge import ClaimJudgement, welch_difference
 from fedpub.simulations.reproductions.results_record import (
     ClaimRecord,
     ReproductionRecord,
@@ -71,7 +71,7 @@ def test_a_single_value_axis_is_held_fixed_and_never_flagged():
 def test_the_paragraph_names_the_grid_choice_budget_validation_and_epsilon():
     tuning = tune([Axis("lr", (0.1, 1.0, 10.0))], lambda p: -abs(p["lr"] - 1.0), higher_is_better=True)
     text = tuning.markdown()
-    for part in ("lr ∈ {0.1, 1, 10}", "lr = 1", "3 evaluations", "validation data", "not counted in ε",
+    for part in ("lr ∈ {0.1, 1, 10}", "lr = 1", "3 grid points evaluated", "validation data", "not counted in ε",
                  "No chosen value is on its grid's edge"):
         assert part in text
 
@@ -91,7 +91,7 @@ def test_a_bad_axis_is_refused_naming_it(axis, message):
 
 
 def _record(**changes) -> ReproductionRecord:
-    judged = ClaimJudgement((judge_cell("ε=1", [0.8, 0.81, 0.82], [0.7, 0.71, 0.72]),))
+    judged = ClaimJudgement((welch_difference("ε=1", [0.8, 0.81, 0.82], [0.7, 0.71, 0.72]),), paper_effect=0.025)
     record = ReproductionRecord(
         name="dope_table7", seed_paper="003", title="Seed 003", paper="Nasr et al. 2023", command="python -m x",
         quick=True, seeds=3, wall_time_s=1.5, tuning="none",
@@ -106,7 +106,9 @@ def test_a_record_round_trips_through_claims_json(tmp_path):
     path = write_claims_json(tmp_path, record)
     assert path == tmp_path / "claims.json"
     assert read_claims_json(path) == record
-    assert record.claims[0].verdict == "reproduced" and "1 wins" in record.claims[0].sentence
+    claim = record.claims[0]
+    assert claim.verdict == "supports" and "d = +0.1000" in claim.sentence and claim.power == "64%"
+    assert claim.ci.startswith("ε=1: +0.1000 [") and claim.gates == "1 of 1 cells testable"
 
 
 @pytest.mark.parametrize(
@@ -121,7 +123,7 @@ def test_a_record_breaking_the_schema_is_refused_naming_the_field(changes, messa
     with pytest.raises(ValueError, match=message):
         _record(**changes)
     with pytest.raises(ValueError, match="verdict"):
-        ClaimRecord("t", "a", "b", "won", "s", "p")  # not one of the judge's words
+        ClaimRecord("t", "a", "b", "won", "s", "p", "", "", "")  # not one of the judge's outcomes
 
 
 def test_a_claims_json_with_an_unknown_field_is_refused(tmp_path):

@@ -1,0 +1,60 @@
+"""The public-only control of the federated reproductions: the seeded initial model trained on the pooled public
+users alone (no private data, no DP needed), its learning rate and epochs tuned on the validation users.
+
+Wherever a reproduction judges a public-data claim, this arm says whether the private users teach the model
+anything beyond what the public users already do: the regime gate :class:`~.judge.Beats` compares the best
+private arm with it (fedpub issue 36). It does not depend on ε: its rows have no ``target_epsilon`` and the judge
+counts them once (the ``ANY`` cell). It trains on the base's own public users (``data.public``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fedpub.clients.public_training import pooled_data, train_on_public
+from fedpub.config import ExperimentConfig, PublicTrainingConfig, parse_config
+from fedpub.models.seeded import model_params
+from fedpub.simulations.tools.compare import deep_merge
+from fedpub.simulations.run.evaluation import EvaluationSet, evaluate
+from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.reproductions.federated import TUNING_SEED, Row
+from fedpub.simulations.reproductions.tuning import Axis, tune
+
+
+def control_config(base: Mapping[str, Any], seed: int) -> ExperimentConfig:
+    """The base as the control reads it (no private round runs: ε is only parsed); refused without public users."""
+    if not base.get("data", {}).get("public", {}).get("fraction"):
+        raise ValueError("public_only control: the base has no public users; set data.public.fraction > 0")
+    raw = deep_merge(dict(base), {"seed": seed, "name": "public_only", "output_dir": "unused"})
+    return parse_config(raw, "public_only control")
+
+
+def public_only(base: Mapping[str, Any], seed: int, training: PublicTrainingConfig) -> dict[str, float]:
+    """The control on one seed, evaluated on the test users (``eval_*``) and the validation users (``val_*``)."""
+    experiment = build_experiment(control_config(base, seed))
+    model = experiment.new_model()
+    data = pooled_data(experiment.public_data, experiment.public_ids)
+    params, _ = train_on_public(model, model_params(model), data, training, experiment.task, seed=seed,
+                                purpose="public_only")
+    test = EvaluationSet.pooled(experiment.test, experiment.eval_users.ids, experiment.device)
+    val = EvaluationSet.pooled(experiment.train, experiment.validation_ids, experiment.device)
+    metrics = evaluate(model, params, test, experiment.task)
+    metrics |= {f"val_{k.removeprefix('eval_')}": v for k, v in evaluate(model, params, val, experiment.task).items()}
+    return metrics
+
+
+def public_only_control(base: Mapping[str, Any], seeds: Sequence[int], quick: bool) -> tuple[list[Row], str]:
+    """The control on every test seed (rows with no ε), its learning rate and epochs tuned on the validation
+    users; and its tuning paragraph."""
+    axes = [Axis("lr", (0.1, 0.3)), Axis("epochs", (5,), "linear")] if quick else \
+        [Axis("lr", (0.03, 0.1, 0.3)), Axis("epochs", (5, 10, 20), "linear")]
+    tuning = tune(axes, lambda p: public_only(base, TUNING_SEED, PublicTrainingConfig(
+        lr=p["lr"], epochs=int(p["epochs"])))["val_accuracy"], higher_is_better=True,
+        max_extensions=0 if quick else 2)
+    chosen = PublicTrainingConfig(lr=tuning.best["lr"], epochs=int(tuning.best["epochs"]))
+    rows = [{"strategy": "public_only", "seed": seed, "target_epsilon": None, **public_only(base, seed, chosen)}
+            for seed in seeds]
+    accuracies = ", ".join(f"{r['eval_accuracy']:.4f}" for r in rows)
+    return rows, (f"`public_only` (centralised training on the pooled public users, run once for every ε; test "
+                  f"accuracy per seed {accuracies}): {tuning.markdown()}")
