@@ -21,6 +21,12 @@ for a given (q, T), calibrated by fedpub's PLD accountant (in place of Algorithm
   normalised so that P's largest eigenvalue is one (App. E: if H ∝ I, PDA-DPMD is DP-SGD). The step is
   fedpub's own, :func:`fedpub.steps.mirror.quadratic_mirror`, given P.
 
+Two mechanism controls (fedpub issue 36) run beside them, from θ_pub, each tuned on its own grid: PDA-DPMD with
+P = I (App. E: then PDA-DPMD *is* warm DP-SGD, step for step, which the tests check bit for bit) and PDA-DPMD with a
+mis-specified public Hessian (P with its coordinates permuted at random: the same spectrum, the wrong directions),
+which should lose to the right one. Every arm of a seed shares its draw, batches and noise, so ``paired.json`` keeps
+the per-seed losses for a paired judge (:mod:`fedpub.simulations.reproductions.paired`).
+
 App. E grid-searches the learning rate, the clip norm and the number of epochs and reports the best empirical
 loss; it gives neither the grids nor the batch size. Ours are :data:`DEFAULT_GRID`, searched with
 :func:`fedpub.simulations.reproductions.tuning.tune` (an axis whose best value is on its edge is extended, at most
@@ -34,7 +40,7 @@ seeds. Learning rates are factors of a unit taken from the tuning draw's public 
 The claims are judged by :mod:`fedpub.simulations.reproductions.judge` over the whole grid of p (empirical loss,
 lower is better; :func:`claim_judgements` says which cells encode each claim).
 
-Run ``python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression [--dims 500,...] [--seeds 5] [--quick]
+Run ``python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression [--dims 500,...] [--seeds 20] [--quick]
 [--out DIR]``.
 """
 
@@ -64,6 +70,7 @@ from fedpub.privacy.calibration import calibrate_noise_multiplier  # noqa: E402
 from fedpub.privacy.events import PoissonSampling  # noqa: E402
 from fedpub.seeding import torch_generator  # noqa: E402
 from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, Difference, welch_difference  # noqa: E402
+from fedpub.simulations.reproductions.paired import PairedClaim, paired_line, write_paired_json  # noqa: E402
 from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     ClaimRecord,
     ReproductionRecord,
@@ -88,7 +95,13 @@ EPSILON = 1.0
 DELTA = 1e-5
 RIDGE = 1e-6  # App. E's "small constant times the identity", relative to the Hessian's mean diagonal
 ALGORITHMS = ("cold_dp_sgd", "warm_dp_sgd", "pda_dpmd")
-LABELS = {"cold_dp_sgd": "cold-start DP-SGD", "warm_dp_sgd": "warm-start DP-SGD", "pda_dpmd": "PDA-DPMD"}
+CONTROLS = ("pda_identity", "pda_misspecified")
+"""Mechanism controls (issue 36): PDA-DPMD with P = I (it must be warm DP-SGD, step for step) and with a
+mis-specified public Hessian (the right one with its coordinates permuted: the same spectrum, the wrong
+directions), which should lose to the right one."""
+ARMS = ALGORITHMS + CONTROLS
+LABELS = {"cold_dp_sgd": "cold-start DP-SGD", "warm_dp_sgd": "warm-start DP-SGD", "pda_dpmd": "PDA-DPMD",
+          "pda_identity": "PDA-DPMD with P = I", "pda_misspecified": "PDA-DPMD, mis-specified Hessian"}
 OUTPUTS = ("last", "average")
 DTYPE = torch.float64
 DEFAULT_DIMS = (500, 1000, 2000, 4000, 6000)
@@ -239,6 +252,8 @@ class Draw:
     mirror: MirrorMap
     theta_pub: torch.Tensor
     spectrum: Spectrum
+    misspecified: MirrorMap
+    """P with its rows and columns permuted at random (:data:`CONTROLS`)."""
 
 
 def prepare(dim: int, seed: int | str, n_private: int = N_PRIVATE, ridge: float = RIDGE) -> Draw:
@@ -252,7 +267,8 @@ def prepare(dim: int, seed: int | str, n_private: int = N_PRIVATE, ridge: float 
     rhs = torch.zeros(dim, dtype=DTYPE).index_add_(
         0, idx.reshape(-1), (2 * FEATURE_VALUE / idx.shape[0] * problem.public_y).repeat_interleave(idx.shape[1]))
     theta_pub = rhs @ mirror.matrix / spectrum.smallest
-    return Draw(problem, mirror, theta_pub, spectrum)
+    order = torch.randperm(dim, generator=torch_generator(NAME, dim, seed, "misspecified"))
+    return Draw(problem, mirror, theta_pub, spectrum, MirrorMap(mirror.matrix[order][:, order]))
 
 
 def noisy_mean(clipped_sum: torch.Tensor, clip_norms: torch.Tensor, noise_multiplier: float,
@@ -327,15 +343,20 @@ class Grid:
 
 DEFAULT_GRID = Grid(
     sampling_rate=0.2,
-    epochs=(5.0, 10.0, 20.0),
+    epochs=(2.5, 5.0, 10.0, 20.0, 40.0),
     clip_norms={"cold_dp_sgd": (0.003, 0.01, 0.03, 0.1), "warm_dp_sgd": (0.001, 0.003, 0.01, 0.03),
-                "pda_dpmd": (0.0003, 0.001, 0.003, 0.01)},
+                "pda_dpmd": (0.0003, 0.001, 0.003, 0.01), "pda_identity": (0.001, 0.003, 0.01, 0.03),
+                "pda_misspecified": (0.0003, 0.001, 0.003, 0.01)},
     lr_factors={"cold_dp_sgd": (4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
                 "warm_dp_sgd": (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
-                "pda_dpmd": (0.03, 0.06, 0.12, 0.25, 0.5, 1.0)},
+                "pda_dpmd": (0.03, 0.06, 0.12, 0.25, 0.5, 1.0),
+                "pda_identity": (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
+                "pda_misspecified": (0.03, 0.06, 0.12, 0.25, 0.5, 1.0)},
 )
-QUICK_GRID = Grid(sampling_rate=0.25, epochs=(2.0,), clip_norms={a: (0.01, 0.1) for a in ALGORITHMS},
-                  lr_factors={"cold_dp_sgd": (4.0, 16.0), "warm_dp_sgd": (2.0, 8.0), "pda_dpmd": (0.1, 0.5)})
+"""The controls get the grids of the arm they mirror: P = I warm DP-SGD's, the mis-specified Hessian PDA-DPMD's."""
+QUICK_GRID = Grid(sampling_rate=0.25, epochs=(2.0,), clip_norms={a: (0.01, 0.1) for a in ARMS},
+                  lr_factors={"cold_dp_sgd": (4.0, 16.0), "warm_dp_sgd": (2.0, 8.0), "pda_dpmd": (0.1, 0.5),
+                              "pda_identity": (2.0, 8.0), "pda_misspecified": (0.1, 0.5)})
 
 
 @dataclass(frozen=True)
@@ -361,7 +382,14 @@ def _start(draw: Draw, algorithm: str) -> torch.Tensor:
 
 
 def _unit(draw: Draw, algorithm: str) -> float:
-    return 1 / draw.spectrum.smallest if algorithm == "pda_dpmd" else 1 / draw.spectrum.largest
+    return 1 / draw.spectrum.smallest if algorithm in ("pda_dpmd", "pda_misspecified") else 1 / draw.spectrum.largest
+
+
+def _mirror(draw: Draw, algorithm: str) -> MirrorMap | None:
+    """The arm's mirror map: none for DP-SGD, the identity for the P = I control."""
+    if algorithm == "pda_identity":
+        return MirrorMap(torch.eye(draw.theta_pub.numel(), dtype=DTYPE))
+    return {"pda_dpmd": draw.mirror, "pda_misspecified": draw.misspecified}.get(algorithm)
 
 
 def _train_generator(dim: int, seed: int | str, schedule: Schedule) -> torch.Generator:
@@ -374,7 +402,7 @@ def run_algorithm(draw: Draw, seed: int | str, algorithm: str, schedule: Schedul
     """:func:`train` for one algorithm and every (lr, C) row, with the (p, seed, schedule) generator."""
     problem = draw.problem
     return train(problem, _start(draw, algorithm), lrs, clip_norms, schedule.sampling_rate, schedule.steps, z,
-                 _train_generator(problem.dim, seed, schedule), draw.mirror if algorithm == "pda_dpmd" else None)
+                 _train_generator(problem.dim, seed, schedule), _mirror(draw, algorithm))
 
 
 def tune_draw(draw: Draw, grid: Grid, accountant: str = "pld") -> tuple[dict[str, Choice], dict[str, Tuning]]:
@@ -382,7 +410,7 @@ def tune_draw(draw: Draw, grid: Grid, accountant: str = "pld") -> tuple[dict[str
     validation draw, lowest empirical loss; the released iterate (last or average) is the better one at each point.
     Points are trained in batches: the first score asked for at some epochs trains every (C, lr) seen so far."""
     choices, tunings = {}, {}
-    for algorithm in ALGORITHMS:
+    for algorithm in ARMS:
         unit = _unit(draw, algorithm)
         scored: dict[tuple[float, float, float], tuple[float, str]] = {}
         seen = (set(grid.clip_norms[algorithm]), set(grid.lr_factors[algorithm]))
@@ -454,7 +482,7 @@ def summary_rows(results: Sequence[Result], choices: Mapping[int, Mapping[str, C
     """One row per (algorithm, p): mean and std over seeds, and the tuned hyper-parameters."""
     rows = []
     for dim in sorted(choices):
-        for algorithm in ALGORITHMS:
+        for algorithm in ARMS:
             cell, choice = _cell(results, algorithm, dim), choices[dim][algorithm]
             emp, emp_sd = _mean_std([r.empirical_loss for r in cell])
             pop, pop_sd = _mean_std([r.population_loss for r in cell])
@@ -501,7 +529,7 @@ def table_markdown(rows: Sequence[Mapping[str, object]], grid: Grid, accountant:
     lines += ["", f"Initial grid (extended at an edge; the final grids and the tuning budget are in `tuning.md`): "
               f"q = {grid.sampling_rate:g}, epochs ∈ {list(grid.epochs)}"
               + "; " + "; ".join(f"{a}: C ∈ {list(grid.clip_norms[a])}, lr factor ∈ {list(grid.lr_factors[a])}"
-                                 for a in ALGORITHMS)
+                                 for a in ARMS)
               + "; released iterate ∈ {last, average}. Units: 1/λ_max(H_pub) for DP-SGD, 1/λ_min(H_pub + ridge) "
               "for PDA-DPMD. PDA-DPMD's absolute lr is large because λ_min is the ridge on XᵀX's null direction: "
               f"lr·P = factor·(H + ridge)⁻¹, a damped Newton step. z is fedpub's {accountant.upper()} calibration for "
@@ -624,6 +652,34 @@ def comparison_lines(results: Sequence[Result]) -> list[str]:
     return lines
 
 
+PAIRED_CLAIMS = (
+    ("Warm-start DP-SGD beats cold-start DP-SGD (Fig. 1a)", "warm_dp_sgd", "cold_dp_sgd", "claim"),
+    ("PDA-DPMD beats warm-start DP-SGD (Fig. 1b)", "pda_dpmd", "warm_dp_sgd", "claim"),
+    ("Control: PDA-DPMD with the right public Hessian beats it with a mis-specified one (the same spectrum, "
+     "coordinates permuted)", "pda_dpmd", "pda_misspecified", "control"),
+)
+"""Claims per p on the per-seed empirical losses, for a paired judge (``paired.json``)."""
+
+
+def paired_outputs(out: Path, results: Sequence[Result]) -> list[str]:
+    """``paired.json`` (every arm's empirical loss per p and seed, and :data:`PAIRED_CLAIMS`); returns the
+    comparison's lines: each claim's paired differences and the P = I control's largest gap to warm DP-SGD."""
+    values: dict[str, dict[str, dict[int, float]]] = {}
+    for r in results:
+        values.setdefault(r.algorithm, {}).setdefault(f"p={r.dim}", {})[r.seed] = r.empirical_loss
+    cells = tuple(f"p={d}" for d in sorted({r.dim for r in results}))
+    claims = [PairedClaim(text, better, worse, cells, role=role) for text, better, worse, role in PAIRED_CLAIMS
+              if better in values and worse in values]
+    write_paired_json(out, NAME, "empirical private loss", False, values, claims)
+    lines = [paired_line(values, c, higher_is_better=False) for c in claims]
+    if "pda_identity" in values:
+        gap = max(abs(values["pda_identity"][c][s] - values["warm_dp_sgd"][c][s]) for c in cells
+                  for s in values["warm_dp_sgd"][c])
+        lines.append(f"- [control] PDA-DPMD with P = I is warm-start DP-SGD (App. E): largest |loss difference| over "
+                     f"every p and seed {gap:.3g} (each tuned on its own, so equal when the tunings agree)")
+    return lines
+
+
 def write_tuning(out: Path, tunings: Mapping[int, Mapping[str, Tuning]]) -> str:
     """``tuning.md`` (every tuning's paragraph) and a one-paragraph summary for claims.json."""
     lines = ["# PDA-DPMD linear regression: tuning on a validation draw", ""]
@@ -653,11 +709,13 @@ def write_outputs(out: Path, results: Sequence[Result], choices: Mapping[int, Ma
     plot(out / "figure.png", rows)
     tuning = write_tuning(out, tunings)
     lines = comparison_lines(results)
+    paired = paired_outputs(out, results)
     seeds = len({r.seed for r in results})
     write_text_atomic(out / "comparison.md", "\n".join([
         f"# {TITLE}", "", PAPER, "",
         f"p = {', '.join(map(str, sorted(choices)))}, {seeds} seeds (the paper: 20), wall time {wall_time:.0f} s. "
-        "Empirical private loss, lower is better.", "", RULE, "", *lines, "", tuning, ""]))
+        "Empirical private loss, lower is better.", "", RULE, "", *lines, "",
+        "Paired per seed (the arms share each seed's draw, batches and noise):", "", *paired, "", tuning, ""]))
     judged = claim_judgements(results)
     dims = tuple(sorted(choices))
     command = "python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression" + (
@@ -700,7 +758,7 @@ def run(dims: Sequence[int], seeds: int, out: Path, grid: Grid = DEFAULT_GRID, n
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", default=",".join(map(str, DEFAULT_DIMS)), help="comma-separated dimensions p")
-    parser.add_argument("--seeds", type=int, default=5, help="reported seeds per p (default 5; the paper: 20)")
+    parser.add_argument("--seeds", type=int, default=20, help="reported seeds per p (default 20, the paper's)")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
     parser.add_argument("--quick", action="store_true",

@@ -4,6 +4,7 @@ map, the DP-SGD reduction, the noise scale, the verdict rules and the files of a
 from __future__ import annotations
 
 import csv
+import json
 import math
 
 import pytest
@@ -116,6 +117,23 @@ def test_pda_dpmd_with_identity_hessian_is_exactly_dp_sgd():
     assert not torch.equal(runs[0].last[0], runs[0].last[1])
 
 
+def test_identity_control_is_warm_dp_sgd_and_the_misspecified_map_keeps_the_spectrum():
+    draw = pda.prepare(250, seed=4, n_private=300)
+    schedule = pda.Schedule(0.2, 1.0)
+    lrs, clips = torch.tensor([8.0, 40.0], dtype=pda.DTYPE), torch.tensor([0.01, 0.1], dtype=pda.DTYPE)
+    assert pda._unit(draw, "pda_identity") == pda._unit(draw, "warm_dp_sgd")
+    warm, identity = (pda.run_algorithm(draw, 4, arm, schedule, 1.1, lrs, clips) for arm in ("warm_dp_sgd",
+                                                                                            "pda_identity"))
+    assert torch.equal(warm.last, identity.last) and torch.equal(warm.average, identity.average)
+    right, wrong = draw.mirror.matrix, draw.misspecified.matrix
+    assert not torch.equal(right, wrong)
+    torch.testing.assert_close(wrong, wrong.T)
+    torch.testing.assert_close(torch.linalg.eigvalsh(wrong), torch.linalg.eigvalsh(right))
+    assert pda._unit(draw, "pda_misspecified") == pda._unit(draw, "pda_dpmd")
+    misspecified = pda.run_algorithm(draw, 4, "pda_misspecified", schedule, 1.1, lrs, clips)
+    assert not torch.equal(misspecified.last, pda.run_algorithm(draw, 4, "pda_dpmd", schedule, 1.1, lrs, clips).last)
+
+
 def test_clipping_bounds_each_example_and_the_noise_std_is_z_c_over_the_expected_batch():
     problem = pda.generate_problem(250, seed=2, n_private=40)
     theta = torch.randn(2, 250, generator=torch_generator("test", 3), dtype=pda.DTYPE)
@@ -167,5 +185,10 @@ def test_quick_mode_uses_fedpubs_mirror_step_and_writes_claims_json(tmp_path):
     assert all((out / path).exists() for path in (*record.tables, *record.figures))
     with open(out / "table.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["algorithm"], r["dim"]) for r in rows] == [(a, d) for d in ("250", "500", "750") for a in pda.ALGORITHMS]
+    assert [(r["algorithm"], r["dim"]) for r in rows] == [(a, d) for d in ("250", "500", "750") for a in pda.ARMS]
+    paired = json.loads((out / "paired.json").read_text())
+    assert set(paired["values"]) == set(pda.ARMS) and paired["seeds"] == [0, 1, 2]
+    # P = I trains exactly as warm DP-SGD at every grid point, so its tuning and its losses are warm DP-SGD's
+    assert paired["values"]["pda_identity"] == paired["values"]["warm_dp_sgd"]
+    assert {c["role"] for c in paired["claims"]} == {"claim", "control"}
     assert "validation" in record.tuning and "not counted in ε" in (out / "tuning.md").read_text()

@@ -1,0 +1,452 @@
+"""Seed 001 (Ganesh et al. 2023, "Why is public pretraining necessary for private model training?") on its own
+two-basin construction (eq. 1–2, the toy of Figure 2): Table 2 (more budget in the first or the last epoch) and
+Figure 4 (public epochs spent before or after private training), with a strongly convex control where the
+paper's prediction flips.
+
+**The landscape** (eq. 1–2 with a one-dimensional θ₁, the paper's Figure 2): θ = (θ₁ ∈ ℝ, θ₂ ∈ ℝ^m), one example
+d = (d₁, d₂), ℓ(θ; d) = ℓ₁(θ₁; d₁) + P·q(θ₁)·ℓ₂(θ₂; d₂) with ℓ₁ = min(½(θ₁ − d₁)², 9/2),
+ℓ₂ = min(0, ‖θ₂ − d₂‖²/(2r²) − ½), and q the gate of eq. 1 around S = {|θ₁| ∈ [M − R₁, M + R₁]} (eq. 2: in one
+dimension the shell is two basins, at −M and +M): q = 1 in S, falls linearly to 0 within R₂ of S, 0 beyond (so
+q(0) = 0: at the origin only θ₁ has a gradient). The figure's M = 0.5, R₁ = 0.1, R₂ = 0.2; r = 0.1 (the figure's
+0.01 would make θ₂'s curvature 10⁴). d₁ ~ N(M, s₁²), d₂ = μ₂ + s₂·ξ projected into B(0, r), ‖μ₂‖ = r/2: the
+population minimum is in the basin at +M; the basin at −M is a local minimum (once θ₁ is in it, ℓ₂ < 0 holds θ₁
+at its inner edge), so **which basin the first steps choose is final**. The **strongly convex control** drops the
+gate and the floors: ℓ = ½(θ₁ − d₁)² + P·‖θ₂ − d₂‖²/(2r²), where what is chosen early is forgotten and the last
+steps' noise is what stays.
+
+**Training.** DP-SGD on the private examples (one example = one user): Poisson batches of rate q, per-example
+clipping to C, noise N(0, z_t²C²I) on the sum, division by the expected batch; z calibrated by fedpub's accountant
+(:func:`fedpub.privacy.calibration.calibrate`, PLD; the quick mode RDP) so that the whole planned run is (ε, δ)-DP.
+Public training is full-batch gradient descent on the public examples at a fixed rate (not private, not tuned).
+
+**Arms** (every arm tuned on what scales its noise, the learning rate and the clip norm, on the same grid on
+separate tuning draws; edges extended by :func:`fedpub.simulations.reproductions.tuning.tune`):
+
+- Table 2, from θ = 0 on private data only: ``even`` (one z), ``early`` (the first epoch's noise variance 0.6
+  times the others', all calibrated together to ε, as :mod:`budget_schedule_table2`), ``late`` (the last epoch);
+- Figure 4, T_pub public steps split: ``pre_<t>`` takes t public steps from θ = 0, then DP-SGD (one z), then the
+  remaining T_pub − t public steps; ``public_only`` takes the T_pub steps and no private one; ``origin`` is θ = 0
+  (the trivial predictor, for the gate).
+
+**Seeds and pairing.** A seed is one draw of the data and one stream of batches and noise shared by every arm (common
+random numbers: the same standard normals scaled by each arm's z_t·C); its figure is the mean test excess loss
+(loss − loss at (M, μ₂) on a test sample) over ``replicates`` independent chains of that stream. ``paired.json``
+holds every arm's per-seed figures and the claims (:mod:`fedpub.simulations.reproductions.paired`).
+
+    python -m fedpub.simulations.reproductions.two_basin [--seeds 20] [--epsilons 1,3,8] [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from dp_accounting import dp_event
+
+from fedpub.atomic import write_text_atomic
+from fedpub.privacy.calibration import calibrate
+from fedpub.privacy.events import PoissonSampling, neighboring_relation, round_event
+from fedpub.seeding import torch_generator
+from fedpub.simulations.reproductions.judge import RULE
+from fedpub.simulations.reproductions.paired import PairedClaim, judgement, paired_line, write_paired_json
+from fedpub.simulations.reproductions.results_record import (
+    ClaimRecord,
+    ReproductionRecord,
+    default_out,
+    write_claims_json,
+)
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune
+
+NAME = "two_basin"
+DTYPE = torch.float64
+Kind = Literal["two_basin", "convex"]
+KINDS: tuple[Kind, ...] = ("two_basin", "convex")
+BOOST_NOISE_RATIO = math.sqrt(0.6)
+"""The boosted epoch's z over the others' (Table 2's σ² = 0.6 read as a variance ratio, as in
+:mod:`fedpub.simulations.reproductions.budget_schedule_table2`)."""
+
+
+@dataclass(frozen=True)
+class Landscape:
+    """The loss of eq. 1–2 (``two_basin``) or its strongly convex control (``convex``)."""
+
+    kind: Kind
+    center: float = 0.5  # M
+    basin_halfwidth: float = 0.1  # R₁
+    gate_width: float = 0.2  # R₂
+    radius: float = 0.1  # r
+    scale: float = 1.0  # P
+
+    def gate(self, theta1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q(θ₁) of eq. 1 and its derivative."""
+        size = theta1.abs()
+        outer, inner = size - (self.center + self.basin_halfwidth), (self.center - self.basin_halfwidth) - size
+        distance = torch.clamp(torch.maximum(outer, inner), min=0.0)
+        q = torch.clamp(1 - distance / self.gate_width, min=0.0)
+        sloped = (distance > 0) & (distance < self.gate_width)
+        slope = torch.where(outer > 0, torch.sign(theta1), -torch.sign(theta1)) * (-1 / self.gate_width)
+        return q, torch.where(sloped, slope, torch.zeros_like(slope))
+
+    def losses(self, theta: torch.Tensor, d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        """ℓ(θ; d) for every model (leading dims of ``theta``, last dim 1 + m) and example: (..., n)."""
+        r1 = theta[..., :1] - d1
+        quad2 = (theta[..., None, 1:] - d2).square().sum(-1) / (2 * self.radius**2)
+        if self.kind == "convex":
+            return 0.5 * r1.square() + self.scale * quad2
+        q, _ = self.gate(theta[..., :1])
+        return torch.clamp(0.5 * r1.square(), max=4.5) + self.scale * q * torch.clamp(quad2 - 0.5, max=0.0)
+
+    def gradients(self, theta: torch.Tensor, d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        """Per-example gradients (..., n, 1 + m), in closed form (the tests check them against autograd)."""
+        r1 = theta[..., :1] - d1
+        diff2 = theta[..., None, 1:] - d2
+        if self.kind == "convex":
+            return torch.cat([r1[..., None], self.scale * diff2 / self.radius**2], dim=-1)
+        quad2 = diff2.square().sum(-1) / (2 * self.radius**2) - 0.5
+        q, slope = self.gate(theta[..., :1])
+        g1 = torch.where(0.5 * r1.square() < 4.5, r1, 0.0) + self.scale * torch.clamp(quad2, max=0.0) * slope
+        g2 = (self.scale * q * (quad2 < 0))[..., None] * diff2 / self.radius**2
+        return torch.cat([g1[..., None], g2], dim=-1)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The data of one draw, and the spreads of d₁ and d₂."""
+
+    private: int = 50
+    """Few enough that cold private training chooses the basin badly at ε ≤ 8 (at 500 it never failed: a
+    one-dimensional choice is easy privately once εn is large)."""
+    public: int = 20
+    validation: int = 2000
+    test: int = 5000
+    dim2: int = 4  # m
+    spread1: float = 0.5  # s₁
+    spread2: float = 0.5  # s₂ / r (per coordinate)
+
+
+@dataclass(frozen=True)
+class Data:
+    """d₁ (n,) and d₂ (n, m) for each split, and the population's (M, μ₂)."""
+
+    private: tuple[torch.Tensor, torch.Tensor]
+    public: tuple[torch.Tensor, torch.Tensor]
+    validation: tuple[torch.Tensor, torch.Tensor]
+    test: tuple[torch.Tensor, torch.Tensor]
+    optimum: torch.Tensor  # (1 + m,)
+
+
+def make_data(land: Landscape, sizes: Sizes, seed: int | str) -> Data:
+    """One draw: μ₂ a uniformly random direction of norm r/2; every split i.i.d. from the same distribution."""
+    gen = torch_generator(NAME, seed, "data")
+    direction = torch.randn(sizes.dim2, generator=gen, dtype=DTYPE)
+    mu2 = direction / direction.norm() * land.radius / 2
+
+    def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        d1 = land.center + sizes.spread1 * torch.randn(n, generator=gen, dtype=DTYPE)
+        d2 = mu2 + sizes.spread2 * land.radius * torch.randn(n, sizes.dim2, generator=gen, dtype=DTYPE)
+        norms = d2.norm(dim=1, keepdim=True)
+        return d1, d2 * torch.clamp(land.radius / norms, max=1.0)
+
+    return Data(split(sizes.private), split(sizes.public), split(sizes.validation), split(sizes.test),
+                torch.cat([torch.tensor([land.center], dtype=DTYPE), mu2]))
+
+
+def excess_loss(land: Landscape, theta: torch.Tensor, split: tuple[torch.Tensor, torch.Tensor],
+                optimum: torch.Tensor) -> torch.Tensor:
+    """Mean loss on the split minus the loss at (M, μ₂), per model (leading dims of ``theta``)."""
+    base = land.losses(optimum, *split).mean()
+    return torch.stack([land.losses(row, *split).mean(-1) for row in theta.reshape(-1, theta.shape[-1])]
+                       ).reshape(theta.shape[:-1]) - base
+
+
+def private_sgd(land: Landscape, data: tuple[torch.Tensor, torch.Tensor], theta: torch.Tensor, lrs: torch.Tensor,
+                clips: torch.Tensor, noise_multipliers: Sequence[float], sampling_rate: float,
+                generator: torch.Generator) -> torch.Tensor:
+    """DP-SGD for every (lr, C) row and replicate chain: ``theta`` (G, K, 1 + m). Step t draws each chain's Poisson
+    batch (K, n) and standard normal (K, 1 + m) from ``generator`` (shared by the G rows and by every arm given the
+    same generator: common random numbers), clips per example, adds z_t·C times the normal and divides by qn."""
+    d1, d2 = data
+    n = d1.numel()
+    chains = theta.shape[1]
+    for z in noise_multipliers:
+        batch = (torch.rand(chains, n, generator=generator, dtype=DTYPE) < sampling_rate).to(DTYPE)
+        standard = torch.randn(chains, theta.shape[-1], generator=generator, dtype=DTYPE)
+        grads = land.gradients(theta, d1, d2)
+        norms = grads.norm(dim=-1).clamp_min(1e-300)
+        weights = torch.clamp(clips[:, None, None] / norms, max=1.0) * batch
+        summed = (grads * weights[..., None]).sum(-2)
+        noisy = (summed + z * clips[:, None, None] * standard) / (sampling_rate * n)
+        theta = theta - lrs[:, None, None] * noisy
+    return theta
+
+
+def public_gd(land: Landscape, data: tuple[torch.Tensor, torch.Tensor], theta: torch.Tensor, steps: int,
+              lr: float) -> torch.Tensor:
+    """``steps`` full-batch gradient-descent steps on the public examples (non-private)."""
+    for _ in range(steps):
+        theta = theta - lr * land.gradients(theta, *data).mean(-2)
+    return theta
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The private run: epochs at Poisson rate q, and the public steps and their rate."""
+
+    epochs: int = 8
+    sampling_rate: float = 0.2
+    public_steps: int = 200  # T_pub
+    public_lr: float = 0.01  # r²/P: one step reaches the public θ₂
+    pretrain_splits: tuple[int, ...] = (0, 50, 100, 150, 200)
+    delta: float = 1e-5
+    accountant: Literal["pld", "rdp"] = "pld"
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return round(1 / self.sampling_rate)
+
+    @property
+    def steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+
+SCHEDULES = ("even", "early", "late")
+
+
+def noise_schedule(plan: Plan, schedule: str, epsilon: float, cache_dir: Path | None = None) -> list[float]:
+    """z_t of every private step: one z (``even``), or the first/last epoch at √0.6·z; z calibrated so the planned
+    run costs ε at δ (the boosted runs share one calibration: the same events in another order)."""
+    sampling = PoissonSampling(plan.sampling_rate)
+    boosted, rest = plan.steps_per_epoch, plan.steps - plan.steps_per_epoch
+
+    def step(z: float) -> dp_event.DpEvent:
+        return round_event(sampling, [dp_event.GaussianDpEvent(z)])
+
+    def planned(z: float) -> dp_event.DpEvent:
+        if schedule == "even":
+            return dp_event.SelfComposedDpEvent(step(z), plan.steps)
+        return dp_event.ComposedDpEvent([dp_event.SelfComposedDpEvent(step(BOOST_NOISE_RATIO * z), boosted),
+                                         dp_event.SelfComposedDpEvent(step(z), rest)])
+
+    z = calibrate(planned, neighboring_relation(sampling), epsilon, plan.delta, plan.accountant, cache_dir)
+    if schedule == "even":
+        return [z] * plan.steps
+    low = [BOOST_NOISE_RATIO * z] * boosted
+    return low + [z] * rest if schedule == "early" else [z] * rest + low
+
+
+def arms(plan: Plan) -> tuple[str, ...]:
+    """Every arm's name: the Table 2 schedules, then ``pre_<t>`` for Figure 4, ``public_only`` and ``origin``."""
+    return (*SCHEDULES, *(f"pre_{t}" for t in plan.pretrain_splits), "public_only", "origin")
+
+
+def run_arm(land: Landscape, data: Data, plan: Plan, arm: str, zs: Mapping[str, list[float]], lrs: torch.Tensor,
+            clips: torch.Tensor, replicates: int, stream: int | str) -> torch.Tensor:
+    """The final models of one arm, (G, K, 1 + m), for the (lr, C) rows; ``stream`` names the batches and noise
+    (the same for every arm of a seed)."""
+    theta = torch.zeros(lrs.numel(), replicates, data.optimum.numel(), dtype=DTYPE)
+    generator = torch_generator(NAME, stream, "train")
+    rate = plan.sampling_rate
+    if arm in SCHEDULES:
+        return private_sgd(land, data.private, theta, lrs, clips, zs[arm], rate, generator)
+    if arm == "public_only":
+        return public_gd(land, data.public, theta, plan.public_steps, plan.public_lr)
+    if arm == "origin":
+        return theta
+    before = int(arm.removeprefix("pre_"))
+    theta = public_gd(land, data.public, theta, before, plan.public_lr)
+    theta = private_sgd(land, data.private, theta, lrs, clips, zs["even"], rate, generator)
+    return public_gd(land, data.public, theta, plan.public_steps - before, plan.public_lr)
+
+
+TUNED = ("lr", "C")
+LR_GRID = (0.0025, 0.005, 0.01, 0.02)
+CLIP_GRID = (0.3, 1.0, 3.0, 10.0)
+
+
+def tune_arm(land: Landscape, draws: Sequence[Data], plan: Plan, arm: str, zs: Mapping[str, list[float]],
+             replicates: int, grid: tuple[tuple[float, ...], tuple[float, ...]]) -> Tuning:
+    """(lr, C) on the tuning draws' validation splits: mean excess loss over draws and chains, lowest wins; the
+    initial grid is trained in one batch, extensions point by point."""
+    scored: dict[tuple[float, float], float] = {}
+
+    def train(points: Sequence[tuple[float, float]]) -> None:
+        lrs = torch.tensor([p[0] for p in points], dtype=DTYPE)
+        clips = torch.tensor([p[1] for p in points], dtype=DTYPE)
+        total = torch.zeros(len(points), dtype=DTYPE)
+        for i, data in enumerate(draws):
+            theta = run_arm(land, data, plan, arm, zs, lrs, clips, replicates, f"tune{i}")
+            loss = excess_loss(land, theta, data.validation, data.optimum).mean(-1)
+            total += torch.nan_to_num(loss, nan=math.inf)
+        for point, value in zip(points, total / len(draws)):
+            scored[point] = float(value)
+
+    train([(lr, c) for lr in grid[0] for c in grid[1]])
+
+    def score(values: Mapping[str, float]) -> float:
+        point = (values["lr"], values["C"])
+        if point not in scored:
+            train([point])
+        return scored[point]
+
+    return tune([Axis("lr", grid[0]), Axis("C", grid[1])], score, higher_is_better=False)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Per-seed test excess loss and the share of chains whose θ₁ ended in the basin at +M, per (arm, cell)."""
+
+    values: dict[str, dict[str, dict[int, float]]]
+    right_basin: dict[str, dict[str, dict[int, float]]]
+    tunings: dict[tuple[str, str], Tuning]
+
+
+def cell_name(kind: str, epsilon: float) -> str:
+    return f"{kind} ε={epsilon:g}"
+
+
+def run(kinds: Sequence[Kind], epsilons: Sequence[float], seeds: int, plan: Plan, sizes: Sizes, replicates: int,
+        tuning_draws: int, grid: tuple[tuple[float, ...], tuple[float, ...]], cache_dir: Path | None = None,
+        log: Callable[[str], None] = print) -> Outcome:
+    """Tune every arm per (landscape, ε), then run it on every seed (paired: one data draw and stream a seed)."""
+    values: dict[str, dict[str, dict[int, float]]] = {arm: {} for arm in arms(plan)}
+    right: dict[str, dict[str, dict[int, float]]] = {arm: {} for arm in arms(plan)}
+    tunings: dict[tuple[str, str], Tuning] = {}
+    for kind in kinds:
+        land = Landscape(kind)
+        draws = [make_data(land, sizes, f"tune{i}") for i in range(tuning_draws)]
+        tests = [make_data(land, sizes, seed) for seed in range(seeds)]
+        for epsilon in epsilons:
+            cell, tick = cell_name(kind, epsilon), time.perf_counter()
+            zs = {s: noise_schedule(plan, s, epsilon, cache_dir) for s in SCHEDULES}
+            for arm in arms(plan):
+                if arm in ("public_only", "origin"):
+                    best = {"lr": 0.0, "C": 1.0}  # nothing private: nothing to tune
+                else:
+                    tunings[arm, cell] = tuning = tune_arm(land, draws, plan, arm, zs, replicates, grid)
+                    best = tuning.best
+                lr, clip = (torch.tensor([best[k]], dtype=DTYPE) for k in TUNED)
+                values[arm][cell], right[arm][cell] = {}, {}
+                for seed, data in enumerate(tests):
+                    theta = run_arm(land, data, plan, arm, zs, lr, clip, replicates, seed)[0]
+                    values[arm][cell][seed] = float(excess_loss(land, theta, data.test, data.optimum).mean())
+                    q, _ = land.gate(theta[:, :1])
+                    right[arm][cell][seed] = float(((theta[:, 0] > 0) & (q[:, 0] > 0)).to(DTYPE).mean())
+            log(f"{cell} (z even {zs['even'][0]:.3f}) [{time.perf_counter() - tick:.0f} s]: " + ", ".join(
+                f"{arm} {statistics.fmean(values[arm][cell].values()):.4f}" for arm in arms(plan)))
+    return Outcome(values, right, tunings)
+
+
+TABLE2_FIGURE = ("Table 2 (CIFAR-10, 60 epochs, σ² = 0.6 on one epoch): first epoch 46.7 / 49.6 / 54.0 % vs last "
+                 "epoch 46.3 / 48.0 / 52.0 % at ε = 1 / 3 / 8 (± 0.3–0.9)")
+FIGURE4 = ("Figure 4 (CIFAR-10, T_pub = 200 public epochs): accuracy rises with the epochs spent on pretraining; all "
+           "200 before private training is best")
+
+
+def claims(plan: Plan, kinds: Sequence[Kind], epsilons: Sequence[float]) -> list[PairedClaim]:
+    """The paper's claims on the two-basin landscape, their flipped predictions on the convex control, and the
+    gates (private training must learn something, and the best arm must beat public-only)."""
+    def cells(kind: str) -> tuple[str, ...]:
+        return tuple(cell_name(kind, e) for e in epsilons) if kind in kinds else ()
+
+    first, last = f"pre_{plan.pretrain_splits[-1]}", f"pre_{plan.pretrain_splits[0]}"
+    found = [
+        PairedClaim("Two basins: more budget in the first epoch beats more in the last (Table 2)", "early", "late",
+                    cells("two_basin"), paper_figure=TABLE2_FIGURE),
+        PairedClaim("Two basins: more budget in the first epoch beats an even spend", "early", "even",
+                    cells("two_basin"), paper_figure="§3.1: 'reducing privacy noise in the earlier rounds of training "
+                    "is more beneficial'"),
+        PairedClaim("Two basins: all public steps before private training beat all after it (Figure 4)", first, last,
+                    cells("two_basin"), paper_figure=FIGURE4),
+        PairedClaim("Convex control: the last epoch's budget beats the first's (the prediction flips)", "late",
+                    "early", cells("convex"), role="control"),
+        PairedClaim("Convex control: public steps after private training beat those before (the prediction flips)",
+                    last, first, cells("convex"), role="control"),
+        PairedClaim("Gate: cold private training beats the trivial predictor θ = 0", "even", "origin",
+                    cells("two_basin") + cells("convex"), role="gate"),
+        PairedClaim("Gate: public pretraining then private training beats public only", first, "public_only",
+                    cells("two_basin") + cells("convex"), role="gate"),
+    ]
+    return [c for c in found if c.cells]
+
+
+TITLE = "Seed 001, Table 2 and Figure 4 on the paper's two-basin construction (eq. 1–2), with a convex control"
+PAPER = ("Ganesh et al. 2023, \"Why is public pretraining necessary for private model training?\", §2 eq. 1–2 (the "
+         "construction, Figure 2's one-dimensional toy) and §3.1 (Table 2, Figure 4).")
+
+
+def write_outputs(out: Path, outcome: Outcome, found: Sequence[PairedClaim], plan: Plan, sizes: Sizes, seeds: int,
+                  replicates: int, wall: float, quick: bool) -> list[str]:
+    """paired.json, comparison.md, tuning.md and claims.json; returns the comparison's claim lines."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_paired_json(out, NAME, "test excess loss", False, outcome.values, found)
+    lines = [paired_line(outcome.values, c, higher_is_better=False) for c in found]
+    basin = [f"- {arm}: " + ", ".join(f"{cell} {statistics.fmean(per.values()):.2f}" for cell, per in cells.items())
+             for arm, cells in outcome.right_basin.items()]
+    write_text_atomic(out / "tuning.md", "\n".join(
+        ["# Two-basin construction: tuning (lr, C) on separate draws", ""]
+        + [f"- **{arm}, {cell}**: {t.markdown()}" for (arm, cell), t in outcome.tunings.items()]) + "\n")
+    evaluations = sum(t.evaluations for t in outcome.tunings.values())
+    flagged = [f"{arm} {cell} ({', '.join(t.on_edge)})" for (arm, cell), t in outcome.tunings.items() if t.on_edge]
+    tuning = (f"Every private arm tuned over (lr, C) from the same initial grid (lr {list(LR_GRID)}, C "
+              f"{list(CLIP_GRID)}) on separate tuning draws, lowest validation excess loss: {evaluations} evaluations "
+              "(tuning.md); " + (f"still on an edge: {'; '.join(flagged)}. " if flagged else "none on an edge. ")
+              + "Not counted in ε.")
+    setup = (f"{sizes.private} private, {sizes.public} public examples a draw; m = {sizes.dim2}; {plan.epochs} epochs "
+             f"at q = {plan.sampling_rate:g} ({plan.steps} steps), δ = {plan.delta:g}, {plan.accountant.upper()} "
+             f"accountant; T_pub = {plan.public_steps} public GD steps at lr {plan.public_lr:g}; {seeds} seeds × "
+             f"{replicates} chains; wall time {wall:.0f} s.")
+    write_text_atomic(out / "comparison.md", "\n".join([
+        f"# {TITLE}", "", PAPER, "", setup, "", "## Paired differences (test excess loss, lower is better)", "",
+        *lines, "", "## Today's rule (unpaired)", "", RULE, "",
+        *(judgement(outcome.values, c, False).sentence(c.text, c.better, c.worse) for c in found), "",
+        "## Share of chains ending in the basin at +M (mean over seeds)", "", *basin, "", tuning, ""]))
+    command = f"python -m fedpub.simulations.reproductions.{NAME}" + (" --quick" if quick else "")
+    write_claims_json(out, ReproductionRecord(
+        NAME, "001", TITLE, PAPER, command, quick, seeds, wall, tuning,
+        tuple(ClaimRecord.of(c.text, c.better, c.worse, judgement(outcome.values, c, False), c.paper_figure)
+              for c in found),
+        ("comparison.md", "tuning.md"), ()))
+    return lines
+
+
+QUICK_PLAN = Plan(epochs=2, sampling_rate=0.1, public_steps=40, pretrain_splits=(0, 40), accountant="rdp")
+QUICK_SIZES = Sizes(private=100, public=10, validation=200, test=300)
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20, help="paired seeds (default 20)")
+    parser.add_argument("--epsilons", default="1,3,8", help="target ε list (default 1,3,8: Table 2's)")
+    parser.add_argument("--replicates", type=int, default=16, help="chains a seed (default 16)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny data, 2 epochs, ε = 1, 3 seeds × 4 chains, a 2×2 grid, RDP: seconds, for the tests")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    out = args.out or default_out(NAME, args.quick)
+    start = time.perf_counter()
+    if args.quick:
+        plan, sizes, epsilons, seeds, replicates, draws = QUICK_PLAN, QUICK_SIZES, [1.0], 3, 4, 1
+        grid = ((0.005, 0.01), (1.0, 3.0))
+    else:
+        plan, sizes, seeds, replicates, draws = Plan(), Sizes(), args.seeds, args.replicates, 2
+        epsilons, grid = [float(e) for e in args.epsilons.split(",")], (LR_GRID, CLIP_GRID)
+    outcome = run(KINDS, epsilons, seeds, plan, sizes, replicates, draws, grid)
+    found = claims(plan, KINDS, epsilons)
+    lines = write_outputs(out, outcome, found, plan, sizes, seeds, replicates, time.perf_counter() - start,
+                          args.quick)
+    print("\n".join(lines))
+    print(f"wall time {time.perf_counter() - start:.1f} s; results in {out}")
+    return out
+
+
+if __name__ == "__main__":
+    main()

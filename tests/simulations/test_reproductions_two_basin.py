@@ -1,0 +1,96 @@
+"""Seed 001's two-basin construction (eq. 1–2): the landscape's gradients and basins, the noiseless prediction, the
+budget schedules' accounting, and the files of a quick run."""
+
+from __future__ import annotations
+
+import json
+
+import dp_accounting
+import pytest
+import torch
+
+from fedpub.privacy.accountant import UserLevelAccountant
+from fedpub.privacy.events import PoissonSampling, neighboring_relation
+from fedpub.simulations.reproductions import two_basin as tb
+from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
+
+SIZES = tb.Sizes(private=200, public=200, validation=10, test=4000, spread1=0.05)
+
+
+@pytest.mark.parametrize("kind", tb.KINDS)
+def test_gradients_are_the_losses_derivatives(kind):
+    land = tb.Landscape(kind)
+    data = tb.make_data(land, SIZES, 0)
+    d1, d2 = data.private[0][:30], data.private[1][:30]
+    gen = torch.Generator().manual_seed(0)
+    theta1 = torch.tensor([-0.7, -0.55, -0.3, 0.0, 0.25, 0.45, 0.65, 0.75], dtype=tb.DTYPE)[:, None]
+    theta = torch.cat([theta1, data.optimum[1:] + 0.03 * torch.randn(8, SIZES.dim2, generator=gen, dtype=tb.DTYPE)],
+                      dim=1).requires_grad_(True)
+    expected = torch.stack([torch.autograd.grad(land.losses(row, d1, d2)[i], row)[0]
+                            for row in theta for i in range(30)]).reshape(8, 30, -1)
+    torch.testing.assert_close(land.gradients(theta.detach(), d1, d2), expected)
+
+
+def test_two_basins_the_global_one_at_plus_m_and_the_gate_closed_at_the_origin():
+    land = tb.Landscape("two_basin")
+    data = tb.make_data(land, SIZES, 1)
+    q, _ = land.gate(torch.tensor([-0.5, -0.4, 0.0, 0.2, 0.5, 0.6, 0.9], dtype=tb.DTYPE))
+    assert q.tolist() == pytest.approx([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    right, wrong, origin = data.optimum.clone(), data.optimum.clone(), torch.zeros_like(data.optimum)
+    wrong[0] = -land.center
+    loss = {name: float(land.losses(theta, *data.test).mean()) for name, theta in
+            (("right", right), ("wrong", wrong), ("origin", origin))}
+    assert loss["right"] < min(loss["wrong"], loss["origin"])
+
+
+def test_noiseless_prediction_the_first_steps_choose_the_basin_only_on_the_two_basin_landscape():
+    """Gradient descent from the origin reaches the basin at +M; from the basin at −M it stays there on the two-basin
+    landscape (what the first steps chose is final: post-training cannot undo it), while on the convex control both
+    starts end at the same minimum (the start is forgotten)."""
+    ends = {}
+    for kind in tb.KINDS:
+        land = tb.Landscape(kind)
+        data = tb.make_data(land, SIZES, 2)
+        starts = torch.zeros(2, 1, 1 + SIZES.dim2, dtype=tb.DTYPE)
+        starts[1, 0, 0], starts[1, 0, 1:] = -land.center, data.optimum[1:]
+        ends[kind] = tb.public_gd(land, data.private, starts, 3000, 0.01)[:, 0, 0]
+    assert ends["two_basin"][0] == pytest.approx(0.5, abs=0.05)
+    assert -0.6 < float(ends["two_basin"][1]) < -0.35
+    torch.testing.assert_close(ends["convex"][0], ends["convex"][1], atol=1e-6, rtol=0)
+
+
+def test_boosted_schedules_spend_the_target_and_differ_only_in_order(tmp_path):
+    plan = tb.Plan(epochs=4, sampling_rate=0.25)
+    zs = {s: tb.noise_schedule(plan, s, 2.0, tmp_path) for s in tb.SCHEDULES}
+    assert len(zs["even"]) == plan.steps == 16 and len(set(zs["even"])) == 1
+    assert zs["early"] == zs["late"][::-1] and zs["early"][0] == pytest.approx(tb.BOOST_NOISE_RATIO * zs["early"][-1])
+    assert zs["early"][:4] == [zs["early"][0]] * 4 and zs["early"][4] > zs["early"][3]
+    sampling = PoissonSampling(plan.sampling_rate)
+    for schedule in tb.SCHEDULES:
+        accountant = UserLevelAccountant("pld", neighboring_relation(sampling))
+        for z in zs[schedule]:
+            accountant.compose(dp_accounting.PoissonSampledDpEvent(0.25, dp_accounting.GaussianDpEvent(z)))
+        assert 1.9 < accountant.epsilon(plan.delta) <= 2.0 + 1e-3
+
+
+def test_arms_share_batches_and_noise_within_a_seed():
+    land, plan = tb.Landscape("convex"), tb.Plan(epochs=1, sampling_rate=0.5)
+    data = tb.make_data(land, tb.Sizes(private=20, public=5, validation=5, test=5), 3)
+    zs = {"even": [1.0, 1.0], "early": [1.0, 1.0]}
+    one = torch.tensor([0.01], dtype=tb.DTYPE)
+    runs = [tb.run_arm(land, data, plan, arm, zs, one, one, 3, stream) for arm, stream in
+            (("even", 0), ("early", 0), ("even", 1))]
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+
+
+def test_quick_mode_writes_paired_values_and_claims(tmp_path):
+    out = tb.main(["--quick", "--out", str(tmp_path / "out")])
+    record = read_claims_json(out / "claims.json")
+    assert record.quick and record.seeds == 3 and record.seed_paper == "001"
+    assert record.claims and all(c.verdict.startswith(VERDICTS) for c in record.claims)
+    paired = json.loads((out / "paired.json").read_text())
+    assert paired["seeds"] == [0, 1, 2] and paired["higher_is_better"] is False
+    assert set(paired["values"]) == set(tb.arms(tb.QUICK_PLAN))
+    assert set(paired["values"]["early"]) == {"two_basin ε=1", "convex ε=1"}
+    assert {c["role"] for c in paired["claims"]} == {"claim", "control", "gate"}
+    assert "Paired differences" in (out / "comparison.md").read_text()
