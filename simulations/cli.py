@@ -239,8 +239,10 @@ def run(
         except KeyboardInterrupt:
             display.stop()
             _stopped(run_dir, None, cfg.rounds, resume)
-        except (RunDirectoryError, RunDirectoryLocked, CohortsKeepFailing, WorkerLost, RanksDiverged,
-                *USER_ERRORS) as error:
+        except WorkerLost:
+            display.stop()
+            raise typer.Exit(2) from None  # said on stderr when it happened
+        except (RunDirectoryError, RunDirectoryLocked, CohortsKeepFailing, RanksDiverged, *USER_ERRORS) as error:
             display.stop()
             _fail(error)
         finally:

@@ -62,6 +62,12 @@ class WorkerLost(RuntimeError):
     """A collective of the run failed: another rank stopped (an error, a kill, its machine lost)."""
 
 
+def _said(lost: WorkerLost) -> WorkerLost:
+    """``lost``, written on stderr first."""
+    os.write(2, f"error: {lost}\n".encode())
+    return lost
+
+
 class RanksDiverged(RuntimeError):
     """The ranks' models differ: their arithmetic gave different results (the run cannot go on as one run)."""
 
@@ -140,21 +146,25 @@ def _fingerprint(params: Params) -> int:
 class Workers:
     """This rank's membership of the run's process group, and the collectives a round needs."""
 
-    def __init__(self, launch: Launch, device: torch.device) -> None:
-        self.launch, self.device = launch, device
+    def __init__(self, launch: Launch, device: torch.device, *, owned: bool) -> None:
+        self.launch, self.device, self._owned = launch, device, owned
         self.rank, self.world_size = launch.rank, launch.world_size
 
     @classmethod
     def open(cls, launch: Launch, experiment: Experiment) -> tuple[Workers, Experiment]:
-        """Join the process group (gloo on CPU, NCCL on CUDA) and return ``experiment`` on this rank's device."""
+        """Join the process group (gloo on CPU, NCCL on CUDA; one the process already joined is used as it is, and
+        left open) and return ``experiment`` on this rank's device."""
         device = rank_device(launch, experiment.device, experiment.config.device)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        return cls(launch, device), replace(experiment, device=device)
+        owned = not dist.is_initialized()
+        if owned:
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        return cls(launch, device, owned=owned), replace(experiment, device=device)
 
     def close(self) -> None:
-        if dist.is_initialized():
+        """Leave the process group, when :meth:`open` joined it."""
+        if self._owned and dist.is_initialized():
             dist.destroy_process_group()
 
     @property
@@ -163,14 +173,16 @@ class Workers:
 
     @contextmanager
     def _collective(self, what: str) -> Iterator[None]:
+        """A collective; its failure is a :class:`WorkerLost`, said on stderr at once (torchrun's SIGTERM, which
+        follows a rank's death, may end this rank before its error reaches the command line)."""
         try:
             yield
         except (RuntimeError, dist.DistError) as error:
-            raise WorkerLost(
+            raise _said(WorkerLost(
                 f"rank {self.rank} of {self.world_size}: {what} failed, so another rank stopped (its own error line, "
                 f"or torchrun's failure report, names it); the run directory holds the rounds up to its last "
                 f"checkpoint: run the same command again to resume ({error})"
-            ) from error
+            )) from error
 
     def broadcast(self, value: Any, what: str) -> Any:
         """Rank 0's ``value`` (tensors on the CPU), on every rank."""
@@ -239,7 +251,7 @@ class Workers:
             return root
         kind, value = self.broadcast(None, "opening the run")
         if kind == "refused":
-            raise WorkerLost(f"rank {self.rank}: rank 0 could not open the run: {value}")
+            raise _said(WorkerLost(f"rank {self.rank}: rank 0 could not open the run: {value}"))
         return FollowerSession(experiment, run_dir, value, self)
 
     def result(self, result: RunResult | None, run_dir: RunDirectory) -> RunResult:
