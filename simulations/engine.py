@@ -182,7 +182,7 @@ def _run_rounds(
         if on_round is not None:
             on_round(record)
         del outcome  # the round's user updates (K × the model) must not stay alive while the next cohort trains
-    return session.finish()
+    return session.finish()  # a stop asked for during the last round: the run is whole, it finishes
 
 
 def _train_round(
@@ -208,7 +208,7 @@ def _train_round(
         {cid: r.update for cid, r in public.items()}, extra=extra_updates(plan.round) if extra_updates else (),
     )
     results = list(private.values())
-    return outcome, [r.metrics for r in results], sum(r.num_examples for r in results)  # a stop asked for during the last round: the run is whole, it finishes
+    return outcome, [r.metrics for r in results], sum(r.num_examples for r in results)
 
 
 def preload(experiment: Experiment, log: Callable[[str], None] | None = None) -> None:

@@ -39,8 +39,10 @@ RECIPES: dict[str, dict[str, Any]] = {
     "pda_dpmd_warm_start_budget": {"data": PUBLIC, "strategy": {
         **BASE, "name": "pda_dpmd", "budget_schedule": {"boosted_rounds": 1, "boosted_noise_multiplier": 0.5},
         "sampling": {"clients_per_round": 4}}},
-    "ppsgd_model_reuse": {"data": PUBLIC, "privacy": {"budget_epsilon": 30.0}, "strategy": {**BASE, "name": "ppsgd", "sampling": {"clients_per_round": 4}}},
-    "dp_ftrl_epoch_blocks": {"privacy": {"accountant": "rdp"}, "strategy": {**BASE, "name": "dp_ftrl", "sampling": {"clients_per_round": 4}}},
+    "ppsgd_model_reuse": {"data": PUBLIC, "privacy": {"budget_epsilon": 30.0},
+                          "strategy": {**BASE, "name": "ppsgd", "sampling": {"clients_per_round": 4}}},
+    "dp_ftrl_epoch_blocks": {"privacy": {"accountant": "rdp"},
+                             "strategy": {**BASE, "name": "dp_ftrl", "sampling": {"clients_per_round": 4}}},
 }
 NOISE = {"rounds": 1, "client": {"lr": 1e-9}, "strategy": {**BASE, "sampling": {"clients_per_round": 4}}}
 """Updates of about 1e-9: the released change of the model is the noise on the mean, std z·C/m = 0.1."""
