@@ -25,7 +25,7 @@ PRIVATE_MEAN: Mapping[str, str] = {
 }
 """DP-FedAvg's steps, which every recipe shares (slot -> builder); a part may replace one (its C_t or its noise)."""
 
-ON_DEVICE: tuple[str, ...] = ("in_process", "flower", "flower_strategy", "flower_secagg")
+ON_DEVICE: tuple[str, ...] = ("in_process", "distributed", "flower", "flower_strategy", "flower_secagg")
 """Every transport, the secure sum's included: a part whose per-user map (if any) a device can run from the values
 it is sent (a run phase runs on the server)."""
 

@@ -31,6 +31,7 @@ TRANSPORTS: Mapping[str, str] = {
     "flower": "fedpub's Flower ServerApp (fedpub run --backend flower, flwr run .)",
     "flower_strategy": "FedpubStrategy.from_config in your own ServerApp",
     "flower_secagg": "the SecAgg+ transport (python -m fedpub.simulations.flower.secagg_dp)",
+    "distributed": "the round on many workers (torchrun ... -m fedpub.simulations run)",
 }
 """Where a recipe runs, in words. A transport refuses, when the run is built, a config with a part that does not
 list it."""
@@ -69,5 +70,5 @@ class Part:
     payload_builder: str | None = None
     """Reference to ``(section config) -> tuple[ClientPayload, ...]``: the payloads a config of the section sends
     (named in :attr:`payloads`), resolved lazily like :attr:`steps`."""
-    transports: tuple[str, ...] = ("in_process", "flower", "flower_strategy")
+    transports: tuple[str, ...] = ("in_process", "distributed", "flower", "flower_strategy")
     """The transports (of :data:`TRANSPORTS`) that run it: an allowlist."""

@@ -78,7 +78,7 @@ def test_a_transport_refuses_a_part_it_does_not_list_naming_both(monkeypatch):
     recipe_registry.check_transport(averaged, "in_process")
     recipe_registry.check_transport(averaged, "flower_secagg")
     assert recipe_registry.Part("new_part", steps={"clip": "a.b:c"}).transports == (
-        "in_process", "flower", "flower_strategy")  # the secure sum is opted into, not given
+        "in_process", "distributed", "flower", "flower_strategy")  # the secure sum is opted into, not given
     small = {**BASE, "sampling": {"clients_per_round": 2}}
     FedpubStrategy.from_config({**small, "model_average": {}}, population=4, rounds=2, seed=0)  # the drop-in runs it
     local_only = dataclasses.replace(MIRROR, transports=("in_process",))

@@ -5,7 +5,7 @@ Both run the same round driver and write the same run directory (DESIGN.md §6).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import Experiment
@@ -14,14 +14,23 @@ from fedpub.simulations.flower.simulation import run_flower_simulation
 from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunResult
 
+if TYPE_CHECKING:
+    from fedpub.simulations.run.distributed import Workers
+
 Backend = Literal["inprocess", "flower"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 
 
-def check_backend(backend: str, *, tune_allocator: bool = False) -> Backend:
-    """``backend`` if it is one of :data:`BACKENDS` and can honour the options, else a ValueError saying why."""
+def check_backend(backend: str, *, tune_allocator: bool = False, torchrun: bool = False) -> Backend:
+    """``backend`` if it is one of :data:`BACKENDS` and can honour the options (``torchrun``: started as one of
+    torchrun's ranks), else a ValueError saying why."""
     if backend not in BACKENDS:
         raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if torchrun and backend != "inprocess":
+        raise ValueError(
+            f"torchrun shares the in-process round among its ranks; backend {backend!r} runs its clients in its own "
+            "processes: use --backend inprocess under torchrun, or run the Flower backend without torchrun"
+        )
     if tune_allocator and backend != "inprocess":
         raise ValueError(
             f"--tune-allocator tunes the in-process engine's allocator; backend {backend!r} trains in other "
@@ -39,16 +48,18 @@ def run_experiment(
     log: Callable[[str], None] | None = None,
     tune_allocator: bool = False,
     on_resume: Callable[[int], None] | None = None,
+    workers: Workers | None = None,
 ) -> RunResult:
     """Run (or resume) ``experiment`` on ``backend`` into ``<output_dir>/<name>/``; ``log`` receives the engine's
     lines (how cohorts train, failed users) in process. ``tune_allocator`` (in process only: Flower's clients
     run in Ray's worker processes) is :func:`fedpub.simulations.run.engine.run_in_process`'s, and so is ``on_resume`` (on Flower the
-    ServerApp logs the round it resumes from)."""
+    ServerApp logs the round it resumes from); ``workers``: this process is one of torchrun's ranks
+    (:mod:`fedpub.simulations.run.distributed`)."""
     config = experiment.config
-    check_backend(backend, tune_allocator=tune_allocator)
+    check_backend(backend, tune_allocator=tune_allocator, torchrun=workers is not None)
     if backend == "flower":
         return run_flower_simulation(config, simulated_nodes(experiment), fresh=fresh, on_round=on_round)
     return run_in_process(
         experiment, RunDirectory(config.output_dir / config.name), fresh=fresh, on_round=on_round, log=log,
-        tune_allocator=tune_allocator, on_resume=on_resume,
+        tune_allocator=tune_allocator, on_resume=on_resume, workers=workers,
     )

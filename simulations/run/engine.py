@@ -27,20 +27,26 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fedpub.clients.cohort_training import CohortTrainer
 from fedpub.clients.round_training import train_users
+from fedpub.data.base import FederatedDataset
 from fedpub.data.cache import CachedClients
 from fedpub.noise_prefetch import cancel_prefetch, core_left_for_draws
 from fedpub.recipe_registry import check_transport
-from fedpub.round_driver import CohortsKeepFailing
+from fedpub.round_driver import CohortsKeepFailing, RoundPlan
+from fedpub.strategy import RoundOutcome
 from fedpub.types import Params, Updates
 from fedpub.simulations.run.experiment import Experiment
 from fedpub.simulations.run.memory import keep_freed_memory
 from fedpub.simulations.run.run_dir import RunDirectory, RunDirectoryError
 from fedpub.simulations.run.session import RunInterrupted, RunResult, RunSession
+
+if TYPE_CHECKING:
+    from fedpub.simulations.run.distributed import Workers
 
 __all__ = ["CohortsKeepFailing", "RunDirectoryError", "RunInterrupted", "RunResult", "run_in_process"]
 
@@ -86,6 +92,7 @@ def run_in_process(
     on_model: Callable[[int, Params, Params], None] | None = None,
     tune_allocator: bool = False,
     on_resume: Callable[[int], None] | None = None,
+    workers: Workers | None = None,
 ) -> RunResult:
     """Run (or resume) ``experiment``, writing every result into ``run_dir``; ``log`` receives one line
     saying how cohorts are trained (vectorised, or the per-client loop and why), and one line for each
@@ -98,11 +105,16 @@ def run_in_process(
     process-wide and for good (the process keeps its peak memory), hence off unless asked for.
     ``on_resume(k)`` is called (and ``log`` told) when a checkpointed run resumes from round k. A run the
     directory holds finished is not run again: its result comes back with ``already_finished``.
-    SIGINT/SIGTERM stop the run at the end of its round, checkpointed (:class:`RunInterrupted`)."""
-    check_transport(experiment.config.strategy, "in_process")
+    SIGINT/SIGTERM stop the run at the end of its round, checkpointed (:class:`RunInterrupted`). ``workers``: this
+    process is one of torchrun's ranks, sharing each round with the others (:mod:`fedpub.simulations.run.distributed`;
+    rank 0 alone writes ``run_dir``); every rank returns rank 0's result."""
+    check_transport(experiment.config.strategy, "in_process" if workers is None else "distributed")
+    if workers is not None and (extra_updates is not None or on_model is not None):
+        raise ValueError("extra users and per-round models (an audit) are in process only: run without torchrun")
     if tune_allocator:
         keep_freed_memory()
-    session = RunSession(experiment, run_dir, fresh=fresh)
+    session = RunSession(experiment, run_dir, fresh=fresh) if workers is None else workers.session(
+        experiment, run_dir, fresh=fresh)
     try:
         if session.finished:
             return session.finished_result()
@@ -114,7 +126,7 @@ def run_in_process(
         if experiment.config.data.preload:
             preload(experiment, log)
         with _stop_at_round_end() as stop:
-            return _run_rounds(session, stop, on_round, log, extra_updates, on_model)
+            return _run_rounds(session, stop, on_round, log, extra_updates, on_model, workers)
     except RunInterrupted:
         raise
     except BaseException:
@@ -135,9 +147,11 @@ def _run_rounds(
     log: Callable[[str], None] | None,
     extra_updates: Callable[[int], list[Updates]] | None,
     on_model: Callable[[int, Params, Params], None] | None,
+    workers: Workers | None,
 ) -> RunResult:
-    """The round loop of :func:`run_in_process`, stopping at a round's end when ``stop`` is set. The cohort
-    trainer's path choices are the session's (kept in ``paths.json``, reused when the run resumes)."""
+    """The round loop of :func:`run_in_process`, stopping at a round's end when ``stop`` is set (on any rank, with
+    ``workers``). The cohort trainer's path choices are the session's (kept in ``paths.json``, reused when the run
+    resumes)."""
     experiment = session.experiment  # a resumed run's noise and cohorts come from its checkpointed privacy seed
     cfg = experiment.config
     trainer = session.cohort_trainer(log=log)
@@ -146,36 +160,55 @@ def _run_rounds(
     prefetch = cfg.data.prefetch == "on" or (cfg.data.prefetch == "auto" and experiment.device.type == "cuda")
     driver = session.driver
     for t in range(session.rounds_done, cfg.rounds):
-        if stop.signal is not None:
+        asked = stop.signal is not None
+        if asked if workers is None else workers.agree_to_stop(asked, session.params, t):
             session.checkpoint_if_started()
             raise RunInterrupted(session.run_dir, session.rounds_done, cfg.rounds)
         if not driver.admit(t):
             break  # past the planned rounds or the budget: nothing of the round is trained or released
         session.start_round()
         plan = driver.plan(t, session.state)
-        private_data = [experiment.train.client_data(cid) for cid in plan.private_cohort]
-        public_data = [experiment.public_data.client_data(cid) for cid in plan.public_cohort]
-        if prefetch and t + 1 < cfg.rounds:
-            read_ahead(experiment, t + 1)
+        ahead = ((lambda share: read_ahead(experiment, t + 1, share)) if prefetch and t + 1 < cfg.rounds else None)
         before = session.params
-        with core_left_for_draws():  # the next round's noise may be drawing in the background
-            private = train_users(trainer, cfg.seed, plan, private_data, session.params, public=False, log=log)
-            public = train_users(trainer, cfg.seed, plan, public_data, session.params, public=True, log=log)
-        outcome = driver.finish(
-            plan, session.params, session.state, {cid: r.update for cid, r in private.items()},
-            {cid: r.update for cid, r in public.items()}, extra=extra_updates(t) if extra_updates else (),
-        )
+        if workers is None:
+            outcome, metrics, examples = _train_round(session, trainer, plan, ahead, log, extra_updates)
+        else:
+            outcome, metrics, examples = workers.train_round(session, trainer, plan, read_ahead=ahead, log=log)
         if outcome is None:
             break  # the round would exceed the budget: its output is discarded, never released
-        results = list(private.values())
-        record = session.record(t, outcome, [r.metrics for r in results], sum(r.num_examples for r in results))
+        record = session.record(t, outcome, metrics, examples)
         if on_model is not None:
             on_model(t, before, session.params)
         if on_round is not None:
             on_round(record)
-        # the round's user updates (K × the model) must not stay alive while the next cohort trains
-        del private, public, results, outcome, private_data, public_data
+        del outcome  # the round's user updates (K × the model) must not stay alive while the next cohort trains
     return session.finish()  # a stop asked for during the last round: the run is whole, it finishes
+
+
+def _train_round(
+    session: RunSession,
+    trainer: CohortTrainer,
+    plan: RoundPlan,
+    ahead: Callable[[Any], None] | None,
+    log: Callable[[str], None] | None,
+    extra_updates: Callable[[int], list[Updates]] | None,
+) -> tuple[RoundOutcome | None, list[Mapping[str, float]], int]:
+    """Round ``plan`` in this process: its cohorts trained (``ahead()`` starts reading the next round's users),
+    the round finished from the replies (None: refused by the budget); its users' training metrics and examples."""
+    experiment, cfg = session.experiment, session.experiment.config
+    private_data = [experiment.train.client_data(cid) for cid in plan.private_cohort]
+    public_data = [experiment.public_data.client_data(cid) for cid in plan.public_cohort]
+    if ahead is not None:
+        ahead(None)
+    with core_left_for_draws():  # the next round's noise may be drawing in the background
+        private = train_users(trainer, cfg.seed, plan, private_data, session.params, public=False, log=log)
+        public = train_users(trainer, cfg.seed, plan, public_data, session.params, public=True, log=log)
+    outcome = session.driver.finish(
+        plan, session.params, session.state, {cid: r.update for cid, r in private.items()},
+        {cid: r.update for cid, r in public.items()}, extra=extra_updates(plan.round) if extra_updates else (),
+    )
+    results = list(private.values())
+    return outcome, [r.metrics for r in results], sum(r.num_examples for r in results)
 
 
 def preload(experiment: Experiment, log: Callable[[str], None] | None = None) -> None:
@@ -188,14 +221,20 @@ def preload(experiment: Experiment, log: Callable[[str], None] | None = None) ->
         cache.preload(ids, log)
 
 
-def read_ahead(experiment: Experiment, round_index: int) -> None:
-    """Start reading round ``round_index``'s private and public users into their caches in the background (the
-    cohorts depend only on the seed and the round); a cache reading both gets both lists in one batch, after it
-    has finished the last one."""
+def read_ahead(
+    experiment: Experiment,
+    round_index: int,
+    share: Callable[[Sequence[str], FederatedDataset], Sequence[str]] | None = None,
+) -> None:
+    """Start reading round ``round_index``'s private and public users (``share``: the users this process trains
+    among a cohort of a dataset's) into their caches in the background (the cohorts depend only on the seed and the
+    round); a cache reading both gets both lists in one batch, after it has finished the last one."""
     strategy = experiment.strategy
+    mine = share or (lambda ids, _: ids)
     for cache, ids in _per_cache((
-        (experiment.train, strategy.sample_cohort(experiment.private_ids, round_index)),
-        (experiment.public_data, strategy.sample_public_cohort(experiment.public_ids, round_index)),
+        (experiment.train, mine(strategy.sample_cohort(experiment.private_ids, round_index), experiment.train)),
+        (experiment.public_data, mine(strategy.sample_public_cohort(experiment.public_ids, round_index),
+                                      experiment.public_data)),
     )):
         cache.read_ahead(ids)
 

@@ -40,7 +40,9 @@ ValueErrors (named here through their base, so that `fedpub --help` imports neit
 
 
 def _fail(error: Exception) -> None:
-    console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+    console.quiet = False  # a rank other than torchrun's rank 0 says its own error
+    rank = f"rank {os.environ['RANK']}: " if "RANK" in os.environ and "WORLD_SIZE" in os.environ else ""
+    console.print(f"[bold red]error:[/] {rank}{escape(str(error))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -136,7 +138,10 @@ def _resume_state(experiment: Experiment, run_dir: RunDirectory, new: bool) -> s
     return f"would resume from round {checkpoint['rounds_done']}"
 
 
-def _resume_command(*words: str) -> str:
+def _resume_command(*words: str, torchrun: bool = False) -> str:
+    if torchrun:
+        nproc = os.environ.get("LOCAL_WORLD_SIZE", "N")
+        return shlex.join(["torchrun", f"--nproc-per-node={nproc}", "-m", "fedpub.simulations", *words])
     return shlex.join(["fedpub", *words])
 
 
@@ -179,17 +184,21 @@ def run(
         "what would run, and write no run directory")] = False,
 ) -> None:
     """Run an experiment and write runs/<name>/ (resumes a checkpointed run). Ctrl-C (or SIGTERM) stops it at
-    the end of the round under way, checkpointed, and exits 130.
+    the end of the round under way, checkpointed, and exits 130. Started by torchrun, its ranks share each round
+    (README "Many workers"); rank 0 writes the run directory and prints.
 
     CONFIG: the experiment YAML; omit it for the bundled quick-start."""
     from fedpub.simulations.run.backends import check_backend, run_experiment
+    from fedpub.simulations.run.distributed import RanksDiverged, WorkerLost, Workers, launched
     from fedpub.simulations.run.engine import CohortsKeepFailing, RunDirectoryError, RunInterrupted
     from fedpub.simulations.run.experiment import build_experiment
     from fedpub.simulations.run.run_dir import RunDirectory
     from fedpub.simulations.run.run_lock import RunDirectoryLocked
 
     try:
-        backend = check_backend(backend, tune_allocator=tune_allocator)
+        launch = launched()
+        console.quiet = launch is not None and launch.rank != 0
+        backend = check_backend(backend, tune_allocator=tune_allocator, torchrun=launch is not None)
     except ValueError as error:
         _fail(error)
 
@@ -198,6 +207,7 @@ def run(
     resume = _resume_command(
         "run", *([str(config)] if config else []), *(w for item in sets for w in ("--set", item)),
         *(["--backend", backend] if backend != "inprocess" else []), *(["--tune-allocator"] if tune_allocator else []),
+        torchrun=launch is not None,
     )
     try:
         cfg = load_config(path, sets)
@@ -214,11 +224,14 @@ def run(
         _dry_run(cfg, experiment, run_dir, fresh)
         return
     metric = experiment.task.headline
+    workers = None
     with RoundDisplay(console, cfg.rounds, metric) as display:
         try:
+            if launch is not None:
+                workers, experiment = Workers.open(launch, experiment)
             result = run_experiment(
                 experiment, backend, fresh=fresh, on_round=display.on_round, tune_allocator=tune_allocator,
-                log=display.log, on_resume=display.on_resume,
+                log=display.log, on_resume=display.on_resume, workers=workers,
             )
         except RunInterrupted as stop:
             display.stop()
@@ -226,9 +239,15 @@ def run(
         except KeyboardInterrupt:
             display.stop()
             _stopped(run_dir, None, cfg.rounds, resume)
-        except (RunDirectoryError, RunDirectoryLocked, CohortsKeepFailing, *USER_ERRORS) as error:
+        except WorkerLost:
+            display.stop()
+            raise typer.Exit(2) from None  # said on stderr when it happened
+        except (RunDirectoryError, RunDirectoryLocked, CohortsKeepFailing, RanksDiverged, *USER_ERRORS) as error:
             display.stop()
             _fail(error)
+        finally:
+            if workers is not None:
+                workers.close()
     figures = (f"final test {metric} [bold]{result.final_metrics[f'eval_{metric}']:.4f}[/] after "
                f"{result.rounds_done} rounds; user-level (ε, δ) = ([bold]{result.epsilon:.4g}[/], {result.delta:g})")
     if result.already_finished:
@@ -456,3 +475,4 @@ def audit(
 
 def main() -> None:
     app()
+

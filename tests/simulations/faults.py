@@ -15,8 +15,10 @@ A :class:`FaultPlan` names, for (round, user id), what goes wrong with that user
 ``malformed``
     the reply has no ``update`` record (Flower only: in process there is no reply).
 
-Processes are faulted by SIGKILL instead: a SuperNode or the ServerApp of a real deployment (in the test), or an
-in-process run at a chosen point (``python -m tests.simulations.faults CONFIG.yaml POINT ROUND``, see :func:`main`).
+Processes are faulted by SIGKILL instead: a SuperNode or the ServerApp of a real deployment (in the test), an
+in-process run at a chosen point (``python -m tests.simulations.faults CONFIG.yaml POINT ROUND``, see :func:`main`),
+or one of torchrun's ranks while it trains a round (``torchrun ... -m tests.simulations.faults torchrun RANK ROUND
+CONFIG...``, see :func:`torchrun_main`).
 """
 
 from __future__ import annotations
@@ -249,5 +251,38 @@ def main(argv: list[str]) -> None:
     run_in_process(build_experiment(cfg), run_dir.RunDirectory(cfg.output_dir / cfg.name), on_round=on_round)
 
 
+def torchrun_main(argv: list[str]) -> None:
+    """``RANK ROUND CONFIG...``, as one of torchrun's ranks: ``fedpub run`` each CONFIG in turn in one gloo process
+    group, this process SIGKILLed while it trains round ROUND when its rank is RANK (-1: never). Exits as the first
+    failing run does."""
+    import torch.distributed as dist
+
+    from fedpub.round_driver import RoundDriver
+    from fedpub.simulations.tools.cli import app
+
+    dist.init_process_group("gloo")  # once: the runs use it (a group joined again may meet the last one's addresses)
+
+    kill_rank, kill_round = int(argv[0]), int(argv[1])
+    if int(os.environ["RANK"]) == kill_rank:
+        current = {"round": -1}
+        plan, train = RoundDriver.plan, CohortTrainer.train
+
+        def plan_round(driver: RoundDriver, round_index: int, *args: Any) -> Any:
+            current["round"] = round_index
+            return plan(driver, round_index, *args)
+
+        def train_or_die(*args: Any, **kwargs: Any) -> Any:
+            if current["round"] == kill_round:
+                _die()
+            return train(*args, **kwargs)
+
+        RoundDriver.plan = plan_round  # type: ignore[method-assign]
+        CohortTrainer.train = train_or_die  # type: ignore[method-assign]
+    for config in argv[2:]:
+        code = app(["run", config], standalone_mode=False)  # typer.Exit's code, returned
+        if code:
+            sys.exit(code)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    torchrun_main(sys.argv[2:]) if sys.argv[1:2] == ["torchrun"] else main(sys.argv[1:])
