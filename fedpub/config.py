@@ -300,6 +300,10 @@ class MirrorConfig(Section):
 
     decay_rounds: int | None = Field(None, ge=1, description="K; null = the run's rounds")
     alpha_floor: float = Field(0.0, ge=0, le=1, description="α never goes below this (and stays there after K)")
+    public_term: bool = Field(
+        True, description="false: the control α-damped DP-FedAvg, g = α_t·private with no public term (no public "
+        "users trained each round; the warm start stays)"
+    )
 
 
 class PublicScheduleConfig(Section):
@@ -450,7 +454,7 @@ class StrategyConfig(Section):
         if public and self.public_clients_per_round == 0:
             raise ValueError(f"public_clients_per_round is 0, but {'/'.join(public)} train public users each round")
         pre = self.precondition
-        geometric = self.recenter or self.mirror or self.projection
+        geometric = self.recenter or (self.mirror and self.mirror.public_term) or self.projection
         if pre and pre.source == "public" and pre.placement == "client" and geometric:
             raise ValueError(
                 "precondition with source `public` and placement `client` trains public users without A, so "
