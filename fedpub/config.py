@@ -280,6 +280,17 @@ class PreconditionConfig(Section):
     eps: float = Field(1e-3, gt=0, description="public: A = sqrt(v) + eps")
     power: float = Field(1.0, gt=0, description="token_frequency: A_j = max((count_j/mean)^power, floor)")
     floor: float = Field(1e-2, gt=0, description="token_frequency: smallest A_j")
+    shuffle: bool = Field(
+        False, description="token_frequency: the control shuffled A, the counts permuted across the vocabulary by a "
+        "permutation seeded from the run's seed (the same values, no information)"
+    )
+
+    @model_validator(mode="after")
+    def _shuffles_side_information(self) -> PreconditionConfig:
+        if self.shuffle and self.source != "token_frequency":
+            raise ValueError("shuffle permutes side information (source token_frequency), not the public users' "
+                             f"statistics (source {self.source}): set source token_frequency or shuffle false")
+        return self
 
 
 class ProjectionConfig(Section):
