@@ -280,6 +280,17 @@ class PreconditionConfig(Section):
     eps: float = Field(1e-3, gt=0, description="public: A = sqrt(v) + eps")
     power: float = Field(1.0, gt=0, description="token_frequency: A_j = max((count_j/mean)^power, floor)")
     floor: float = Field(1e-2, gt=0, description="token_frequency: smallest A_j")
+    shuffle: bool = Field(
+        False, description="token_frequency: the control shuffled A, the counts permuted across the vocabulary by a "
+        "permutation seeded from the run's seed (the same values, no information)"
+    )
+
+    @model_validator(mode="after")
+    def _shuffles_side_information(self) -> PreconditionConfig:
+        if self.shuffle and self.source != "token_frequency":
+            raise ValueError("shuffle permutes side information (source token_frequency), not the public users' "
+                             f"statistics (source {self.source}): set source token_frequency or shuffle false")
+        return self
 
 
 class ProjectionConfig(Section):
@@ -300,6 +311,10 @@ class MirrorConfig(Section):
 
     decay_rounds: int | None = Field(None, ge=1, description="K; null = the run's rounds")
     alpha_floor: float = Field(0.0, ge=0, le=1, description="α never goes below this (and stays there after K)")
+    public_term: bool = Field(
+        True, description="false: the control α-damped DP-FedAvg, g = α_t·private with no public term (no public "
+        "users trained each round; the warm start stays)"
+    )
 
 
 class PublicScheduleConfig(Section):
@@ -450,7 +465,7 @@ class StrategyConfig(Section):
         if public and self.public_clients_per_round == 0:
             raise ValueError(f"public_clients_per_round is 0, but {'/'.join(public)} train public users each round")
         pre = self.precondition
-        geometric = self.recenter or self.mirror or self.projection
+        geometric = self.recenter or (self.mirror and self.mirror.public_term) or self.projection
         if pre and pre.source == "public" and pre.placement == "client" and geometric:
             raise ValueError(
                 "precondition with source `public` and placement `client` trains public users without A, so "

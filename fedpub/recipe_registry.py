@@ -49,7 +49,7 @@ PARTS: tuple[Part, ...] = (
         steps={"project": "fedpub.strategies.projection:project_steps",
                "project_noise": "fedpub.strategies.projection:project_noise_steps"},
     ),
-    Part("mirror", recipes=("pda_dpmd",), trains_public=True,
+    Part("mirror", recipes=("pda_dpmd",), trains_public=True, public_unless=("public_term", False),
          steps={"mirror": "fedpub.strategies.pda_dpmd:mirror_steps"}, transports=ON_DEVICE),
     Part(
         "public_schedule", recipes=("ppsgd",), trains_public=True,

@@ -54,8 +54,9 @@ class Part:
     trains_public: bool = False
     """It trains public users: each round (a public cohort, ``public_clients_per_round`` 10 by default and never
     0), or, with a ``phase``, in its phase on the pooled public data."""
-    public_unless: tuple[str, str] | None = None
-    """(field, value) of its section with which it trains no public users (AdaDPS's ``source: token_frequency``)."""
+    public_unless: tuple[str, str | bool] | None = None
+    """(field, value) of its section with which it trains no public users (AdaDPS's ``source: token_frequency``,
+    PDA-DPMD's ``public_term: false``)."""
     phase: str | None = None
     """The run phase it is (of :data:`PHASES`), outside the rounds' chain; None for a part of the chain."""
     steers: frozenset[str] = frozenset()

@@ -42,10 +42,11 @@ def client_payloads(config: PreconditionConfig | None) -> tuple[ClientPayload, .
 
 
 def token_frequency_side_information(
-    config: PreconditionConfig, params: Params, word_counts: Sequence[float], *, weight_name: str
+    config: PreconditionConfig, params: Params, word_counts: Sequence[float], *, weight_name: str, seed: int
 ) -> Updates:
     """A from the counts of the model's vocabulary words (in its column order), on its bag-of-words weight
-    ``weight_name``."""
+    ``weight_name``; with ``config.shuffle``, the counts permuted by a permutation drawn from the run's ``seed``."""
     return token_frequency_preconditioner(
-        params, word_counts, weight_name=weight_name, power=config.power, floor=config.floor
+        params, word_counts, weight_name=weight_name, power=config.power, floor=config.floor,
+        shuffle_seed=seed if config.shuffle else None,
     )

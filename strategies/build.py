@@ -157,7 +157,7 @@ def side_information(config: ExperimentConfig, train: FederatedDataset) -> Updat
         )
     counts = resolve(dataset.token_frequencies)(config)
     params = model_params(new_model(config, train.num_classes, torch.device("cpu")))  # names and shapes
-    return adadps.token_frequency_side_information(precondition, params, counts, weight_name=weight)
+    return adadps.token_frequency_side_information(precondition, params, counts, weight_name=weight, seed=config.seed)
 
 
 def build_experiment_strategy(

@@ -121,3 +121,22 @@ def test_pda_dpmd_pretrains_by_default_and_null_turns_it_off_through_a_round_tri
     # a recipe's defining section cannot be turned off by null: it is what the recipe is
     assert parse_config({"strategy": {**strategy, "mirror": None, "warm_start": None},
                          "data": {"public": {"fraction": 0.1}}}).strategy.mirror is not None
+
+
+def test_pda_dpmd_without_the_public_term_trains_no_public_users_and_keeps_its_warm_start():
+    """mirror.public_term false is the control α-damped DP-FedAvg: no public cohort (so no public users are needed
+    unless the warm start is on), the warm start as the recipe's; a value that is not a boolean is refused."""
+    strategy = {"name": "pda_dpmd", "noise_multiplier": 1.0, "mirror": {"public_term": False}}
+    damped = parse_config({"strategy": strategy, "data": {"public": {"fraction": 0.1}}})
+    assert damped.strategy.public_clients_per_round == 0 and damped.strategy.warm_start is not None
+    assert parse_config(yaml.safe_load(dump_config(damped))) == damped
+    assert parse_config({"strategy": {**strategy, "warm_start": None}}).strategy.mirror.public_term is False
+    assert parse_config({"strategy": {**strategy, "mirror": {}}, "data": {"public": {"fraction": 0.1}}}
+                        ).strategy.public_clients_per_round == 10
+    with pytest.raises(ConfigError, match="strategy.mirror.public_term"):
+        parse_config({"strategy": {**strategy, "mirror": {"public_term": "maybe"}}})
+    # with no public term the mirror mixes in no public update, so AdaDPS's client-side public A composes with it
+    adadps = {**strategy, "precondition": {"source": "public", "placement": "client"}}
+    assert parse_config({"strategy": adadps, "data": {"public": {"fraction": 0.1}}}).strategy.precondition
+    with pytest.raises(ConfigError, match="use placement `server` with recenter, mirror or projection"):
+        parse_config({"strategy": {**adadps, "mirror": {}}, "data": {"public": {"fraction": 0.1}}})

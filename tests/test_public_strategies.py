@@ -37,6 +37,7 @@ RECIPES = {
     "adadps_server": {"name": "adadps", "precondition": {"placement": "server"}},
     "adadps_client": {"name": "adadps"},
     "pda_dpmd": {"name": "pda_dpmd", "mirror": {"decay_rounds": 4, "alpha_floor": 0.2}},
+    "pda_dpmd_no_public_term": {"name": "pda_dpmd", "mirror": {"decay_rounds": 4, "public_term": False}},
     "ppsgd": {"name": "ppsgd", "public_schedule": {"budget_growth": 0.5, "clip_decay": 0.2, "noise_reference": "run"}},
     "budget_schedule": {"budget_schedule": {"boosted_rounds": 2, "boosted_noise_multiplier": 0.5}},
     "composed": {"name": "dope", "precondition": {"placement": "server"}, "mirror": {}, "warm_start": {}},
@@ -179,6 +180,26 @@ def test_adadps_with_a_unit_preconditioner_is_dp_fedavg_exactly():
 def test_pda_dpmd_with_alpha_one_is_dp_fedavg_exactly():
     mirror = _core({"name": "pda_dpmd", "mirror": {"alpha_floor": 1.0}}, seed=4)
     _assert_same_round(mirror, _core({}, seed=4), public=[_random_tree(7, 3.0)])
+
+
+def test_pda_dpmd_without_the_public_term_is_alpha_damped_dp_fedavg_with_its_accounting():
+    """The control α-damped DP-FedAvg: each round's step is α_t times DP-FedAvg's noisy mean (the same cohort and
+    noise from the same seed), priced as DP-FedAvg's, and it trains no public users."""
+    config = _config({"name": "pda_dpmd", "mirror": {"decay_rounds": 4, "public_term": False}})
+    assert config.public_clients_per_round == 0 and config.warm_start is not None
+    damped, plain = _core(config.model_dump(), seed=4), _core({}, seed=4)
+    assert damped.public_cohort == 0 and damped.planned_event(ROUNDS) == plain.planned_event(ROUNDS)
+    params = _random_tree(0)
+    cohort = [_random_tree(s, 2.0) for s in range(1, 6)]
+    state_d, state_p = damped.init(params), plain.init(params)
+    for t in range(3):
+        d = damped.aggregate(params, cohort, state_d, t, public_updates=[_random_tree(7, 3.0)])
+        p = plain.aggregate(params, cohort, state_p, t)
+        alpha = math.cos(math.pi * t / 8)
+        assert d.event == p.event and d.metrics["mirror/alpha"] == pytest.approx(alpha)
+        for k in params:
+            torch.testing.assert_close(d.params[k] - params[k], alpha * (p.params[k] - params[k]))
+        state_d, state_p, params = d.state, p.state, d.params
 
 
 def test_dope_with_a_zero_center_is_dp_fedavg_exactly_in_extended_mode_too():

@@ -6,7 +6,9 @@ App. F.1). Two forms, both post-processing of the private release (no privacy co
   private mean with the public users' mean update, g_t = α_t Δ̄_priv + (1 − α_t) Δ̄_pub, with the cosine
   schedule α_t = cos(π t / (2K)). The paper leaves open what follows round K; here
   α_t = max(floor, cos(π min(t, K) / (2K))), so α decays to the floor at t = K and stays there (floor 0: only
-  public steps after K). α_t = 1 is DP-FedAvg.
+  public steps after K). α_t = 1 is DP-FedAvg. Without the public term (``public_term=False``) the step is
+  α_t Δ̄_priv: the control "α-damped DP-FedAvg" (fedpub issue 36), the same schedule damping the noisy step, so
+  what PDA-DPMD gains over it is the public mean's, not the damping's.
 * :func:`quadratic_mirror`, the exact step when the public loss is quadratic (Ψ(θ) = ½θᵀHθ + linear, e.g. least
   squares, §3 and App. E): ∇Ψ*(∇Ψ(θ_t) − η g) = θ_t − η H⁻¹ g, so the step maps the noisy gradient g to P·g with
   P the given (scaled) inverse public Hessian. P = I is DP-SGD.
@@ -28,8 +30,9 @@ def mirror_alpha(round_index: int, decay_rounds: int, alpha_floor: float) -> flo
     return max(alpha_floor, math.cos(math.pi * min(round_index, decay_rounds) / (2 * decay_rounds)))
 
 
-def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
-    """Mix the noisy private mean with the public mean: α_t Δ̄_priv + (1 − α_t) Δ̄_pub (t = ``ctx.round``)."""
+def mirror(decay_rounds: int, alpha_floor: float = 0.0, *, public_term: bool = True) -> Step:
+    """Mix the noisy private mean with the public mean: α_t Δ̄_priv + (1 − α_t) Δ̄_pub (t = ``ctx.round``; a round
+    without public updates: Δ̄_priv). ``public_term=False``: α_t Δ̄_priv, whether or not a public mean is given."""
     if decay_rounds < 1 or not 0 <= alpha_floor <= 1:
         raise ValueError(
             f"mirror needs decay_rounds >= 1 and 0 <= alpha_floor <= 1, got {decay_rounds}, {alpha_floor}"
@@ -38,10 +41,12 @@ def mirror(decay_rounds: int, alpha_floor: float = 0.0) -> Step:
     def update(
         updates: Updates, state: EmptyState, *, ctx: RoundContext, public_mean: Updates | None = None
     ) -> StepResult:
-        alpha = 1.0 if public_mean is None else mirror_alpha(ctx.round, decay_rounds, alpha_floor)
+        public = public_mean if public_term else None
+        alpha = 1.0 if public is None and public_term else mirror_alpha(ctx.round, decay_rounds, alpha_floor)
         if alpha == 1.0:
             return StepResult(updates, state, {"alpha": alpha})
-        mixed = tree.add(tree.scale(updates, alpha), tree.scale(public_mean, 1 - alpha))
+        damped = tree.scale(updates, alpha)
+        mixed = damped if public is None else tree.add(damped, tree.scale(public, 1 - alpha))
         return StepResult(mixed, state, {"alpha": alpha})
 
     return after_sum_step(update, optional_inputs=("public_mean",))

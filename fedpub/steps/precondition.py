@@ -26,6 +26,7 @@ import torch
 
 from fedpub import tree
 from fedpub.cohort_updates import Cohort
+from fedpub.seeding import torch_generator
 from fedpub.step import Mapped, Prepared, Step, user_step
 from fedpub.types import Params, RoundContext, Updates
 
@@ -138,10 +139,13 @@ def token_frequency_preconditioner(
     weight_name: str,
     power: float = 1.0,
     floor: float = 1e-2,
+    shuffle_seed: int | None = None,
 ) -> Updates:
     """Side information for bag-of-words logistic regression (weight ``[num_labels, vocab]``): column j of
     ``weight_name`` gets A = max((count_j / mean count)^power, floor), so rare tokens take larger steps;
-    every other parameter gets A = 1. ``word_counts`` follow the model's vocabulary (column) order."""
+    every other parameter gets A = 1. ``word_counts`` follow the model's vocabulary (column) order. With a
+    ``shuffle_seed`` the counts are first permuted across the vocabulary by a permutation drawn from it: the control
+    shuffled A (fedpub issue 36), the same column values with the information of which word has which gone."""
     if weight_name not in params or params[weight_name].dim() != 2:
         raise ValueError(f"weight_name {weight_name!r} must name a 2-d weight among {sorted(params)}")
     if not (floor > 0 and math.isfinite(power)):
@@ -154,6 +158,9 @@ def token_frequency_preconditioner(
         )
     if not bool(torch.isfinite(counts).all() and (counts >= 0).all() and counts.sum() > 0):
         raise ValueError("word_counts must be finite, >= 0 and not all zero")
+    if shuffle_seed is not None:
+        order = torch.randperm(counts.numel(), generator=torch_generator(shuffle_seed, "shuffled_side_information"))
+        counts = counts[order]
     column = (counts / counts.mean()).pow(power).clamp_min(floor).to(weight.dtype)
     a = tree.map_tree(torch.ones_like, params)
     a[weight_name] = column.expand_as(weight).clone()

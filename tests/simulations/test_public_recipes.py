@@ -159,6 +159,27 @@ def test_pda_dpmd_pretrains_on_public_data_unless_warm_start_is_null(tiny_emnist
     assert "warm_start/train_loss" not in _records(cold)[0]
 
 
+def test_shuffled_token_frequencies_permute_a_by_the_runs_seed_and_cost_the_same(tmp_path):
+    """precondition.shuffle, the control shuffled A: the words' A values permuted (the run's seed draws the order:
+    building it again gives the same A), the noise calibrated and the run priced as the unshuffled run's."""
+    weight = registry.model("so_tag_logreg").bag_of_words_weight
+
+    def built(shuffle: bool):
+        cfg = so_config(tmp_path, "so_tag", "so_tag_logreg", name="adadps", noise_multiplier=None, target_epsilon=3.0,
+                        precondition={"source": "token_frequency", "placement": "client", "shuffle": shuffle})
+        experiment = build_experiment(cfg)
+        params = {k: v.detach() for k, v in experiment.new_model().named_parameters()}
+        return experiment, experiment.strategy.payloads(experiment.strategy.init(params))["preconditioner"][weight]
+
+    (plain, a), (shuffled, shuffled_a), (_, again) = built(False), built(True), built(True)
+    assert torch.equal(shuffled_a[0].sort().values, a[0].sort().values) and not torch.equal(shuffled_a, a)
+    assert torch.equal(again, shuffled_a)
+    assert shuffled.noise_multiplier == plain.noise_multiplier and shuffled.planned_event == plain.planned_event
+    assert shuffled.strategy.public_cohort == plain.strategy.public_cohort == 0
+    with pytest.raises(ValueError, match="shuffle permutes side information"):
+        so_config(tmp_path, "so_tag", "so_tag_logreg", name="adadps", precondition={"shuffle": True})
+
+
 def test_ema_averaging_survives_a_resume(tiny_emnist_dir, tmp_path):
     strategy = {"model_average": {"kind": "ema", "decay": 0.5}}
     whole = tiny_config(tiny_emnist_dir, tmp_path / "whole", rounds=3, strategy=strategy)

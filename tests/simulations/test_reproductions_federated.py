@@ -139,10 +139,30 @@ def test_budget_schedule_boosts_one_round_of_60_at_the_papers_sigma_squared():
         assert schedule.boosted_noise_ratio ** 2 == pytest.approx(0.6) and schedule.boosted_noise_multiplier is None
 
 
-def test_pda_dpmd_and_warm_dp_fedavg_start_from_the_same_warm_model():
+def test_pda_dpmd_its_alpha_damped_control_and_warm_dp_fedavg_start_from_the_same_warm_model():
     runs = {run.label: run.config for run in load_sweep(pda_dpmd_federated.REPRODUCTION.sweep).runs}
     assert runs["pda_dpmd"].strategy.warm_start == runs["dp_fedavg_warm"].strategy.warm_start is not None
     assert runs["dp_fedavg_cold"].strategy.warm_start is None
+    # the control: PDA-DPMD's warm start and α schedule (its K tuned on the same grid), no public term
+    control, pda = runs["alpha_damped_dp_fedavg"].strategy, runs["pda_dpmd"].strategy
+    assert control.warm_start == pda.warm_start and control.mirror.alpha_floor == pda.mirror.alpha_floor
+    assert not control.mirror.public_term and control.public_clients_per_round == 0 and pda.mirror.public_term
+    axes = pda_dpmd_federated.REPRODUCTION.axes
+    assert axes["alpha_damped_dp_fedavg"] == axes["pda_dpmd"]
+    (claim,) = [c for c in pda_dpmd_federated.REPRODUCTION.claims if c.worse == "alpha_damped_dp_fedavg"]
+    assert claim.better == "pda_dpmd" and claim.paired and claim.paper_effect is None
+
+
+def test_the_shuffled_a_control_is_the_token_frequency_arm_with_its_side_information_shuffled(tmp_path):
+    repro = adadps_stackoverflow.REPRODUCTION
+    placed = place(repro, tmp_path, quick=False)
+    plain, shuffled = (_config(placed, label, {}, tmp_path).strategy
+                       for label in ("adadps_token_frequency", "adadps_shuffled_token_frequency"))
+    assert shuffled.precondition.shuffle and not plain.precondition.shuffle
+    assert shuffled.model_copy(update={"precondition": plain.precondition}) == plain  # nothing else differs
+    assert repro.axes["adadps_shuffled_token_frequency"] == repro.axes["adadps_token_frequency"]
+    (claim,) = [c for c in repro.claims if c.worse == "adadps_shuffled_token_frequency"]
+    assert claim.better == "adadps_token_frequency" and claim.paired and claim.paper_effect is None
 
 
 def test_a_declaration_tuning_unfairly_or_without_validation_users_is_refused():

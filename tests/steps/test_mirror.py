@@ -45,6 +45,22 @@ def test_mixes_private_and_public_means(params, ctx):
         torch.testing.assert_close(result.updates[k], alpha * private[k] + (1 - alpha) * public_mean[k])
 
 
+def test_without_the_public_term_the_step_is_the_alpha_scaled_private_mean(params, ctx):
+    """The control α-damped DP-FedAvg: the same schedule, no public term, with or without a public mean given."""
+    private, public_mean = _tree(params, 1), _tree(params, 2)
+    step = mirror(6, alpha_floor=0.1, public_term=False)
+    for t in (0, 2, 6, 9):
+        alpha = mirror_alpha(t, 6, 0.1)
+        for given in (public_mean, None):
+            result = step.update(private, step.init(params), ctx=dataclasses.replace(ctx, round=t), public_mean=given)
+            assert result.metrics["alpha"] == alpha
+            for k in params:
+                torch.testing.assert_close(result.updates[k], alpha * private[k], rtol=0, atol=0)
+    with_public = mirror(6, alpha_floor=0.1).update(private, {}, ctx=dataclasses.replace(ctx, round=2),
+                                                    public_mean=public_mean)
+    assert not torch.equal(with_public.updates["w"], mirror_alpha(2, 6, 0.1) * private["w"])  # the term is real
+
+
 @pytest.mark.parametrize(("decay_rounds", "floor"), [(0, 0.0), (5, -0.1), (5, 1.5)])
 def test_invalid_schedule_is_refused(decay_rounds, floor):
     with pytest.raises(ValueError, match="decay_rounds >= 1 and 0 <= alpha_floor <= 1"):

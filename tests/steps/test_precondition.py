@@ -131,6 +131,23 @@ def test_token_frequency_gives_rare_words_larger_steps():
     assert all(torch.equal(current_preconditioner(state)[k], a[k]) for k in params)
 
 
+def test_shuffled_token_frequencies_are_the_same_values_in_a_seeded_order():
+    """The control shuffled A: the column values of the unshuffled A, permuted across the vocabulary by a
+    permutation its seed draws (the same seed, the same order); the other parameters keep A = 1."""
+    params = {"0.weight": torch.zeros(3, 50), "0.bias": torch.zeros(3)}
+    counts = [float(c) for c in range(50)]
+    plain = token_frequency_preconditioner(params, counts, weight_name="0.weight", power=0.5)
+    shuffled = token_frequency_preconditioner(params, counts, weight_name="0.weight", power=0.5, shuffle_seed=7)
+    column = shuffled["0.weight"][0]
+    assert torch.equal(column.sort().values, plain["0.weight"][0].sort().values)  # the same multiset ...
+    assert not torch.equal(column, plain["0.weight"][0])  # ... in another order
+    assert torch.equal(shuffled["0.weight"], column.expand(3, 50)) and torch.equal(shuffled["0.bias"], torch.ones(3))
+    again = token_frequency_preconditioner(params, counts, weight_name="0.weight", power=0.5, shuffle_seed=7)
+    other = token_frequency_preconditioner(params, counts, weight_name="0.weight", power=0.5, shuffle_seed=8)
+    assert torch.equal(again["0.weight"], shuffled["0.weight"])
+    assert not torch.equal(other["0.weight"], shuffled["0.weight"])
+
+
 def test_token_frequency_checks_the_vocabulary_size():
     params = {"0.weight": torch.zeros(3, 4), "0.bias": torch.zeros(3)}
     with pytest.raises(ValueError, match="5 entries .* vocabulary of 4"):
