@@ -3,10 +3,15 @@
 torch's CPU kernels run on libgomp's threads (one per core: torch's default thread count). By default libgomp's
 threads spin, busy, for a while after each parallel kernel, waiting for the next. On a machine shared with other
 busy processes a spinning thread holds a core that another needs, and every kernel then waits for a thread the
-scheduler has put aside: measured on this 2-core machine under a load average of 10 (other processes' work), the
-EMNIST MLP's bare training loop at 50 users took 9.5 s a round with spinning threads against 0.60 s with sleeping
-ones, and fedpub's round 1.7 s against 0.12 s (issue 35). OpenMP reads its settings once, when torch loads it,
-so only the command line, before anything imports torch, can choose them: :func:`apply_thread_choice` sets
+scheduler has put aside. Measured on this 2-core machine (issue 35; the throughput benchmark's cells at 50 users
+of 5-30 examples, median of 3 steady rounds, 2 threads, spinning against sleeping; the load average is other
+processes' work): at load 10 the EMNIST MLP's bare training loop took 9.5 s a round against 0.60 s, fedpub's round
+1.7 s against 0.12 s; at load 7 the CNN's 32.5 s against 0.50 s and 15.6 s against 0.69 s; at load 3 the MLP's
+0.77 s against 0.060 s and 0.35 s against 0.090 s, the CNN's 1.8 s against 0.43 s and 8.9 s against 0.81 s. One
+thread instead of two, both sleeping, was neither faster nor slower beyond the machine's noise. The machine was
+never idle then (load 2.5 or more): on an idle one, sleeping threads cost a wake-up per parallel kernel, to be
+measured there. OpenMP reads its settings once, when torch loads it, so only the command line, before anything
+imports torch, can choose them: :func:`apply_thread_choice` sets
 ``OMP_WAIT_POLICY=passive`` (threads sleep when idle) unless the user set ``OMP_WAIT_POLICY`` or
 ``GOMP_SPINCOUNT``. The thread count stays torch's default unless ``OMP_NUM_THREADS`` is set: the count changes
 how a float32 sum is split between threads, so a seeded run on another count differs in its last bits, and a
