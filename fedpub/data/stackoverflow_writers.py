@@ -56,7 +56,7 @@ from fedpub.data.stackoverflow import (
     columns_to_examples,
     encode_text,
 )
-from fedpub.data.tf_example import encode_example
+from fedpub.data.tf_example import single_value_encoder
 from fedpub.seeding import numpy_generator
 
 Clients = Mapping[str, Sequence[StackOverflowExample]]
@@ -130,32 +130,56 @@ def write_stackoverflow_h5(path: str | os.PathLike[str], clients: Clients) -> Pa
     return _write_h5(Path(path), list(_checked(clients)))
 
 
+_encode_example = single_value_encoder({name: "int64" if name == "score" else "bytes" for name in FIELDS})
+_SCORE = FIELDS.index("score")
+
+
 def _example_proto(row: Sequence[str | int]) -> bytes:
     """One example (values in ``FIELDS`` order) as TFF's proto: one bytes value per string, one int64 score."""
-    return encode_example(
-        {name: [value] if name == "score" else [encode_text(str(value))] for name, value in zip(FIELDS, row)}
-    )
+    return _encode_example([value if i == _SCORE else encode_text(value) for i, value in enumerate(row)])
+
+
+_ROWS_AT_ONCE = 50_000
+"""Example rows inserted by one ``executemany``."""
 
 
 def _write_sqlite(path: Path, splits: Mapping[str, Iterable[tuple[str, Columns]]], index: bool) -> None:
+    """The tables, then the rows in batches, then the indexes (one sort each, not a B-tree insert per row). ``path``
+    is a temporary file renamed into place when complete, so SQLite keeps no journal and never syncs."""
     connection = sqlite3.connect(path)
     try:
+        connection.execute("PRAGMA journal_mode = OFF")
+        connection.execute("PRAGMA synchronous = OFF")
         with connection:
-            for statement in SQLITE_DDL + (SQLITE_INDEXES if index else ()):
+            for statement in SQLITE_DDL:
                 connection.execute(statement)
+            examples: list[tuple[str, str, bytes]] = []
+            metadata: list[tuple[str, str, int]] = []
             for split, clients in splits.items():
                 for client_id, columns in clients:
                     _check_client_id(client_id)
-                    connection.executemany(
-                        "INSERT INTO examples (split_name, client_id, serialized_example_proto) VALUES (?, ?, ?)",
-                        ((split, client_id, _example_proto(row)) for row in zip(*(columns[f] for f in FIELDS))),
-                    )
-                    connection.execute(
-                        "INSERT INTO client_metadata (client_id, split_name, num_examples) VALUES (?, ?, ?)",
-                        (client_id, split, len(columns["tokens"])),
-                    )
+                    examples += ((split, client_id, _example_proto(row)) for row in zip(*(columns[f] for f in FIELDS)))
+                    metadata.append((client_id, split, len(columns["tokens"])))
+                    if len(examples) >= _ROWS_AT_ONCE:
+                        _insert(connection, examples, metadata)
+            _insert(connection, examples, metadata)
+            for statement in SQLITE_INDEXES if index else ():
+                connection.execute(statement)
     finally:
         connection.close()
+
+
+def _insert(connection: sqlite3.Connection, examples: list[tuple[str, str, bytes]],
+            metadata: list[tuple[str, str, int]]) -> None:
+    """Insert the rows gathered and empty both lists."""
+    connection.executemany(
+        "INSERT INTO examples (split_name, client_id, serialized_example_proto) VALUES (?, ?, ?)", examples
+    )
+    connection.executemany(
+        "INSERT INTO client_metadata (client_id, split_name, num_examples) VALUES (?, ?, ?)", metadata
+    )
+    examples.clear()
+    metadata.clear()
 
 
 def _compress(source: Path, target: Path) -> None:
@@ -377,8 +401,29 @@ def synthetic_counts(spec: SyntheticStackOverflowSpec) -> tuple[dict[str, int], 
     count (ties by rank; words never drawn last, with count 0); tags in a seeded shuffled order, as TFF's file is
     not sorted (the loader sorts)."""
     word_counts, drawn_tags = counted(spec, synthetic_columns(spec))
+    return word_counts, _shuffled_tags(spec, drawn_tags)
+
+
+def _shuffled_tags(spec: SyntheticStackOverflowSpec, tags: Counter[str]) -> dict[str, int]:
+    """The count of each of ``spec``'s tags, in the seeded order of its tag file."""
     order = numpy_generator(spec.seed, "synthetic_stackoverflow", "tag_order").permutation(spec.num_tags)
-    return word_counts, {f"tag{t}": drawn_tags[f"tag{t}"] for t in order.tolist()}
+    return {f"tag{t}": tags[f"tag{t}"] for t in order.tolist()}
+
+
+def counting(
+    clients: Iterable[tuple[str, Columns]], words: Counter[str], tags: Counter[str]
+) -> Iterator[tuple[str, Columns]]:
+    """``clients`` passed on, each counted as it passes: the words of its tokens and titles into ``words``, its
+    examples' tags into ``tags`` (a writer's one pass over them counts them too)."""
+    for client_id, columns in clients:
+        words.update(word for text in (*columns["tokens"], *columns["title"]) for word in text.split())
+        tags.update(tag for text in columns["tags"] for tag in text.split("|"))
+        yield client_id, columns
+
+
+def _ranked(spec: SyntheticStackOverflowSpec, words: Counter[str]) -> dict[str, int]:
+    ranked = sorted(range(spec.num_words), key=lambda r: -words[f"w{r}"])  # stable: ties keep rank order
+    return {f"w{r}": words[f"w{r}"] for r in ranked}
 
 
 def counted(spec: SyntheticStackOverflowSpec, clients: Iterable[tuple[str, Columns]]
@@ -387,11 +432,9 @@ def counted(spec: SyntheticStackOverflowSpec, clients: Iterable[tuple[str, Colum
     (ties in rank order), and of each tag in their examples' tags."""
     words: Counter[str] = Counter()
     tags: Counter[str] = Counter()
-    for _, columns in clients:
-        words.update(word for text in (*columns["tokens"], *columns["title"]) for word in text.split())
-        tags.update(tag for text in columns["tags"] for tag in text.split("|"))
-    ranked = sorted(range(spec.num_words), key=lambda r: -words[f"w{r}"])  # stable: ties keep rank order
-    return {f"w{r}": words[f"w{r}"] for r in ranked}, tags
+    for _ in counting(clients, words, tags):
+        pass
+    return _ranked(spec, words), tags
 
 
 @dataclass(frozen=True)
@@ -420,11 +463,14 @@ def write_synthetic_stackoverflow(
     if layout not in ("h5", "sqlite"):
         raise ValueError(f"layout must be 'h5' or 'sqlite', got {layout!r}")
     root = Path(directory)
+    words: Counter[str] = Counter()
+    tags: Counter[str] = Counter()
+    clients = counting(synthetic_columns(spec), words, tags)  # counted as they are written: one pass
     if layout == "h5":
-        data = _write_h5(root / H5_FILES[split], synthetic_columns(spec))
+        data = _write_h5(root / H5_FILES[split], clients)
     else:
-        data = _write_sqlite_file(root / SQLITE_FILE, {split: synthetic_columns(spec)}, index)
-    word_counts, tag_counts = synthetic_counts(spec)  # the clients again: counting them costs less than holding them
+        data = _write_sqlite_file(root / SQLITE_FILE, {split: clients}, index)
+    word_counts, tag_counts = _ranked(spec, words), _shuffled_tags(spec, tags)
     return StackOverflowFiles(
         data=data,
         word_count=write_word_count(root / WORD_COUNT_FILE, word_counts),
@@ -468,6 +514,7 @@ def ensure_synthetic_stackoverflow(
 __all__ = [
     "Clients",
     "counted",
+    "counting",
     "EdgeCaseData",
     "StackOverflowFiles",
     "SyntheticStackOverflowSpec",

@@ -7,6 +7,9 @@ local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
 - ``floor``: a bare PyTorch loop doing exactly the local SGD steps of those rounds (same users, same data
   already in memory, same minibatch order), nothing else: the compute floor on this machine (run twice, before
   fedpub and after, each round's faster time kept);
+- ``dp-floor`` (and ``dp-floor-cut``): the same bare loop plus a bare DP aggregation written plainly in torch
+  (each user's update clipped and added to the sum, one Gaussian draw of the model's size, one model write): what
+  any implementation of the mechanism must do, the floor ``x_dp_floor`` divides by (issue 35's target: 1.10×);
 - ``floor-cut`` (StackOverflow's one-``Linear`` model): the same bare loop, each user's steps on the weight
   columns of the words its examples use (the other columns' gradients are zero): the same steps with the least
   arithmetic, and the floor ``x_floor`` divides by when it is the faster;
@@ -21,8 +24,9 @@ local epoch of batch-16 SGD, clip 0.5, z = 1) are run by:
 Users hold 20-80 examples (EMNIST) or 5-30 (StackOverflow) (``--examples default``); ``--examples 5,30`` gives
 every task small users, the setting where per-client costs (Flower's per-client messages, a Python loop per user)
 dominate. ``--examples`` may be given more than once: the grid runs every setting. Below the per-path table,
-the summary gives per cell fedpub's default ÷ the faster floor, pfl-research's updates/s ÷ fedpub's, and
-whether the cell meets issue 23's target (within 1.25× of the floor, ahead of pfl-research).
+the summary gives per cell fedpub's default ÷ the faster floor and ÷ the faster DP floor, pfl-research's
+updates/s ÷ fedpub's, and whether the cell meets issue 23's target (within 1.25× of the floor, ahead of
+pfl-research) and issue 35's (within 1.10× of the DP floor).
 
 The benchmark turns on the allocator tuning of :mod:`fedpub.simulations.run.memory` (glibc keeps freed memory; process-wide,
 so the floor and fedpub get the same allocator; fedpub's engine applies it only when asked) before the first
@@ -132,14 +136,19 @@ Rounds = list[tuple[float, int]]
 """(seconds, user updates) of each round."""
 
 
-def _floor(experiment: Experiment, rounds: int, *, cut: bool = False, flops: list[int] | None = None) -> Rounds:
+def _floor(
+    experiment: Experiment, rounds: int, *, cut: bool = False, dp: bool = False, flops: list[int] | None = None
+) -> Rounds:
     """Each round of a bare loop doing exactly the engine's local SGD steps (data preloaded on the experiment's
     device). With ``cut`` (a model that is one ``Linear``): each user's steps on the weight columns its examples
-    use, the least arithmetic those steps need. With ``flops``, each round runs under a FLOP counter and its
-    count is appended (the counter slows the round: a counting pass is not a timing)."""
+    use, the least arithmetic those steps need. With ``dp``, the bare DP aggregation as well (:class:`_BareDP`:
+    each update clipped and summed, one Gaussian draw of the model's size, one model write). With ``flops``, each
+    round runs under a FLOP counter and its count is appended (the counter slows the round: a counting pass is
+    not a timing)."""
     cfg, config, device = experiment.config, experiment.local_training, experiment.device
     model = experiment.new_model()
     params = [p.detach().clone() for p in model.parameters()]
+    aggregate = _BareDP(experiment, params) if dp else None
     cohorts = [experiment.strategy.sample_cohort(experiment.private_ids, t) for t in range(rounds)]
     data = {}
     for cid in {cid for cohort in cohorts for cid in cohort}:
@@ -171,11 +180,55 @@ def _floor(experiment: Experiment, rounds: int, *, cut: bool = False, flops: lis
                     optimizer.zero_grad()
                     experiment.task.loss(forward(x[batch]), plan.y[batch]).backward()
                     optimizer.step()
+                if aggregate is not None:
+                    aggregate.add(trained, columns if cut else None)
+            if aggregate is not None:
+                aggregate.release()
             synchronize(device)
         times.append((time.perf_counter() - started, len(cohort)))
         if flops is not None:
             flops.append(counter.get_total_flops())
     return times
+
+
+class _BareDP:
+    """DP-FedAvg's server work written plainly in torch, the least any implementation of the mechanism does: each
+    user's update (trained minus start) clipped to C and added to the sum (a cut user's into its columns), then per
+    round one Gaussian draw of the model's size (std z·C) and one write of the model (start += lr · (sum + noise)
+    / expected cohort). ``params`` are the round's start, the loop's model, written in place."""
+
+    def __init__(self, experiment: Experiment, params: list[torch.Tensor]) -> None:
+        strategy = experiment.config.strategy
+        self.params, self.clip = params, strategy.clip_norm
+        self.std = experiment.noise_multiplier * strategy.clip_norm
+        self.scale = strategy.server_optimizer.lr / strategy.sampling.clients_per_round
+        self.sums = [torch.zeros_like(p) for p in params]
+        self.generator = torch.Generator(params[0].device).manual_seed(experiment.config.seed)
+
+    def add(self, trained: list[torch.Tensor], columns: torch.Tensor | None) -> None:
+        """Clip one user's update and add it to the sum; ``columns``: a cut user's (its weight is columns × out)."""
+        with torch.no_grad():
+            if columns is None:
+                updates = [t - p for t, p in zip(trained, self.params)]
+            else:
+                updates = [trained[0] - self.params[0].t().index_select(0, columns), trained[1] - self.params[1]]
+            norm = torch.sqrt(sum(u.square().sum() for u in updates))
+            factor = (self.clip / (norm + 1e-12)).clamp(max=1.0)
+            if columns is None:
+                for total, update in zip(self.sums, updates):
+                    total.add_(update * factor)
+            else:
+                self.sums[0].index_add_(1, columns, (updates[0] * factor).t())
+                self.sums[1].add_(updates[1] * factor)
+
+    def release(self) -> None:
+        """Noise the sum with one draw of the model's size, write the model once, zero the sum."""
+        with torch.no_grad():
+            sizes = [p.numel() for p in self.params]
+            noise = torch.empty(sum(sizes), device=self.params[0].device).normal_(generator=self.generator)
+            for p, total, draw in zip(self.params, self.sums, noise.split(sizes)):
+                p.add_(total.add_(draw.view_as(p), alpha=self.std), alpha=self.scale)
+                total.zero_()
 
 
 def _engine(cfg_dict: dict[str, Any], run: Callable[[Any], None]) -> tuple[Rounds, list[int], dict[str, Any]]:
@@ -218,6 +271,19 @@ def _export_for_pfl(experiment: Experiment, cohort: int, rounds: int, path: Path
     )
 
 
+_FLOORS = (
+    ("floor", False, False), ("floor-cut", True, False), ("dp-floor", False, True), ("dp-floor-cut", True, True),
+)
+"""The bare loops: (label, cut to the used columns, with the bare DP aggregation); the cut ones only for a model
+that is one ``Linear``."""
+
+BARE = ("floor", "floor-cut")
+"""The training-only floors: ``x_floor`` divides by the faster."""
+
+DP = ("dp-floor", "dp-floor-cut")
+"""The floors with the bare DP aggregation: ``x_dp_floor`` divides by the faster."""
+
+
 def measure(
     task: str,
     cohort: int,
@@ -246,8 +312,8 @@ def measure(
         print(f"{task} cohort {cohort}: Flower skipped, a round's replies would hold {replies_gb:.1f} GB", flush=True)
     population = len(experiment.private_ids)
     cut = input_layer(model) is not None and len(model) == 1  # the bare cut loop runs F.linear alone
-    floors = {"floor": False, "floor-cut": True} if cut else {"floor": False}
-    times = {label: _floor(experiment, rounds, cut=cut_floor) for label, cut_floor in floors.items()}
+    floors = {label: (cut_floor, dp) for label, cut_floor, dp in _FLOORS if cut or not cut_floor}
+    times = {label: _floor(experiment, rounds, cut=cut_floor, dp=dp) for label, (cut_floor, dp) in floors.items()}
     flops: list[int] = []
     _floor(experiment, rounds, cut=cut, flops=flops)
     choices: dict[str, Any] = {}
@@ -266,8 +332,8 @@ def measure(
         cfg_dict = {**base, "output_dir": str(root / "runs" / "flower")}
         times["flower"] = _engine(cfg_dict, lambda cfg: run_flower_simulation(cfg, population, fresh=True))[0]
     anew = build_experiment(parse_config(base))
-    for label, cut_floor in floors.items():  # again, on a model built anew: each round's faster time is kept
-        again = _floor(anew, rounds, cut=cut_floor)
+    for label, (cut_floor, dp) in floors.items():  # again, on a model built anew: each round's faster time is kept
+        again = _floor(anew, rounds, cut=cut_floor, dp=dp)
         times[label] = [min(a, b) for a, b in zip(times[label], again, strict=True)]
     if pfl_python:
         task_file = root / f"{task}_{cohort}_pfl.pt"
@@ -298,7 +364,8 @@ def _rows(
     flop_floor_s = sum(steady_flops) / len(steady_flops) / flops_per_second
     seconds = {label: sum(s for s, _ in r) / len(r) for label, r in steady.items()}
     rate = {label: sum(n for _, n in r) / sum(s for s, _ in r) for label, r in steady.items()}
-    floor = min(seconds[label] for label in ("floor", "floor-cut") if label in seconds)
+    floor = min(seconds[label] for label in BARE if label in seconds)
+    dp_floor = min(seconds[label] for label in DP if label in seconds)
     return [
         {
             "task": task,
@@ -309,6 +376,7 @@ def _rows(
             "steady_s_per_round": round(seconds[label], 4),
             "updates_per_s": round(rate[label], 1),
             "x_floor": round(seconds[label] / floor, 2),
+            "x_dp_floor": round(seconds[label] / dp_floor, 2),
             "fedpub_speedup": round(rate["fedpub"] / rate[label], 2),
             "round_gflop": round(flop_floor_s * flops_per_second / 1e9, 3),
             "x_flop_floor": round(seconds[label] / flop_floor_s, 1) if flop_floor_s > 0 else float("inf"),
@@ -319,6 +387,9 @@ def _rows(
 
 TARGET_X_FLOOR = 1.25
 """Issue 23's target: fedpub's default within this factor of the faster floor (and ahead of pfl-research)."""
+
+TARGET_X_DP_FLOOR = 1.10
+"""Issue 35's target: fedpub's default within this factor of the faster DP floor (and ahead of pfl-research)."""
 
 
 def _summary(rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str]) -> list[dict[str, Any]]:
@@ -333,14 +404,17 @@ def _summary(rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str])
         ahead = None if pfl is None else pfl["fedpub_speedup"] > 1.0
         summary.append({
             "task": task, "cohort": cohort, "examples": examples,
-            "floor_s": min(by_path[p]["steady_s_per_round"] for p in ("floor", "floor-cut") if p in by_path),
+            "floor_s": min(by_path[p]["steady_s_per_round"] for p in BARE if p in by_path),
+            "dp_floor_s": min(by_path[p]["steady_s_per_round"] for p in DP if p in by_path),
             "fedpub_s": fedpub["steady_s_per_round"], "fedpub_x_floor": fedpub["x_floor"],
+            "fedpub_x_dp_floor": fedpub["x_dp_floor"],
             "fedpub_loop_x_floor": by_path["fedpub-loop"]["x_floor"],
             "fedpub_paths": paths.get((task, cohort, examples), "-"),
             "steady_rounds": fedpub["steady_rounds"],
             "pfl_s": "-" if pfl is None else pfl["steady_s_per_round"],
             "fedpub_vs_pfl": "-" if pfl is None else pfl["fedpub_speedup"],
             "within_1.25x": "yes" if fedpub["x_floor"] <= TARGET_X_FLOOR else "no",
+            "within_1.10x_dp": "yes" if fedpub["x_dp_floor"] <= TARGET_X_DP_FLOOR else "no",
             "ahead_of_pfl": "-" if ahead is None else ("yes" if ahead else "no"),
         })
     return summary
@@ -364,12 +438,15 @@ def _write(rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str], o
         "",
         ("x_floor: seconds per round ÷ the fastest bare loop's on the same cohorts (floor, or floor-cut: each"
         " user's steps on the input columns its examples use; pfl-research trains fixed cohorts of m);"
+        " x_dp_floor: the same ÷ the faster bare loop with the bare DP aggregation (dp-floor, dp-floor-cut: each"
+        " update clipped and summed, one Gaussian draw of the model's size, one model write);"
         " fedpub_speedup: fedpub's default (client.path: auto) updates/s ÷ the path's (> 1: fedpub is that many"
         " times faster); round_gflop: matrix-product and convolution GFLOP of a steady round's local steps"
         " (fewest-FLOP bare loop); x_flop_floor: seconds per round ÷ those FLOPs at the device's measured matmul"
         " rate (the FLOP-bound floor)."),
         "",
-        f"## Per cell: fedpub's default against the faster floor (target ≤ {TARGET_X_FLOOR}×) and pfl-research",
+        f"## Per cell: fedpub's default against the faster floor (issue 23's target ≤ {TARGET_X_FLOOR}×), the"
+        f" faster DP floor (issue 35's target ≤ {TARGET_X_DP_FLOOR}×) and pfl-research",
         "",
         *_table(summary),
         "",

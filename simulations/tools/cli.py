@@ -25,6 +25,7 @@ from fedpub.config import ExperimentConfig, load_config
 from fedpub.simulations.configs import quickstart_config_path
 from fedpub.simulations.tools.data_cli import data_app
 from fedpub.simulations.run.progress import RoundDisplay
+from fedpub.simulations.tools.threads import ThreadChoice, apply_thread_choice, choose_threads, thread_line
 
 if TYPE_CHECKING:
     from fedpub.privacy.events import CohortRule
@@ -219,6 +220,10 @@ def run(
         console.print("interrupted before the first round: nothing written")
         raise typer.Exit(130) from None
     _describe_experiment(cfg, experiment, backend)
+    import torch
+
+    threads = _threads[0] if _threads else choose_threads(os.environ, torch_imported=True)
+    console.print(thread_line(threads, torch.get_num_threads()), highlight=False, soft_wrap=True)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
     if dry_run:
         _dry_run(cfg, experiment, run_dir, fresh)
@@ -473,6 +478,11 @@ def audit(
         raise typer.Exit(1)  # a pipeline gated on the audit stops here
 
 
+_threads: list[ThreadChoice] = []
+"""What :func:`main` chose for OpenMP before anything imported torch (empty when the app runs without it)."""
+
+
 def main() -> None:
+    _threads.append(apply_thread_choice())  # before any command imports torch
     app()
 

@@ -11,7 +11,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpub.data.tf_example import ExampleDecodeError, decode_example, encode_example
+from fedpub.data.tf_example import ExampleDecodeError, decode_example, encode_example, single_value_encoder
 
 FieldProto = descriptor_pb2.FieldDescriptorProto
 
@@ -137,3 +137,23 @@ def test_round_trip_through_protobuf(features: dict[str, list]) -> None:
     assert _from_proto(PACKED.FromString(encode_example(features))) == features  # float32 values are exact
     for cls in (PACKED, UNPACKED):
         assert decode_example(_to_proto(cls, features).SerializeToString()) == features
+
+
+_single = st.dictionaries(
+    _names, st.one_of(st.binary(max_size=300), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=6
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_single)
+def test_single_value_encoder_writes_what_encode_example_writes(values: dict[str, bytes | int]) -> None:
+    """Names in any order, values long enough for two-byte lengths (300 bytes), negative and extreme int64."""
+    kinds = {name: "bytes" if isinstance(v, bytes) else "int64" for name, v in values.items()}
+    encoded = single_value_encoder(kinds)(list(values.values()))  # type: ignore[arg-type]
+    assert encoded == encode_example({name: [v] for name, v in values.items()})  # type: ignore[misc]
+    assert _from_proto(PACKED.FromString(encoded)) == {name: [v] for name, v in values.items()}
+
+
+def test_single_value_encoder_refuses_other_kinds() -> None:
+    with pytest.raises(ValueError, match="'bytes' or 'int64', got \\['float'\\]"):
+        single_value_encoder({"x": "float"})  # type: ignore[dict-item]

@@ -6,6 +6,7 @@ import re
 
 import dp_accounting
 import pytest
+import torch
 from dp_accounting import pld, rdp
 from typer.testing import CliRunner
 
@@ -105,6 +106,8 @@ def test_run_end_to_end_prints_accuracy_and_epsilon(tiny_emnist_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "final test accuracy" in result.output and "(ε, δ)" in result.output
     assert (tmp_path / "runs/cli/summary.md").exists()
+    # this process loaded torch before the app ran: the run's one line on threads says OpenMP's settings stood
+    assert f"torch threads: {torch.get_num_threads()}; torch was imported before" in result.output
 
 
 def test_calibrate_with_fixed_size_sampling_asks_for_the_rdp_accountant():

@@ -1,0 +1,70 @@
+"""OpenMP's wait policy for torch's threads, chosen by the command line before torch is imported.
+
+torch's CPU kernels run on libgomp's threads (one per core: torch's default thread count). By default libgomp's
+threads spin, busy, for a while after each parallel kernel, waiting for the next. On a machine shared with other
+busy processes a spinning thread holds a core that another needs, and every kernel then waits for a thread the
+scheduler has put aside. Measured on this 2-core machine (issue 35; the throughput benchmark's cells at 50 users
+of 5-30 examples, median of 3 steady rounds, 2 threads, spinning against sleeping; the load average is other
+processes' work): at load 10 the EMNIST MLP's bare training loop took 9.5 s a round against 0.60 s, fedpub's round
+1.7 s against 0.12 s; at load 7 the CNN's 32.5 s against 0.50 s and 15.6 s against 0.69 s; at load 3 the MLP's
+0.77 s against 0.060 s and 0.35 s against 0.090 s, the CNN's 1.8 s against 0.43 s and 8.9 s against 0.81 s. One
+thread instead of two, both sleeping, was neither faster nor slower beyond the machine's noise. The machine was
+never idle then (load 2.5 or more): on an idle one, sleeping threads cost a wake-up per parallel kernel, to be
+measured there. OpenMP reads its settings once, when torch loads it, so only the command line, before anything
+imports torch, can choose them: :func:`apply_thread_choice` sets
+``OMP_WAIT_POLICY=passive`` (threads sleep when idle) unless the user set ``OMP_WAIT_POLICY`` or
+``GOMP_SPINCOUNT``. The thread count stays torch's default unless ``OMP_NUM_THREADS`` is set: the count changes
+how a float32 sum is split between threads, so a seeded run on another count differs in its last bits, and a
+default that followed the machine's load would make a run's results depend on what else ran beside it. The wait
+policy changes when threads sleep, never what they compute.
+
+:func:`thread_line` says at the start of a run what was chosen and why.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+
+WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+"""The variables by which a user chooses libgomp's wait policy; either, set, is left as it is."""
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The variables the command line sets before torch is imported, and why (in a few words)."""
+
+    reason: str
+    variables: dict[str, str] = field(default_factory=dict)
+
+
+def choose_threads(environ: Mapping[str, str], torch_imported: bool) -> ThreadChoice:
+    """The wait policy and thread count for a process whose environment is ``environ``: the user's settings where
+    given, else sleeping threads and torch's default count; nothing when torch is already imported (OpenMP has
+    read its settings)."""
+    if torch_imported:
+        return ThreadChoice("torch was imported before fedpub's command line: OpenMP's settings are the process's")
+    given = [f"{name}={environ[name]}" for name in WAIT_VARIABLES if name in environ]
+    variables = {} if given else {"OMP_WAIT_POLICY": "passive"}
+    wait = (f"wait policy as set ({', '.join(given)})" if given
+            else "idle threads sleep (OMP_WAIT_POLICY=passive: spinning ones slow a shared machine's rounds)")
+    count = ("as set (OMP_NUM_THREADS)" if "OMP_NUM_THREADS" in environ
+             else "torch's default, one per core (OMP_NUM_THREADS sets it)")
+    return ThreadChoice(f"count {count}; {wait}", variables)
+
+
+def apply_thread_choice(environ: MutableMapping[str, str] = os.environ) -> ThreadChoice:
+    """Choose (:func:`choose_threads`) and set the variables in ``environ``: call before torch is imported."""
+    choice = choose_threads(environ, "torch" in sys.modules)
+    environ.update(choice.variables)
+    return choice
+
+
+def thread_line(choice: ThreadChoice, threads: int) -> str:
+    """The run's one line on its threads: how many torch uses, and why."""
+    return f"torch threads: {threads}; {choice.reason}"
+
+
+__all__ = ["ThreadChoice", "WAIT_VARIABLES", "apply_thread_choice", "choose_threads", "thread_line"]
