@@ -34,6 +34,11 @@ RUNS, OUT = REPRODUCTIONS, Path("docs/results.md")
 COMMAND = "python -m fedpub.simulations.reproductions.results_page"
 
 
+def _outcome(verdict: str) -> str:
+    """The summary's outcome: a not-testable verdict's gates and numbers are in its gates column beside it."""
+    return "not testable (gates)" if verdict.startswith("not testable") else verdict
+
+
 def _best_per_reproduction(found: Sequence[tuple[Path, ReproductionRecord]], where: Path
                            ) -> dict[str, tuple[Path, ReproductionRecord]]:
     """Of the records of one reproduction, its full one (else its quick one); two of one kind are refused."""
@@ -134,7 +139,7 @@ def results_page(runs: Path, out: Path, note: str = "") -> str:
         mode = " (quick)" if record.quick else ""
         for claim in record.claims:
             lines.append(f"| {record.seed_paper} | {record.name}{mode} | {_cell(claim.text)} | "
-                         f"**{_cell(claim.verdict)}** | {_cell(claim.ci)} | {claim.power or '—'} | "
+                         f"**{_cell(_outcome(claim.verdict))}** | {_cell(claim.ci)} | {claim.power or '—'} | "
                          f"{_cell(claim.gates)} | {_cell(claim.paper_figure)} |")
     missing = [s for s in SEED_PAPERS if s not in {r.seed_paper for _, r in records}]
     lines.append("")
