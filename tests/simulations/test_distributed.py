@@ -44,6 +44,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     "dp_ftrl_epoch_blocks": {"privacy": {"accountant": "rdp"},
                              "strategy": {**BASE, "name": "dp_ftrl", "sampling": {"clients_per_round": 4}}},
 }
+SECRET = {"privacy": {"randomness": "secret"}, "strategy": {**BASE, "sampling": {"clients_per_round": 4}}}
+"""A deployment's privacy randomness: rank 0's seed from the OS, sent to the other ranks, never released."""
 NOISE = {"rounds": 1, "client": {"lr": 1e-9}, "strategy": {**BASE, "sampling": {"clients_per_round": 4}}}
 """Updates of about 1e-9: the released change of the model is the noise on the mean, std z·C/m = 0.1."""
 
@@ -91,6 +93,7 @@ def two_ranks(tiny_emnist_dir, tmp_path_factory):
     os.environ.setdefault("FEDPUB_CACHE_DIR", str(root / "cache"))
     configs = {name: _config(tiny_emnist_dir, root / name, overrides) for name, overrides in RECIPES.items()}
     configs["noise"] = tiny_config(tiny_emnist_dir, root / "noise", **NOISE)
+    configs["secret"] = _config(tiny_emnist_dir, root / "secret", SECRET)
     done = _torchrun([_write(cfg, root / f"{name}.yaml") for name, cfg in configs.items()])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return configs, done
@@ -99,7 +102,7 @@ def two_ranks(tiny_emnist_dir, tmp_path_factory):
 def test_two_ranks_release_what_one_process_releases_for_every_recipe(two_ranks, tmp_path):
     configs, _ = two_ranks
     for name, cfg in configs.items():
-        if name == "noise":
+        if name in ("noise", "secret"):
             continue
         alone = cfg.model_copy(update={"output_dir": tmp_path / name})
         run_in_process(build_experiment(alone), RunDirectory(alone.output_dir / alone.name))
@@ -125,6 +128,22 @@ def test_the_noise_is_added_once(two_ranks):
     assert change.numel() > 10_000
     assert change.std().item() == pytest.approx(expected, rel=0.05)
     assert abs(change.mean().item()) < 4 * expected / change.numel() ** 0.5
+
+
+def test_a_secret_seed_is_shared_by_the_ranks_and_released_nowhere(two_ranks):
+    """Every round starts with the ranks checking they hold the same model, so two rounds finished means the
+    follower drew rank 0's cohorts and noise; the seed is in the server-private checkpoint only."""
+    cfg = two_ranks[0]["secret"]
+    checkpoint = _checkpoint(cfg)
+    assert checkpoint["rounds_done"] == 2 and checkpoint["privacy_randomness"]["secret"] is True
+    seed = str(checkpoint["privacy_randomness"]["seed"])
+    run = cfg.output_dir / cfg.name
+    released = [path for path in run.rglob("*") if path.is_file() and path.name != "checkpoint.pt"]
+    assert {"metrics.jsonl", "ledger.json", "config.yaml"} <= {path.name for path in released}
+    assert not [path for path in released if seed in path.read_bytes().decode("utf-8", "replace")]
+    assert "secret" in (run / "ledger.json").read_text()
+    before = model_params(build_experiment(cfg).new_model())
+    assert any(not torch.equal(before[k], checkpoint["params"][k]) for k in before)
 
 
 def test_a_killed_rank_stops_the_run_cleanly_and_the_rerun_resumes_to_the_same_model(two_ranks, tmp_path):
