@@ -360,8 +360,8 @@ def run(kinds: Sequence[Kind], epsilons: Sequence[float], seeds: int, plan: Plan
                     q, _ = land.gate(theta[:, :1])
                     right[arm][cell][seed] = float(((theta[:, 0] > 0) & (q[:, 0] > 0)).to(DTYPE).mean())
             missed = 1 - statistics.fmean(right["even"][cell].values())
-            log(f"{cell} (z even {zs['even'][0]:.3f}; cold even misses the basin at +M in {missed:.1%} of chains) "
-                f"[{time.perf_counter() - tick:.0f} s]: " + ", ".join(
+            regime = f"; cold even misses the basin at +M in {missed:.1%} of chains" if kind == "two_basin" else ""
+            log(f"{cell} (z even {zs['even'][0]:.3f}{regime}) [{time.perf_counter() - tick:.0f} s]: " + ", ".join(
                     f"{arm} {statistics.fmean(values[arm][cell].values()):.4f}" for arm in arms(plan)))
     return Outcome(values, right, tunings)
 
