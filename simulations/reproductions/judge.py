@@ -14,7 +14,9 @@ paper reports), whether the arms share data (``paired``), an optional declared `
 **Gates, before any verdict.** Each gate is checked in each cell: :class:`Beats` (the best private arm beats
 public-only, the warm start, or a constant such as the majority predictor, by a stated margin), :class:`Headroom`
 (non-private training stays a stated number of points above the best private arm), :class:`NotDegenerate` (no arm
-diverged or sits at chance), :class:`NotFlat` (every tuned arm's validation scores span a stated range). A cell
+diverged or sits at chance), :class:`NotFlat` (every tuned arm's validation scores span a stated range),
+:class:`AtLeast` (a regime measure recorded beside the arms, e.g. the share of chains in which cold private training
+misses the right basin, reaches a stated floor: the mechanism has something to act on). A cell
 failing a gate is **not testable** there, with the gate and its numbers; a claim with no testable cell is
 published as ``not testable: <gate, with the numbers>``, never with a verdict.
 
@@ -294,7 +296,27 @@ class NotFlat:
         return f"gate 'tuning landscape spans ≥ {self.spread:g}' failed: " + "; ".join(failed) if failed else ""
 
 
-Gate = Beats | Headroom | NotDegenerate | NotFlat
+@dataclass(frozen=True)
+class AtLeast:
+    """Gate: the regime measure recorded in the results as the arm ``measure`` (not a method: e.g. the share of
+    chains in which cold private training misses the right basin) averages at least ``floor`` over the cell's
+    seeds (named ``what``): where it does not, the mechanism a claim tests has nothing to act on."""
+
+    measure: str
+    floor: float
+    what: str
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        values = _mean(results, self.measure, cell)
+        if values is None:
+            return f"gate '{self.what} ≥ {self.floor:g}': no {self.measure} in {cell}"
+        mean = statistics.fmean(values)
+        if mean >= self.floor:
+            return ""
+        return f"gate '{self.what} ≥ {self.floor:g}' failed: {self.measure} {mean:.4f}"
+
+
+Gate = Beats | Headroom | NotDegenerate | NotFlat | AtLeast
 
 
 @dataclass(frozen=True)

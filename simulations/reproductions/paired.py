@@ -5,15 +5,17 @@ The synthetic reproductions (fedpub issue 36, item 4) run every arm on the same 
 **paired** differences, seed by seed. This module keeps what such a judge needs and nothing it must guess:
 
     {"name", "metric", "higher_is_better", "seeds": [...],
-     "values": {arm: {cell: {seed: value}}},
-     "claims": [{"text", "better", "worse", "cells", "paper_effect", "paper_figure", "role"}]}
+     "values": {arm: {cell: {seed: value}}}, "measures": {measure: {cell: {seed: value}}},
+     "claims": [{"text", "better", "worse", "cells", "paper_effect", "paper_figure", "role", "gates"}]}
 
 ``paper_effect`` is the paper's own effect in this metric's units (better − worse, signed so that positive favours
 ``better``), or null where the paper's metric is not this one (its words are in ``paper_figure``). ``role`` is
 ``"claim"`` (the paper's), ``"control"`` (a negative control where the paper's mechanism should not act: its
 direction is the one the mechanism predicts there) or ``"gate"`` (a regime check: the claim is testable only if it
-holds). :func:`judgement` judges a claim with the paired t of :mod:`fedpub.simulations.reproductions.judge`, and
-:func:`paired_line` prints the paired differences.
+holds). ``gates`` are the judge's regime gates checked in each cell before the claim is judged there; the
+``measures`` they read (regime figures that are not a method's metric, e.g. the share of chains that miss the right
+basin) are kept beside the values. :func:`judgement` judges a claim with the paired t of
+:mod:`fedpub.simulations.reproductions.judge`, and :func:`paired_line` prints the paired differences.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from fedpub.atomic import write_json_atomic
-from fedpub.simulations.reproductions.judge import Claim, ClaimJudgement, judge_claim
+from fedpub.simulations.reproductions.judge import Claim, ClaimJudgement, Gate, judge_claim
 
 PAIRED_FILE = "paired.json"
 Values = Mapping[str, Mapping[str, Mapping[int, float]]]
@@ -44,6 +46,8 @@ class PairedClaim:
     paper_effect: float | None = None
     paper_figure: str = ""
     role: Literal["claim", "control", "gate"] = "claim"
+    gates: tuple[Gate, ...] = ()
+
 
 
 def differences(values: Values, claim: PairedClaim, cell: str, higher_is_better: bool) -> list[float]:
@@ -66,16 +70,24 @@ def paired_line(values: Values, claim: PairedClaim, higher_is_better: bool) -> s
             "favours the first), mean ± sd: " + "; ".join(parts))
 
 
-def judgement(values: Values, claim: PairedClaim, higher_is_better: bool) -> ClaimJudgement:
-    """The claim judged over its cells by the judge's paired t on the seeds both arms ran (Holm over the cells)."""
+def judgement(values: Values, claim: PairedClaim, higher_is_better: bool,
+              measures: Values | None = None) -> ClaimJudgement:
+    """The claim judged over its cells by the judge's paired t on the seeds both arms ran (Holm over the cells),
+    each cell first checked against the claim's gates, which read ``measures``."""
     cells = {arm: {cell: values[arm][cell] for cell in claim.cells} for arm in (claim.better, claim.worse)}
     return judge_claim(Claim(claim.text, claim.better, claim.worse, claim.paper_figure, claim.paper_effect,
-                             higher_is_better, paired=True), cells)
+                             higher_is_better, paired=True), {**(measures or {}), **cells}, gates=claim.gates)
+
+
+def _per_seed(values: Values) -> dict[str, dict[str, dict[str, float]]]:
+    return {arm: {cell: {str(s): float(v) for s, v in sorted(per.items())} for cell, per in cells.items()}
+            for arm, cells in values.items()}
 
 
 def write_paired_json(out: Path, name: str, metric: str, higher_is_better: bool, values: Values,
-                      claims: Sequence[PairedClaim]) -> Path:
-    """Write ``out/paired.json``; refuses a claim that names an arm or cell with no values."""
+                      claims: Sequence[PairedClaim], measures: Values | None = None) -> Path:
+    """Write ``out/paired.json`` (a gate written as its repr); refuses a claim that names an arm or cell with no
+    values."""
     for claim in claims:
         for arm in (claim.better, claim.worse):
             missing = [c for c in claim.cells if not values.get(arm, {}).get(c)]
@@ -86,8 +98,7 @@ def write_paired_json(out: Path, name: str, metric: str, higher_is_better: bool,
     path = Path(out) / PAIRED_FILE
     write_json_atomic(path, {
         "name": name, "metric": metric, "higher_is_better": higher_is_better, "seeds": seeds,
-        "values": {arm: {cell: {str(s): float(v) for s, v in sorted(per.items())} for cell, per in cells.items()}
-                   for arm, cells in values.items()},
-        "claims": [{**asdict(c), "cells": list(c.cells)} for c in claims],
+        "values": _per_seed(values), "measures": _per_seed(measures or {}),
+        "claims": [{**asdict(c), "cells": list(c.cells), "gates": [repr(g) for g in c.gates]} for c in claims],
     })
     return path

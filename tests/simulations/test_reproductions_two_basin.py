@@ -12,6 +12,7 @@ import torch
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import PoissonSampling, neighboring_relation
 from fedpub.simulations.reproductions import two_basin as tb
+from fedpub.simulations.reproductions.paired import PairedClaim, judgement
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
 
 SIZES = tb.Sizes(private=200, public=200, validation=10, test=4000, spread1=0.05)
@@ -93,4 +94,27 @@ def test_quick_mode_writes_paired_values_and_claims(tmp_path):
     assert set(paired["values"]) == set(tb.arms(tb.QUICK_PLAN))
     assert set(paired["values"]["early"]) == {"two_basin ε=1", "convex ε=1"}
     assert {c["role"] for c in paired["claims"]} == {"claim", "control", "gate"}
+    assert set(paired["measures"][tb.MISSED]) == {"two_basin ε=1", "convex ε=1"}
+    assert all("AtLeast" in c["gates"][0] for c in paired["claims"] if c["text"].startswith("Two basins"))
+    assert "Regime gate of the two-basin claims" in (out / "comparison.md").read_text()
     assert "Paired differences" in (out / "comparison.md").read_text()
+
+
+CELL = "two_basin ε=1"
+EARLY_WINS = {"early": {CELL: {0: 0.10, 1: 0.12, 2: 0.11, 3: 0.15}},
+              "late": {CELL: {0: 0.13, 1: 0.14, 2: 0.16, 3: 0.17}}}
+
+
+@pytest.mark.parametrize(("missed", "outcome"), [((0.25, 0.1, 0.2, 0.05), "supports"),
+                                                 ((0.05, 0.0, 0.1, 0.05), "not testable")])
+def test_regime_gate_withholds_the_claim_where_cold_training_never_misses_the_basin(missed, outcome):
+    """The same paired differences (early better on every seed) are judged where cold training misses the basin at
+    +M in 15 % of chains, and not testable, with the share, where it misses in 5 %."""
+    claim = PairedClaim("early beats late", "early", "late", (CELL,), gates=(tb.REGIME_GATE,))
+    measures = {tb.MISSED: {CELL: dict(enumerate(missed))}}
+    judged = judgement(EARLY_WINS, claim, False, measures)
+    assert judged.outcome == outcome
+    if outcome == "not testable":
+        assert f"≥ {tb.MISS_FLOOR:g}' failed: {tb.MISSED} 0.0500" in judged.verdict
+    with pytest.raises(ValueError, match=tb.MISSED):
+        judgement(EARLY_WINS, claim, False)
