@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import yaml
 
 from fedpub.atomic import write_text_atomic
 from fedpub.simulations.reproductions.judge import RULE
@@ -30,7 +32,7 @@ from fedpub.simulations.reproductions.results_record import (
     write_claims_json,
 )
 
-RUNS, OUT = REPRODUCTIONS, Path("docs/results.md")
+RUNS, OUT, READINGS = REPRODUCTIONS, Path("docs/results.md"), Path("docs/results-readings.yaml")
 COMMAND = "python -m fedpub.simulations.reproductions.results_page"
 
 
@@ -85,7 +87,35 @@ def _copy(source_dir: Path, paths: Sequence[str], target_dir: Path) -> list[tupl
     return copied
 
 
-def _section(folder: Path, record: ReproductionRecord, assets: Path, link_base: str) -> list[str]:
+def run_key(record: ReproductionRecord) -> str:
+    """Which run a reading was written for: its command and seeds (a new run of other sizes needs a new reading)."""
+    return f"{record.command} ({record.seeds} seeds{', quick' if record.quick else ''})"
+
+
+def read_readings(path: Path) -> dict[str, Mapping[str, str]]:
+    """The readings file: ``{reproduction: {run: <run_key>, reading: <what the run means for a user choosing a
+    strategy>}}``, written by whoever ran the runs; none when the file is absent."""
+    if not path.is_file():
+        return {}
+    found = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    bad = [name for name, entry in found.items()
+           if not isinstance(entry, dict) or set(entry) != {"run", "reading"}]
+    if bad:
+        raise ValueError(f"{path}: each entry needs exactly the keys run and reading; not so for {bad}")
+    return found
+
+
+def _reading(record: ReproductionRecord, readings: Mapping[str, Mapping[str, str]]) -> str:
+    entry = readings.get(record.name)
+    if entry is None:
+        return "none written for this run yet."
+    if entry["run"] != run_key(record):
+        return f"none for this run yet (the one written was for `{entry['run']}`)."
+    return entry["reading"]
+
+
+def _section(folder: Path, record: ReproductionRecord, assets: Path, link_base: str,
+             readings: Mapping[str, Mapping[str, str]]) -> list[str]:
     kind = "quick mode (tiny sizes: a check that it runs, not a result)" if record.quick else "full mode"
     minutes = record.wall_time_s / 60
     named = record.title.startswith(f"Seed {record.seed_paper}")
@@ -100,7 +130,7 @@ def _section(folder: Path, record: ReproductionRecord, assets: Path, link_base: 
     ]
     for claim in record.claims:
         lines += [claim.sentence, f"  - *The paper:* {claim.paper_figure}"]
-    lines.append("")
+    lines += ["", f"*For a user choosing a strategy:* {_reading(record, readings)}", ""]
     target = assets / record.name
     tables = _copy(folder, record.tables, target)
     figures = _copy(folder, record.figures, target)
@@ -117,11 +147,13 @@ def _section(folder: Path, record: ReproductionRecord, assets: Path, link_base: 
     return lines
 
 
-def results_page(runs: Path, out: Path, note: str = "") -> str:
+def results_page(runs: Path, out: Path, note: str = "", readings: Path = READINGS) -> str:
     """Write the page ``out`` (and its assets in ``out``'s folder, ``results/``) from the records under ``runs``;
-    ``note``: a paragraph on the state of the runs (what is missing or unfinished, and why)."""
+    ``note``: a paragraph on the state of the runs (what is missing or unfinished, and why); ``readings``: what each
+    run means for a user (:func:`read_readings`), shown only beside the run it was written for."""
     assets = out.parent / out.stem
     records = find_records(runs, assets)
+    meanings = read_readings(readings)
     staging = assets.with_name(assets.name + ".new")
     if staging.exists():
         shutil.rmtree(staging)  # left by an interrupted regeneration
@@ -149,7 +181,7 @@ def results_page(runs: Path, out: Path, note: str = "") -> str:
     if note:
         lines += [f"**Note.** {note}", ""]
     for folder, record in records:
-        lines += _section(folder, record, staging, assets.name)
+        lines += _section(folder, record, staging, assets.name, meanings)
         write_claims_json(staging / record.name, record)
     text = "\n".join(lines)
     _replace_folder(staging, assets)
@@ -175,8 +207,10 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--runs", type=Path, default=RUNS, help=f"folder searched for {CLAIMS_FILE} (default {RUNS})")
     parser.add_argument("--out", type=Path, default=OUT, help=f"the page (default {OUT})")
     parser.add_argument("--note", default="", help="a paragraph on what is missing or unfinished, and why")
+    parser.add_argument("--readings", type=Path, default=READINGS,
+                        help=f"what each run means for a user choosing a strategy (default {READINGS})")
     args = parser.parse_args(argv)
-    results_page(args.runs, args.out, args.note)
+    results_page(args.runs, args.out, args.note, args.readings)
     print(f"wrote {args.out}")
     return args.out
 

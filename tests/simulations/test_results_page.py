@@ -83,3 +83,21 @@ def test_of_a_full_and_a_quick_run_of_one_reproduction_the_full_one_is_shown(tmp
     main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "results.md")])
     page = (tmp_path / "results.md").read_text()
     assert "| full |" in page and "| quick |" not in page and "dope_table7 (quick)" not in page
+
+
+def test_a_reading_is_shown_only_beside_the_run_it_was_written_for(tmp_path):
+    runs, out, readings = tmp_path / "runs", tmp_path / "docs" / "results.md", tmp_path / "readings.yaml"
+    _record(runs / "dope_table7", "dope_table7", "003", [0.80, 0.81, 0.82], "x")
+    _record(runs / "adadps_stackoverflow", "adadps_stackoverflow", "002", [0.49, 0.53, 0.51], "y")
+    readings.write_text("dope_table7:\n  run: python -m dope_table7 (3 seeds)\n  reading: Prefer DOPE here.\n"
+                        "adadps_stackoverflow:\n  run: python -m adadps_stackoverflow --seeds 9 (9 seeds)\n"
+                        "  reading: An old run's advice.\n")
+    main(["--runs", str(runs), "--out", str(out), "--readings", str(readings)])
+    page = out.read_text()
+    assert "*For a user choosing a strategy:* Prefer DOPE here." in page
+    assert "An old run's advice" not in page
+    assert ("*For a user choosing a strategy:* none for this run yet (the one written was for "
+            "`python -m adadps_stackoverflow --seeds 9 (9 seeds)`).") in page
+    readings.write_text("dope_table7:\n  reading: no run named\n")
+    with pytest.raises(ValueError, match="exactly the keys run and reading; not so for \\['dope_table7'\\]"):
+        main(["--runs", str(runs), "--out", str(out), "--readings", str(readings)])
