@@ -558,7 +558,8 @@ def _write(
     if worker_rows:
         _write_csv(worker_rows, out / "throughput_workers.csv")
         lines += [
-            "", "## Per cell and worker count: fedpub's default round on torchrun's ranks", "", *_table(worker_rows), "",
+            "", "## Per cell and worker count: fedpub's default round on torchrun's ranks", "",
+            *_table(worker_rows), "",
             ("Each worker count in processes of its own (1: the in-process engine; W > 1: W gloo ranks on 127.0.0.1"
              " sharing each round); round_s: the median of rank 0's steady rounds; speedup: t1 / tW;"
              " scaling_efficiency: t1 / (W · tW); peak_rss_mib_by_rank: each rank's peak resident memory;"
