@@ -378,7 +378,9 @@ def measure_workers(
 ) -> dict[int, WorkerRun]:
     """fedpub's default path (``client.path: auto``, every user preloaded) on each worker count of ``counts``, each
     in fresh processes (:func:`fedpub.simulations.benchmarks.workers.launch`: one plain process, or torchrun's
-    ranks sharing each round): the same cell, cohorts and noise as :func:`measure`'s (the run has the cell's name)."""
+    ranks sharing each round): the same cell, cohorts and noise as :func:`measure`'s (the run has the cell's name).
+    The cell's data is written first, here, so that the ranks only read it."""
+    build_experiment(parse_config(_config(task, cohort, rounds, root, examples=examples, device=device)))
     runs = {}
     for workers in counts:
         cfg_dict = _config(task, cohort, rounds, root, examples=examples, device=device)
