@@ -108,6 +108,7 @@ def _read(directory: str, layout: str, cohort: int, seed: int) -> list[list[Any]
     features = steps.run("tag-prediction features of the cohort (kept)", lambda: [task.client_data(c) for c in chosen])
     nwp = NextWordPrediction(reader, words)
     steps.run("next-word ids of the cohort", lambda: [nwp.client_data(c) for c in chosen])
+    steps.run("import the round's modules (trainer, model, strategy)", _import_round)
     steps.run(ROUND, lambda: _dp_round(features, len(ids), seed))
     rows = steps.trace()
     x_mib = sum(d.x.numel() * d.x.element_size() for d in features) / MIB
@@ -170,6 +171,15 @@ def _rank_read(directory: str, layout: str, cohort: int, seed: int, result_file:
         Path(result_file).write_text(json.dumps(
             [[name, seconds, rss_note(peaks), None, load_average()] for name, seconds, peaks in timed]
         ))
+
+
+def _import_round() -> None:
+    """Import what :func:`_dp_round` uses, so that its seconds are the round's (a rank of :func:`_rank_read` has
+    imported them with torch.distributed's part of fedpub before its round starts)."""
+    import fedpub.clients.cohort_training  # noqa: F401
+    import fedpub.models  # noqa: F401
+    import fedpub.strategies.compose  # noqa: F401
+    import fedpub.tasks  # noqa: F401
 
 
 def _dp_round(
