@@ -39,7 +39,14 @@ them. Writes ``throughput.md`` and ``throughput.csv`` under ``--out``.
 
     python -m fedpub.simulations.benchmarks.throughput [--tasks emnist_cnn,emnist_mlp,so_logreg] [--cohorts 10,50,200]
         [--rounds 4] [--flower-max-gb 2] [--pfl-python .venv-pfl/bin/python] [--examples default --examples 5,30]
-        [--device cpu] [--out runs/benchmarks/throughput]
+        [--device cpu] [--workers 1,2] [--out runs/benchmarks/throughput]
+
+With ``--workers 1,2`` fedpub's default round is also run on each worker count in processes of its own (one
+plain process; W torchrun ranks on 127.0.0.1 sharing each round, gloo on CPUs, one GPU a rank with ``--device
+cuda``; :mod:`fedpub.simulations.benchmarks.workers`), and a third table gives per cell and worker count rank 0's
+median steady round (``round_s``), ``speedup`` t1 / tW, ``scaling_efficiency`` t1 / (W · tW), each rank's peak RSS
+and the load average. Like every benchmark it runs with the fedpub command's OpenMP wait policy (the header says
+which, :mod:`fedpub.simulations.benchmarks`).
 
 Each row also gives the FLOP-bound floor (:mod:`fedpub.simulations.benchmarks.flop_floor`): the round's
 matrix-product and convolution FLOPs at the device's measured float32 matmul rate. With ``--device cuda`` the
@@ -53,9 +60,11 @@ import argparse
 import contextlib
 import csv
 import json
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +77,18 @@ from fedpub.clients.path_choice import GroupKey
 from fedpub.config import parse_config
 from fedpub.data.base import ClientData
 from fedpub.seeding import torch_generator
+from fedpub.simulations.benchmarks import THREADS
 from fedpub.simulations.benchmarks.flop_floor import matmul_flops_per_second, synchronize
 from fedpub.simulations.benchmarks.pfl_research import run_pfl
+from fedpub.simulations.benchmarks.workers import (
+    launch, load_average, parse_workers, peak_rss_by_rank, rss_note, scaling_efficiency, speedup,
+)
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import Experiment, build_experiment
 from fedpub.simulations.flower.simulation import run_flower_simulation
 from fedpub.simulations.run.memory import keep_freed_memory
 from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.tools.threads import thread_line
 
 TASKS: dict[str, dict[str, Any]] = {
     "emnist_cnn": {"model": {"name": "emnist_small_cnn"}, "data": {"source": "synthetic_emnist"}},
@@ -342,6 +356,68 @@ def measure(
     return times, flops, choices, timing
 
 
+@dataclass(frozen=True)
+class WorkerRun:
+    """fedpub's default path on one worker count: its rounds, the rounds in which rank 0 timed its paths, each
+    rank's peak RSS (MiB), each rank's torch threads, and the load average when it ended."""
+
+    rounds: Rounds
+    timing: list[int]
+    peak_rss_mib: list[float]
+    threads: int
+    load: float
+
+
+WORKER_TIMEOUT_S = 1800
+"""The longest one worker count's run of one cell may take before the benchmark stops with its output."""
+
+
+def measure_workers(
+    task: str, cohort: int, rounds: int, root: Path, counts: list[int], *,
+    examples: tuple[int, int] | None = None, device: str = "cpu",
+) -> dict[int, WorkerRun]:
+    """fedpub's default path (``client.path: auto``, every user preloaded) on each worker count of ``counts``, each
+    in fresh processes (:func:`fedpub.simulations.benchmarks.workers.launch`: one plain process, or torchrun's
+    ranks sharing each round): the same cell, cohorts and noise as :func:`measure`'s (the run has the cell's name).
+    The cell's data is written first, here, so that the ranks only read it."""
+    build_experiment(parse_config(_config(task, cohort, rounds, root, examples=examples, device=device)))
+    runs = {}
+    for workers in counts:
+        cfg_dict = _config(task, cohort, rounds, root, examples=examples, device=device)
+        cfg_dict["output_dir"] = str(root / "runs" / f"fedpub-workers-{workers}")
+        cfg_dict["data"]["preload"] = True
+        config_file, result_file = root / f"workers_{workers}.json", root / f"workers_{workers}_result.json"
+        config_file.write_text(json.dumps(cfg_dict))
+        program = ["-m", "fedpub.simulations.benchmarks.throughput", "--rank-run", str(config_file), str(result_file)]
+        times, timing, _ = _engine(cfg_dict, lambda cfg: launch(workers, program, timeout=WORKER_TIMEOUT_S))
+        result = json.loads(result_file.read_text())
+        runs[workers] = WorkerRun(times, timing, result["peak_rss_mib"], result["threads"], load_average())
+    return runs
+
+
+def _rank_run(config_file: Path, result_file: Path) -> None:
+    """One process of :func:`measure_workers`: the run of ``config_file`` (a config as JSON), in process or as
+    this torchrun rank's share (its device the rank's: ``cuda:LOCAL_RANK`` on a GPU machine); rank 0 writes every
+    rank's peak RSS and its torch threads to ``result_file``."""
+    from fedpub.simulations.run.distributed import Workers, launched
+
+    keep_freed_memory()  # the allocator of the benchmark's own process
+    cfg = parse_config(json.loads(config_file.read_text()))
+    experiment = build_experiment(cfg)
+    where = launched()
+    workers = None
+    if where is not None:
+        workers, experiment = Workers.open(where, experiment)
+    try:
+        run_in_process(experiment, RunDirectory(cfg.output_dir / cfg.name), fresh=True, workers=workers)
+        peaks = peak_rss_by_rank()
+    finally:
+        if workers is not None:
+            workers.close()
+    if where is None or where.rank == 0:
+        result_file.write_text(json.dumps({"peak_rss_mib": peaks, "threads": torch.get_num_threads()}))
+
+
 def _steady(rounds: int, timing: list[int]) -> list[int]:
     """The steady rounds of ``rounds``: not the first (start-up) nor the last (it evaluates), nor those in which
     fedpub's cohort trainer timed groups both ways (``timing``: a start-up cost of the run, as cuDNN's benchmark
@@ -382,6 +458,27 @@ def _rows(
             "x_flop_floor": round(seconds[label] / flop_floor_s, 1) if flop_floor_s > 0 else float("inf"),
         }
         for label in steady
+    ]
+
+
+def _worker_rows(task: str, cohort: int, examples: str, runs: dict[int, WorkerRun]) -> list[dict[str, Any]]:
+    """Per worker count: the median of rank 0's steady rounds (:func:`_steady`, each run's own timing rounds left
+    out), the speedup t1 / tW and the scaling efficiency t1 / (W · tW), each rank's peak RSS and the load average."""
+    seconds = {}
+    for workers, run in runs.items():
+        steady = _steady(len(run.rounds), run.timing)
+        seconds[workers] = (statistics.median(run.rounds[t][0] for t in steady), len(steady))
+    one = seconds[1][0]
+    return [
+        {
+            "task": task, "cohort": cohort, "examples": examples, "workers": workers,
+            "threads_per_rank": run.threads, "steady_rounds": seconds[workers][1],
+            "round_s": round(seconds[workers][0], 4),
+            "speedup": round(speedup(one, seconds[workers][0]), 2),
+            "scaling_efficiency": round(scaling_efficiency(one, seconds[workers][0], workers), 2),
+            "peak_rss_mib_by_rank": rss_note(run.peak_rss_mib), "load_avg": run.load,
+        }
+        for workers, run in runs.items()
     ]
 
 
@@ -426,12 +523,19 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
             *("| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows)]
 
 
-def _write(rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str], out: Path, header: str) -> str:
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "throughput.csv").open("w", newline="") as f:
+def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def _write(
+    rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str], out: Path, header: str,
+    worker_rows: list[dict[str, Any]],
+) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(rows, out / "throughput.csv")
     summary = _summary(rows, paths)
     lines = [header, "", *_table(rows)]
     lines += [
@@ -453,6 +557,16 @@ def _write(rows: list[dict[str, Any]], paths: dict[tuple[str, int, str], str], o
         ("fedpub_paths: the path kept per group size (users with the same number of local steps) by the timed"
          " choice, from the run's paths.json; fedpub_vs_pfl: fedpub's updates/s ÷ pfl-research's."),
     ]
+    if worker_rows:
+        _write_csv(worker_rows, out / "throughput_workers.csv")
+        lines += [
+            "", "## Per cell and worker count: fedpub's default round on torchrun's ranks", "",
+            *_table(worker_rows), "",
+            ("Each worker count in processes of its own (1: the in-process engine; W > 1: W gloo ranks on 127.0.0.1"
+             " sharing each round); round_s: the median of rank 0's steady rounds; speedup: t1 / tW;"
+             " scaling_efficiency: t1 / (W · tW); peak_rss_mib_by_rank: each rank's peak resident memory;"
+             " load_avg: the machine's 1-minute load average when the run ended (other processes' work)."),
+        ]
     text = "\n".join(lines) + "\n"
     (out / "throughput.md").write_text(text)
     return text
@@ -471,10 +585,24 @@ def main() -> None:
                              "StackOverflow 5,30; give it more than once to run the grid over several")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the floor and fedpub train (cuda: the first GPU; Flower's clients get 0.25 of it)")
+    parser.add_argument("--workers", default="1", metavar="1,2",
+                        help="worker counts of fedpub's default round (torchrun's gloo ranks on 127.0.0.1, or one GPU "
+                             "a rank with --device cuda), each in processes of its own, threads = cores / W unless "
+                             "OMP_NUM_THREADS is set; more than 1 adds the scaling table")
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/throughput"))
+    parser.add_argument("--rank-run", nargs=2, type=Path, metavar=("CONFIG", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rank_run:
+        _rank_run(*args.rank_run)
+        return
+    try:
+        counts = parse_workers(args.workers)
+    except ValueError as error:
+        parser.error(str(error))
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: PyTorch sees no CUDA device here (torch.cuda.is_available() is false)")
+    if args.device == "cuda" and counts[-1] > torch.cuda.device_count():
+        parser.error(f"--workers {args.workers}: one GPU a rank, and this machine has {torch.cuda.device_count()}")
     settings: list[tuple[int, int] | None] = []
     for given in args.examples or ["default"]:
         if given == "default":
@@ -496,13 +624,15 @@ def main() -> None:
     device = torch.device(args.device)
     flops_per_second = matmul_flops_per_second(device)
     rows: list[dict[str, Any]] = []
+    worker_rows: list[dict[str, Any]] = []
     paths: dict[tuple[str, int, str], str] = {}
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, torch threads {torch.get_num_threads()}"
     header = (
         f"# Throughput: {args.rounds} rounds per path, 1 local epoch, batch 16; examples per user: 'default' is "
         f"EMNIST 20-80, StackOverflow 5-30; {where}, float32 matmul {flops_per_second / 1e9:.0f} GFLOP/s; "
         f"torch {torch.__version__}; "
-        f"allocator: {'glibc keeps freed memory (fedpub.simulations.run.memory)' if tuned else 'default'}"
+        f"allocator: {'glibc keeps freed memory (fedpub.simulations.run.memory)' if tuned else 'default'}; "
+        f"{thread_line(THREADS, torch.get_num_threads())}; load average at start {load_average()}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for examples in settings:
@@ -516,11 +646,17 @@ def main() -> None:
                     )
                     rows += _rows(task, cohort, label, times, flops, flops_per_second, timing["fedpub"])
                     paths[(task, cohort, label)] = _paths_note(choices)
-                    _write(rows, paths, args.out, header)  # after every cell: a later failure loses nothing measured
+                    if len(counts) > 1:
+                        runs = measure_workers(task, cohort, args.rounds, Path(tmp), counts, examples=examples,
+                                               device=args.device)
+                        worker_rows += _worker_rows(task, cohort, label, runs)
+                        times |= {f"fedpub-workers-{w}": run.rounds for w, run in runs.items()}
+                    # after every cell: a later failure loses nothing measured
+                    _write(rows, paths, args.out, header, worker_rows)
                     rounded = {k: [round(s, 3) for s, _ in v] for k, v in times.items()}
                     print(f"{task} cohort {cohort} examples {label}: {json.dumps(rounded)}"
                           f" ({time.perf_counter() - started:.0f} s)", flush=True)
-    print(_write(rows, paths, args.out, header))
+    print(_write(rows, paths, args.out, header, worker_rows))
 
 
 if __name__ == "__main__":
