@@ -35,6 +35,7 @@ load 1.4) 1.66 s against 0.94 s (1.77, 0.88).
 
 from __future__ import annotations
 
+import importlib
 import argparse
 import json
 import multiprocessing as mp
@@ -91,7 +92,6 @@ def _generate(directory: str, layout: str, clients: int, seed: int) -> list[list
 
 
 def _read(directory: str, layout: str, cohort: int, seed: int) -> list[list[Any]]:
-    from fedpub.data.stackoverflow import StackOverflowH5, StackOverflowSqlite
     from fedpub.data.stackoverflow_tasks import NextWordPrediction, TagPrediction, load_vocabularies
     from fedpub.seeding import numpy_generator
 
@@ -180,10 +180,8 @@ def _rank_read(directory: str, layout: str, cohort: int, seed: int, result_file:
 def _import_round() -> None:
     """Import what :func:`_dp_round` uses, so that its seconds are the round's (a rank of :func:`_rank_read` has
     imported them with torch.distributed's part of fedpub before its round starts)."""
-    import fedpub.clients.cohort_training  # noqa: F401
-    import fedpub.models  # noqa: F401
-    import fedpub.strategies.compose  # noqa: F401
-    import fedpub.tasks  # noqa: F401
+    for module in ("fedpub.clients.cohort_training", "fedpub.models", "fedpub.strategies.compose", "fedpub.tasks"):
+        importlib.import_module(module)
 
 
 def _dp_round(
