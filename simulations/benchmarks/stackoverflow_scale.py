@@ -35,8 +35,8 @@ load 1.4) 1.66 s against 0.94 s (1.77, 0.88).
 
 from __future__ import annotations
 
-import importlib
 import argparse
+import importlib
 import json
 import multiprocessing as mp
 import tempfile
