@@ -222,7 +222,7 @@ def run(
     _describe_experiment(cfg, experiment, backend)
     import torch
 
-    threads = _threads[0] if _threads else choose_threads(os.environ, torch_imported=True)
+    threads = _threads[0] if _threads else choose_threads(os.environ, torch_imported=True, load=os.getloadavg()[0])
     console.print(thread_line(threads, torch.get_num_threads()), highlight=False, soft_wrap=True)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
     if dry_run:

@@ -9,14 +9,18 @@ processes' work): at load 10 the EMNIST MLP's bare training loop took 9.5 s a ro
 1.7 s against 0.12 s; at load 7 the CNN's 32.5 s against 0.50 s and 15.6 s against 0.69 s; at load 3 the MLP's
 0.77 s against 0.060 s and 0.35 s against 0.090 s, the CNN's 1.8 s against 0.43 s and 8.9 s against 0.81 s. One
 thread instead of two, both sleeping, was neither faster nor slower beyond the machine's noise. The machine was
-never idle then (load 2.5 or more): on an idle one, sleeping threads cost a wake-up per parallel kernel, to be
-measured there. OpenMP reads its settings once, when torch loads it, so only the command line, before anything
-imports torch, can choose them: :func:`apply_thread_choice` sets
-``OMP_WAIT_POLICY=passive`` (threads sleep when idle) unless the user set ``OMP_WAIT_POLICY`` or
-``GOMP_SPINCOUNT``. The thread count stays torch's default unless ``OMP_NUM_THREADS`` is set: the count changes
-how a float32 sum is split between threads, so a seeded run on another count differs in its last bits, and a
-default that followed the machine's load would make a run's results depend on what else ran beside it. The wait
-policy changes when threads sleep, never what they compute.
+never idle then (load 2.5 or more). On a nearly idle machine the other way round: sleeping threads pay a wake-up
+per parallel kernel (median of 3 steady rounds at 200 users, 2 threads, load about 1 from the probe itself: the MLP's
+fedpub round 0.25 s sleeping against 0.20 s spinning, the CNN's 1.42 s against 0.50 s). OpenMP reads its settings
+once, when torch loads it, so only the command line, before anything imports torch, can choose them, and it chooses
+for the machine as it finds it: :func:`apply_thread_choice` sets ``OMP_WAIT_POLICY=passive`` (threads sleep) when
+the load average of the last minute is at least :data:`BUSY_LOAD` (another process keeps a core busy), and leaves
+libgomp's spinning default otherwise; a user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is always kept. The wait
+policy changes when threads sleep, never what they compute, so following the load costs no reproducibility. The
+thread count stays torch's default unless ``OMP_NUM_THREADS`` is set: the count changes how a float32 sum is split
+between threads, so a seeded run on another count differs in its last bits, and a count that followed the load
+would make a run's results depend on what else ran beside it. A machine that becomes busy after the run started
+keeps the choice made at its start.
 
 :func:`thread_line` says at the start of a run what was chosen and why.
 """
@@ -30,6 +34,9 @@ from dataclasses import dataclass, field
 
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 """The variables by which a user chooses libgomp's wait policy; either, set, is left as it is."""
+BUSY_LOAD = 0.5
+"""The one-minute load average (before this run starts) from which the machine counts as shared: about half a core
+kept busy by other processes."""
 
 
 @dataclass(frozen=True)
@@ -40,16 +47,24 @@ class ThreadChoice:
     variables: dict[str, str] = field(default_factory=dict)
 
 
-def choose_threads(environ: Mapping[str, str], torch_imported: bool) -> ThreadChoice:
-    """The wait policy and thread count for a process whose environment is ``environ``: the user's settings where
-    given, else sleeping threads and torch's default count; nothing when torch is already imported (OpenMP has
-    read its settings)."""
+def choose_threads(environ: Mapping[str, str], torch_imported: bool, load: float) -> ThreadChoice:
+    """The wait policy and thread count for a process whose environment is ``environ`` on a machine whose one-minute
+    load average is ``load``: the user's settings where given; else sleeping threads on a busy machine and libgomp's
+    spinning default on an idle one; torch's default count; nothing when torch is already imported (OpenMP has read
+    its settings)."""
     if torch_imported:
         return ThreadChoice("torch was imported before fedpub's command line: OpenMP's settings are the process's")
     given = [f"{name}={environ[name]}" for name in WAIT_VARIABLES if name in environ]
-    variables = {} if given else {"OMP_WAIT_POLICY": "passive"}
-    wait = (f"wait policy as set ({', '.join(given)})" if given
-            else "idle threads sleep (OMP_WAIT_POLICY=passive: spinning ones slow a shared machine's rounds)")
+    busy = load >= BUSY_LOAD
+    variables = {"OMP_WAIT_POLICY": "passive"} if busy and not given else {}
+    if given:
+        wait = f"wait policy as set ({', '.join(given)})"
+    elif busy:
+        wait = (f"idle threads sleep (OMP_WAIT_POLICY=passive: the machine is shared, load {load:.2f} >= "
+                f"{BUSY_LOAD}, and spinning threads slow a shared machine's rounds up to 10x)")
+    else:
+        wait = (f"idle threads spin, OpenMP's default (the machine is idle, load {load:.2f} < {BUSY_LOAD}; "
+                "OMP_WAIT_POLICY=passive makes them sleep)")
     count = ("as set (OMP_NUM_THREADS)" if "OMP_NUM_THREADS" in environ
              else "torch's default, one per core (OMP_NUM_THREADS sets it)")
     return ThreadChoice(f"count {count}; {wait}", variables)
@@ -57,7 +72,7 @@ def choose_threads(environ: Mapping[str, str], torch_imported: bool) -> ThreadCh
 
 def apply_thread_choice(environ: MutableMapping[str, str] = os.environ) -> ThreadChoice:
     """Choose (:func:`choose_threads`) and set the variables in ``environ``: call before torch is imported."""
-    choice = choose_threads(environ, "torch" in sys.modules)
+    choice = choose_threads(environ, "torch" in sys.modules, os.getloadavg()[0])
     environ.update(choice.variables)
     return choice
 
@@ -67,4 +82,4 @@ def thread_line(choice: ThreadChoice, threads: int) -> str:
     return f"torch threads: {threads}; {choice.reason}"
 
 
-__all__ = ["ThreadChoice", "WAIT_VARIABLES", "apply_thread_choice", "choose_threads", "thread_line"]
+__all__ = ["BUSY_LOAD", "ThreadChoice", "WAIT_VARIABLES", "apply_thread_choice", "choose_threads", "thread_line"]
