@@ -47,10 +47,10 @@ def run_example(deployment: LocalDeployment, strategy: str, nodes: int) -> str:
     return output
 
 
-@pytest.mark.parametrize("strategy, nodes, public", [  # the suite runs DOPE with public nodes; -m extended the others
+@pytest.mark.parametrize("strategy, nodes, public", [  # -m extended; the suite runs the README's snippet below
     pytest.param("dp-fedavg", 4, 0, marks=pytest.mark.extended),
     pytest.param("dope-pool", 4, 0, marks=pytest.mark.extended),
-    ("dope-nodes", 6, 2),
+    pytest.param("dope-nodes", 6, 2, marks=pytest.mark.extended),
 ])
 def test_a_quickstart_app_runs_fedpubs_strategies_under_flwr_run_without_a_traceback(superlink, strategy, nodes,
                                                                                      public):

@@ -111,7 +111,7 @@ print("aggregated", float(outcome.params["w"].std()))
 """
 
 
-@pytest.mark.parametrize("runs", [6, pytest.param(50, marks=pytest.mark.stress)])
+@pytest.mark.parametrize("runs", [4, pytest.param(50, marks=pytest.mark.stress)])
 def test_a_script_that_aggregates_one_round_and_exits_exits_cleanly(runs, request):
     expression = str(request.config.getoption("markexpr") or "")
     if runs == 50 and ("stress" not in expression or "not stress" in expression):

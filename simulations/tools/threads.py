@@ -5,7 +5,7 @@ threads spin, busy, for a while after each parallel kernel, waiting for the next
 busy processes a spinning thread holds a core that another needs, and every kernel then waits for a thread the
 scheduler has put aside. Measured on this 2-core machine (issue 35; the throughput benchmark's cells at 50 users
 of 5-30 examples, median of 3 steady rounds, 2 threads, spinning against sleeping; the load average is other
-processes' work): at load 10 the EMNIST MLP's bare training loop took 9.5 s a round against 0.60 s, fedpub's round
+processes' work): at load 10 the MLP's bare training loop took 9.5 s a round against 0.60 s, fedpub's round
 1.7 s against 0.12 s; at load 7 the CNN's 32.5 s against 0.50 s and 15.6 s against 0.69 s; at load 3 the MLP's
 0.77 s against 0.060 s and 0.35 s against 0.090 s, the CNN's 1.8 s against 0.43 s and 8.9 s against 0.81 s. One
 thread instead of two, both sleeping, was neither faster nor slower beyond the machine's noise. The machine was

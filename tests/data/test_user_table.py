@@ -96,6 +96,7 @@ def test_dope_on_the_bundled_femnist_config_runs_in_process(femnist_dir, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the same data and model in process stay in the suite
 def test_dope_on_a_hugging_face_dataset_and_a_test_files_model_on_flower_gives_the_in_process_model_and_ledger(
         femnist_dir, tmp_path, one_torch_thread):
     flower = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180}

@@ -214,6 +214,7 @@ ROUND_TIMEOUT = 30.0  # healthy replies arrive within it even on a busy machine;
 FLOWER = {"client_num_cpus": 1, "ray_num_cpus": 2, "node_wait_timeout": 180, "round_timeout": ROUND_TIMEOUT}
 
 
+@pytest.mark.extended  # the in-process fault tests and the standard clients' malformed replies stay in the suite
 def test_flower_simulation_failed_late_and_malformed_replies_contribute_nothing(tiny_emnist_dir, tmp_path, monkeypatch):
     from flwr.simulation import run_simulation
 

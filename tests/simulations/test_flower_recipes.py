@@ -44,6 +44,8 @@ RECIPES = {  # each section at least once (adaptive clipping with three recipes)
     "dp_ftrl+recenter": {"name": "dp_ftrl", "public_clients_per_round": 2, "recenter": {},
                          "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},  # N = 12: 3 rounds, one tree
 }
+EXTENDED = ("dope+warm_start+model_average", "adadps_server+adaptive_clip")
+"""Sections another recipe of the suite also runs on Flower (the run phases: tests/simulations/test_drop_in_phases.py)."""
 PRIVACY = {"ppsgd": {"budget_epsilon": 100.0},  # PPSGD spends until a budget is gone
            "dp_ftrl+recenter": {"accountant": "rdp"}}  # tree aggregation is accounted by RDP only
 
@@ -79,7 +81,7 @@ def _assert_same_run(local, remote, local_dir, flower_dir):
     return records
 
 
-@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("recipe", [pytest.param(r, marks=pytest.mark.extended) if r in EXTENDED else r for r in RECIPES])
 def test_every_recipe_on_flower_gives_the_in_process_model_and_ledger(tiny_emnist_dir, tmp_path, recipe, one_torch_thread):
     local, remote, local_dir, flower_dir = _runs(tiny_emnist_dir, tmp_path, recipe)
     records = _assert_same_run(local, remote, local_dir, flower_dir)

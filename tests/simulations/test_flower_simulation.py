@@ -29,7 +29,7 @@ def _in_process(cfg):
     "strategy",
     [
         {"clip_norm": 0.5, "noise_multiplier": 0.8},
-        {"clip_norm": math.inf, "noise_multiplier": 0.0},
+        pytest.param({"clip_norm": math.inf, "noise_multiplier": 0.0}, marks=pytest.mark.extended),
     ],
     ids=["noise_on", "noise_off"],
 )

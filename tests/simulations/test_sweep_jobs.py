@@ -123,6 +123,7 @@ def test_two_jobs_record_the_rows_and_metrics_of_one_after_the_other(reference, 
     assert "started" not in again.output and "at once" not in again.output  # nothing to run: no workers
 
 
+@pytest.mark.extended  # one run's Ctrl-C and resume stay in the suite (test_faults.py)
 @needs_proc
 def test_ctrl_c_stops_every_run_under_way_checkpointed_and_the_rerun_resumes_them(reference, tiny_emnist_dir, tmp_path):
     path = _sweep_file(tmp_path, tiny_emnist_dir)
@@ -165,6 +166,7 @@ def test_ctrl_c_stops_every_run_under_way_checkpointed_and_the_rerun_resumes_the
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @needs_proc
 def test_a_killed_worker_fails_the_runs_under_way_the_rest_go_on_and_the_rerun_resumes(
     reference, tiny_emnist_dir, tmp_path

@@ -181,6 +181,7 @@ def test_standard_clients_replies_to_a_preconditioner_are_refused_until_the_run_
     assert run.strategy.driver.failed_streak == 2
 
 
+@pytest.mark.extended  # the in-process engine's failing cohorts stay in the suite
 def test_clients_that_always_fail_stop_the_run():
     run = run_in_simulation(
         lambda on_round: FedpubStrategy.from_config(
@@ -248,7 +249,7 @@ def test_start_past_the_planned_rounds_of_a_target_is_refused_at_the_first_extra
 
 @pytest.mark.parametrize("client_app, says", [
     (wrapped_app, r"every name has the prefix `module\.` the model's names do not"),
-    (misnamed_record_app, r"no `update` or `arrays` record \(got \['model'\]\)"),
+    pytest.param(misnamed_record_app, r"no `update` or `arrays` record \(got \['model'\]\)", marks=pytest.mark.extended),
 ])
 def test_replies_that_do_not_fit_the_model_stop_the_first_round_before_it_is_released(client_app, says):
     run = run_in_simulation(
@@ -278,6 +279,7 @@ class DivergingPublicPool:
         return {cid: {k: torch.full_like(v, size[cid]) for k, v in params.items()} for cid in plan.public_cohort}
 
 
+@pytest.mark.extended  # screening public updates is tested in process
 def test_a_diverging_public_user_is_refused_with_a_warning_naming_it_and_the_round():
     with pytest.warns(PublicUpdateRefused) as caught:
         run = run_in_simulation(
