@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fedpub.clients.cohort_training import CohortTrainer
 from fedpub.clients.local_training import ClientFailure, ClientResult
 from fedpub.data.base import ClientData, FederatedDataset
+from fedpub.noise_prefetch import core_left_for_draws
 from fedpub.round_driver import RoundPlan
 from fedpub.seeding import torch_generator
 from fedpub.types import Params, Updates
@@ -62,6 +63,30 @@ def train_users(
     if failures:
         (log or _logger.warning)(failure_line(plan.round, "public" if public else "private", failures, len(trained)))
     return {cid: r for cid, r in zip(ids, trained, strict=True) if isinstance(r, ClientResult)}
+
+
+def train_cohorts(
+    trainer: CohortTrainer,
+    seed: int,
+    plan: RoundPlan,
+    train: FederatedDataset,
+    public_data: FederatedDataset,
+    params: Params,
+    *,
+    read: Callable[[], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> tuple[dict[str, ClientResult], dict[str, ClientResult]]:
+    """The plan's private and public cohorts read and trained (:func:`train_users`), leaving a core to the next
+    round's noise drawn in the background (:func:`~fedpub.noise_prefetch.core_left_for_draws`); ``read()`` is called
+    once this round's users are read (to start reading the next round's). Returns (private, public) results."""
+    private_data = [train.client_data(cid) for cid in plan.private_cohort]
+    public_rows = [public_data.client_data(cid) for cid in plan.public_cohort]
+    if read is not None:
+        read()
+    with core_left_for_draws():
+        private = train_users(trainer, seed, plan, private_data, params, public=False, log=log)
+        public = train_users(trainer, seed, plan, public_rows, params, public=True, log=log)
+    return private, public
 
 
 @dataclass

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 import resource
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+
+from fedpub.simulations.flower.deploy.processes import free_ports
 
 MIB = 2**20
 
@@ -51,12 +52,6 @@ def rank_environment(workers: int, environ: Mapping[str, str] = os.environ) -> d
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(workers: int, program: Sequence[str], *, timeout: float) -> None:
     """Run ``python PROGRAM`` (``-m module args``) as one process, or as ``workers`` torchrun ranks on 127.0.0.1,
     with :func:`rank_environment`; a failure raises with the end of its output."""
@@ -64,7 +59,7 @@ def launch(workers: int, program: Sequence[str], *, timeout: float) -> None:
         command = [sys.executable, *program]
     else:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(workers),
-                   "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), *program]
+                   "--master-addr", "127.0.0.1", "--master-port", str(free_ports(1)[0]), *program]
     done = subprocess.run(command, capture_output=True, text=True, env=rank_environment(workers), timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")

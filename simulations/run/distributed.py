@@ -42,9 +42,8 @@ import torch
 import torch.distributed as dist
 
 from fedpub.clients.cohort_training import CohortTrainer
-from fedpub.clients.round_training import train_users
+from fedpub.clients.round_training import train_cohorts
 from fedpub.data.base import FederatedDataset
-from fedpub.noise_prefetch import core_left_for_draws
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.randomness import PrivacyRandomness
 from fedpub.round_driver import NoisyBeyondSignal, PublicUpdateRefused, RoundDriver, RoundPlan
@@ -270,16 +269,12 @@ class Workers:
         Returns the outcome, every rank's users' training metrics and their examples. ``read_ahead(share)`` starts
         reading the next round's users of this rank (``share``: a rank's users among a round's) while it trains."""
         experiment, params, driver = session.experiment, session.params, session.driver
-        cfg = experiment.config
         mine = replace(plan, private_cohort=self.share(plan.private_cohort, experiment.train),
                        public_cohort=self.share(plan.public_cohort, experiment.public_data))
-        private_data = [experiment.train.client_data(cid) for cid in mine.private_cohort]
-        public_data = [experiment.public_data.client_data(cid) for cid in mine.public_cohort]
-        if read_ahead is not None:
-            read_ahead(self.share)
-        with core_left_for_draws():
-            private = train_users(trainer, cfg.seed, mine, private_data, params, public=False, log=log)
-            public = train_users(trainer, cfg.seed, mine, public_data, params, public=True, log=log)
+        private, public = train_cohorts(
+            trainer, experiment.config.seed, mine, experiment.train, experiment.public_data, params,
+            read=None if read_ahead is None else lambda: read_ahead(self.share), log=log,
+        )
         cpu = torch.device("cpu")
         gathered = self.all_gather(
             ({cid: _moved(dict(r.update), cpu) for cid, r in public.items()},

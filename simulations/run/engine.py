@@ -32,10 +32,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fedpub.clients.cohort_training import CohortTrainer
-from fedpub.clients.round_training import train_users
+from fedpub.clients.round_training import train_cohorts
 from fedpub.data.base import FederatedDataset
 from fedpub.data.cache import CachedClients
-from fedpub.noise_prefetch import cancel_prefetch, core_left_for_draws
+from fedpub.noise_prefetch import cancel_prefetch
 from fedpub.recipe_registry import check_transport
 from fedpub.round_driver import CohortsKeepFailing, RoundPlan
 from fedpub.strategy import RoundOutcome
@@ -195,14 +195,11 @@ def _train_round(
 ) -> tuple[RoundOutcome | None, list[Mapping[str, float]], int]:
     """Round ``plan`` in this process: its cohorts trained (``ahead()`` starts reading the next round's users),
     the round finished from the replies (None: refused by the budget); its users' training metrics and examples."""
-    experiment, cfg = session.experiment, session.experiment.config
-    private_data = [experiment.train.client_data(cid) for cid in plan.private_cohort]
-    public_data = [experiment.public_data.client_data(cid) for cid in plan.public_cohort]
-    if ahead is not None:
-        ahead(None)
-    with core_left_for_draws():  # the next round's noise may be drawing in the background
-        private = train_users(trainer, cfg.seed, plan, private_data, session.params, public=False, log=log)
-        public = train_users(trainer, cfg.seed, plan, public_data, session.params, public=True, log=log)
+    experiment = session.experiment
+    private, public = train_cohorts(
+        trainer, experiment.config.seed, plan, experiment.train, experiment.public_data, session.params,
+        read=None if ahead is None else lambda: ahead(None), log=log,
+    )
     outcome = session.driver.finish(
         plan, session.params, session.state, {cid: r.update for cid, r in private.items()},
         {cid: r.update for cid, r in public.items()}, extra=extra_updates(plan.round) if extra_updates else (),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 
 from fedpub.config import ExperimentConfig, dump_config
 from fedpub.models.seeded import model_params
+from fedpub.simulations.flower.deploy.processes import free_ports
 from fedpub.simulations.run.backends import check_backend
 from fedpub.simulations.run.distributed import Launch, launched, rank_device, split_by_work
 from fedpub.simulations.run.engine import run_in_process
@@ -50,12 +50,6 @@ NOISE = {"rounds": 1, "client": {"lr": 1e-9}, "strategy": {**BASE, "sampling": {
 """Updates of about 1e-9: the released change of the model is the noise on the mean, std z·C/m = 0.1."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(configs: list[Path], *, kill_rank: int = -1, kill_round: int = -1) -> subprocess.CompletedProcess:
     """``fedpub run`` of each config in turn by two gloo ranks on 127.0.0.1 (faults.py: SIGKILL one mid-round)."""
     return _launch(["-m", "tests.simulations.faults", "torchrun", str(kill_rank), str(kill_round), *map(str, configs)])
@@ -64,7 +58,7 @@ def _torchrun(configs: list[Path], *, kill_rank: int = -1, kill_round: int = -1)
 def _launch(program: list[str]) -> subprocess.CompletedProcess:
     """``torchrun --nproc-per-node 2 ... PROGRAM`` on 127.0.0.1."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-               "--master-port", str(_free_port()), *program]
+               "--master-port", str(free_ports(1)[0]), *program]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
