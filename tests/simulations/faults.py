@@ -278,10 +278,13 @@ def torchrun_main(argv: list[str]) -> None:
 
         RoundDriver.plan = plan_round  # type: ignore[method-assign]
         CohortTrainer.train = train_or_die  # type: ignore[method-assign]
-    for config in argv[2:]:
-        code = app(["run", config], standalone_mode=False)  # typer.Exit's code, returned
-        if code:
-            sys.exit(code)
+    try:
+        for config in argv[2:]:
+            code = app(["run", config], standalone_mode=False)  # typer.Exit's code, returned
+            if code:
+                sys.exit(code)
+    finally:  # left to the interpreter's exit, gloo's threads may abort the process (SIGABRT after the last run)
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
