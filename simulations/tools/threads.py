@@ -15,7 +15,11 @@ fedpub round 0.25 s sleeping against 0.20 s spinning, the CNN's 1.42 s against 0
 once, when torch loads it, so only the command line, before anything imports torch, can choose them, and it chooses
 for the machine as it finds it: :func:`apply_thread_choice` sets ``OMP_WAIT_POLICY=passive`` (threads sleep) when
 the load average of the last minute is at least :data:`BUSY_LOAD` (another process keeps a core busy), and leaves
-libgomp's spinning default otherwise; a user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is always kept. The wait
+libgomp's spinning default otherwise; a user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is always kept. The load is
+measured as it is now (:func:`machine_load`: the cores other processes keep busy over :data:`SAMPLE_SECONDS`, from
+``/proc/stat``), since the load average still counts work that ended up to a minute before (measured: 0.67 right
+after a test suite ended, on an idle machine); where ``/proc/stat`` is missing (macOS) the one-minute load average
+stands in, and the line says which was used. The wait
 policy changes when threads sleep, never what they compute, so following the load costs no reproducibility. The
 thread count stays torch's default unless ``OMP_NUM_THREADS`` is set: the count changes how a float32 sum is split
 between threads, so a seeded run on another count differs in its last bits, and a count that followed the load
@@ -29,14 +33,58 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 """The variables by which a user chooses libgomp's wait policy; either, set, is left as it is."""
 BUSY_LOAD = 0.5
-"""The one-minute load average (before this run starts) from which the machine counts as shared: about half a core
-kept busy by other processes."""
+"""The load (before this run starts) from which the machine counts as shared: about half a core kept busy by other
+processes."""
+SAMPLE_SECONDS = 0.2
+"""How long :func:`machine_load` watches the cores: 40 ticks of the kernel's 100 Hz clock on 2 cores."""
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # /proc/stat's cpu line: user nice system [idle iowait] irq softirq steal
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """How busy the machine is: ``cores`` kept busy by other processes, and how that was measured."""
+
+    cores: float
+    measured_by: str
+
+
+NOT_MEASURED = MachineLoad(0.0, "not measured")
+"""The load given once torch is imported, when the choice can no longer change anything."""
+
+
+def _cpu_ticks(stat: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores together, from ``/proc/stat``'s text."""
+    ticks = [int(value) for value in stat.split("\n", 1)[0].split()[1:9]]
+    busy = sum(ticks[i] for i in _BUSY_FIELDS)
+    return busy, busy + ticks[3] + ticks[4]
+
+
+def busy_cores(stat_before: str, stat_after: str, cores: int) -> float:
+    """The cores kept busy between two readings of ``/proc/stat``: the busy share of every core's ticks, times
+    ``cores``."""
+    (busy_before, total_before), (busy_after, total_after) = _cpu_ticks(stat_before), _cpu_ticks(stat_after)
+    return (busy_after - busy_before) / max(total_after - total_before, 1) * cores
+
+
+def machine_load(sample_seconds: float = SAMPLE_SECONDS, stat_path: str = "/proc/stat") -> MachineLoad:
+    """The cores other processes keep busy now (:func:`busy_cores` over ``sample_seconds``, while this process
+    sleeps); the one-minute load average where ``stat_path`` cannot be read."""
+    try:
+        with open(stat_path) as stat:
+            before = stat.read()
+        time.sleep(sample_seconds)
+        with open(stat_path) as stat:
+            after = stat.read()
+    except OSError:
+        return MachineLoad(os.getloadavg()[0], "one-minute load average")
+    return MachineLoad(busy_cores(before, after, os.cpu_count() or 1), f"busy cores over {sample_seconds:g} s")
 
 
 @dataclass(frozen=True)
@@ -47,23 +95,24 @@ class ThreadChoice:
     variables: dict[str, str] = field(default_factory=dict)
 
 
-def choose_threads(environ: Mapping[str, str], torch_imported: bool, load: float) -> ThreadChoice:
-    """The wait policy and thread count for a process whose environment is ``environ`` on a machine whose one-minute
-    load average is ``load``: the user's settings where given; else sleeping threads on a busy machine and libgomp's
+def choose_threads(environ: Mapping[str, str], torch_imported: bool, load: MachineLoad) -> ThreadChoice:
+    """The wait policy and thread count for a process whose environment is ``environ`` on a machine as busy as
+    ``load``: the user's settings where given; else sleeping threads on a busy machine and libgomp's
     spinning default on an idle one; torch's default count; nothing when torch is already imported (OpenMP has read
     its settings)."""
     if torch_imported:
         return ThreadChoice("torch was imported before fedpub's command line: OpenMP's settings are the process's")
     given = [f"{name}={environ[name]}" for name in WAIT_VARIABLES if name in environ]
-    busy = load >= BUSY_LOAD
+    busy = load.cores >= BUSY_LOAD
+    measured = f"{load.measured_by} {load.cores:.2f}"
     variables = {"OMP_WAIT_POLICY": "passive"} if busy and not given else {}
     if given:
         wait = f"wait policy as set ({', '.join(given)})"
     elif busy:
-        wait = (f"idle threads sleep (OMP_WAIT_POLICY=passive: the machine is shared, load {load:.2f} >= "
+        wait = (f"idle threads sleep (OMP_WAIT_POLICY=passive: the machine is shared, {measured} >= "
                 f"{BUSY_LOAD}, and spinning threads slow a shared machine's rounds up to 10x)")
     else:
-        wait = (f"idle threads spin, OpenMP's default (the machine is idle, load {load:.2f} < {BUSY_LOAD}; "
+        wait = (f"idle threads spin, OpenMP's default (the machine is idle, {measured} < {BUSY_LOAD}; "
                 "OMP_WAIT_POLICY=passive makes them sleep)")
     count = ("as set (OMP_NUM_THREADS)" if "OMP_NUM_THREADS" in environ
              else "torch's default, one per core (OMP_NUM_THREADS sets it)")
@@ -72,7 +121,9 @@ def choose_threads(environ: Mapping[str, str], torch_imported: bool, load: float
 
 def apply_thread_choice(environ: MutableMapping[str, str] = os.environ) -> ThreadChoice:
     """Choose (:func:`choose_threads`) and set the variables in ``environ``: call before torch is imported."""
-    choice = choose_threads(environ, "torch" in sys.modules, os.getloadavg()[0])
+    torch_imported = "torch" in sys.modules
+    load = NOT_MEASURED if torch_imported else machine_load()
+    choice = choose_threads(environ, torch_imported, load)
     environ.update(choice.variables)
     return choice
 
@@ -82,4 +133,5 @@ def thread_line(choice: ThreadChoice, threads: int) -> str:
     return f"torch threads: {threads}; {choice.reason}"
 
 
-__all__ = ["BUSY_LOAD", "ThreadChoice", "WAIT_VARIABLES", "apply_thread_choice", "choose_threads", "thread_line"]
+__all__ = ["BUSY_LOAD", "NOT_MEASURED", "SAMPLE_SECONDS", "MachineLoad", "ThreadChoice", "WAIT_VARIABLES",
+           "apply_thread_choice", "busy_cores", "choose_threads", "machine_load", "thread_line"]

@@ -10,33 +10,43 @@ import sys
 
 import pytest
 
-from fedpub.simulations.tools.threads import BUSY_LOAD, apply_thread_choice, choose_threads, thread_line
+from fedpub.simulations.tools.threads import (
+    BUSY_LOAD,
+    MachineLoad,
+    apply_thread_choice,
+    busy_cores,
+    choose_threads,
+    machine_load,
+    thread_line,
+)
+
+BUSY_NOW = "busy cores over 0.2 s"
 
 
 def test_on_a_shared_machine_idle_threads_sleep_and_the_count_is_torchs_default():
-    choice = choose_threads({"PATH": "/bin"}, torch_imported=False, load=BUSY_LOAD)
+    choice = choose_threads({"PATH": "/bin"}, torch_imported=False, load=MachineLoad(BUSY_LOAD, BUSY_NOW))
     assert choice.variables == {"OMP_WAIT_POLICY": "passive"}
     assert "torch's default, one per core" in choice.reason and "OMP_WAIT_POLICY=passive" in choice.reason
-    assert f"load {BUSY_LOAD:.2f} >= {BUSY_LOAD}" in choice.reason
+    assert f"the machine is shared, busy cores over 0.2 s {BUSY_LOAD:.2f} >= {BUSY_LOAD}" in choice.reason
 
 
 def test_on_an_idle_machine_openmp_keeps_its_spinning_default():
-    choice = choose_threads({"PATH": "/bin"}, torch_imported=False, load=0.1)
+    choice = choose_threads({"PATH": "/bin"}, torch_imported=False, load=MachineLoad(0.1, BUSY_NOW))
     assert choice.variables == {}
-    assert "idle threads spin, OpenMP's default (the machine is idle, load 0.10 < 0.5" in choice.reason
+    assert "idle threads spin, OpenMP's default (the machine is idle, busy cores over 0.2 s 0.10 < 0.5" in choice.reason
 
 
 @pytest.mark.parametrize("given", [{"OMP_WAIT_POLICY": "active"}, {"GOMP_SPINCOUNT": "10000"}])
 @pytest.mark.parametrize("load", [0.0, 8.0])
 def test_a_wait_policy_the_user_set_is_kept(given, load):
-    choice = choose_threads(given, torch_imported=False, load=load)
+    choice = choose_threads(given, torch_imported=False, load=MachineLoad(load, BUSY_NOW))
     assert choice.variables == {}
     name, value = next(iter(given.items()))
     assert f"wait policy as set ({name}={value})" in choice.reason
 
 
 def test_the_users_thread_count_wins_and_idle_threads_still_sleep():
-    choice = choose_threads({"OMP_NUM_THREADS": "1"}, torch_imported=False, load=3.0)
+    choice = choose_threads({"OMP_NUM_THREADS": "1"}, torch_imported=False, load=MachineLoad(3.0, BUSY_NOW))
     assert choice.variables == {"OMP_WAIT_POLICY": "passive"} and "count as set (OMP_NUM_THREADS)" in choice.reason
     assert thread_line(choice, 1).startswith("torch threads: 1; count as set")
 
@@ -62,3 +72,28 @@ def test_the_choice_is_in_the_environment_before_torch_loads_openmp():
     in_environment, chosen, *reason = out.stdout.split()
     assert in_environment == chosen and chosen in ("passive", "-")  # whichever the load chose, it is set
     assert ("idle threads sleep" in " ".join(reason)) == (chosen == "passive")
+
+
+def _stat(busy: int, idle: int) -> str:
+    """A ``/proc/stat`` whose all-core line has ``busy`` ticks spread over its busy fields and ``idle`` idle ticks."""
+    return f"cpu  {busy // 2} 0 {busy - busy // 2} {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
+
+
+def test_the_load_is_the_busy_share_of_the_cores_between_two_readings():
+    """30 of 40 ticks busy is 3/4 of every core: 1.5 of 2 cores (user, system, irq... count; idle and iowait not)."""
+    before, after = _stat(busy=1000, idle=5000), _stat(busy=1030, idle=5010)
+    assert busy_cores(before, after, cores=2) == pytest.approx(1.5)
+    assert busy_cores(before, before, cores=2) == 0.0
+
+
+def test_without_proc_stat_the_load_average_stands_in_and_is_named(tmp_path):
+    load = machine_load(sample_seconds=0.0, stat_path=str(tmp_path / "missing"))
+    assert load.measured_by == "one-minute load average" and load.cores == pytest.approx(os.getloadavg()[0], abs=1.0)
+
+
+def test_the_real_machine_is_measured_from_its_cores():
+    """On Linux the sample reads ``/proc/stat``: a number of cores between none and all of them."""
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("no /proc/stat on this system")
+    load = machine_load()
+    assert load.measured_by == BUSY_NOW and 0.0 <= load.cores <= (os.cpu_count() or 1)
