@@ -73,8 +73,8 @@ def paired_line(values: Values, claim: PairedClaim, higher_is_better: bool) -> s
 def judgement(values: Values, claim: PairedClaim, higher_is_better: bool,
               measures: Values | None = None) -> ClaimJudgement:
     """The claim judged over its cells by the judge's paired t on the seeds both arms ran (Holm over the cells),
-    each cell first checked against the claim's gates, which read ``measures``."""
-    cells = {arm: {cell: values[arm][cell] for cell in claim.cells} for arm in (claim.better, claim.worse)}
+    each cell first checked against the claim's gates, which read ``measures`` and every arm's values there."""
+    cells = {arm: {cell: per[cell] for cell in claim.cells if cell in per} for arm, per in values.items()}
     return judge_claim(Claim(claim.text, claim.better, claim.worse, claim.paper_figure, claim.paper_effect,
                              higher_is_better, paired=True), {**(measures or {}), **cells}, gates=claim.gates)
 

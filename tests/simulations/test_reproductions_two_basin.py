@@ -118,3 +118,19 @@ def test_regime_gate_withholds_the_claim_where_cold_training_never_misses_the_ba
         assert f"≥ {tb.MISS_FLOOR:g}' failed: {tb.MISSED} 0.0500" in judged.verdict
     with pytest.raises(ValueError, match=tb.MISSED):
         judgement(EARLY_WINS, claim, False)
+
+
+@pytest.mark.parametrize(("public_only", "outcome"), [(0.30, "supports"), (0.05, "not testable")])
+def test_the_learning_gates_withhold_the_papers_claims_where_private_training_loses_to_public_only(public_only,
+                                                                                                   outcome):
+    """The paper's claims carry the gate rows as gates: where pretraining then private training (``pre_40``) ends
+    worse than public-only, early-beats-late is not judged, however clearly early wins."""
+    found = {c.text: c for c in tb.claims(tb.QUICK_PLAN, ("two_basin",), (1.0,))}
+    claim = found["Two basins: more budget in the first epoch beats more in the last (Table 2)"]
+    seeds = range(4)
+    values = {**EARLY_WINS, "even": {CELL: dict.fromkeys(seeds, 0.2)}, "origin": {CELL: dict.fromkeys(seeds, 1.0)},
+              "pre_40": {CELL: dict.fromkeys(seeds, 0.1)}, "public_only": {CELL: dict.fromkeys(seeds, public_only)}}
+    judged = judgement(values, claim, False, {tb.MISSED: {CELL: dict.fromkeys(seeds, 0.5)}})
+    assert judged.outcome == outcome
+    if outcome == "not testable":
+        assert "beats public only by 0' failed: pre_40 0.1000 vs public only 0.0500" in judged.verdict
