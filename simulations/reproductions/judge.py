@@ -32,6 +32,8 @@ is significantly above zero (a qualitative claim "A beats B"; the CI beside the 
 else *contradicts* as well when some cell rules out the paper's effect (Holm on the tests of d = the paper's
 effect, d below it: the CI excludes it); else *inconclusive*, with the power a cell had to detect the paper's effect
 (noncentral t at the first Holm threshold α/k, the best cell's); *not testable* when no cell passed its gates.
+A claim the paper makes of **every** cell ("at every p": ``every``) supports only when every testable cell supports
+it; one that some cells support and none contradict is *inconclusive*, with the weakest cell's power.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ RULE = (
     f"are Holm-corrected together (α = {ALPHA:g}), or one declared primary cell is judged alone. A claim "
     "**contradicts** when a cell's d is significantly negative, **supports** when (else) one is significantly "
     "positive, **contradicts** when (else) a cell's CI excludes the paper's effect, is **inconclusive** otherwise "
-    "(with its power at the paper's effect), and **not testable** when no cell passed its gates."
+    "(with its power at the paper's effect), and **not testable** when no cell passed its gates. A claim made of "
+    "every cell (\"at every p\") supports only when every testable cell does."
 )
 """The rule in one paragraph, for a reproduction's ``comparison.md`` and the results page."""
 
@@ -122,7 +125,8 @@ class Difference:
     def power(self, effect: float, alpha: float) -> float:
         """The chance a two-sided level-α test finds the difference when it is ``effect`` (noncentral t)."""
         critical, shift = float(stats.t.ppf(1 - alpha / 2, self.dof)), effect / self.se
-        return float(stats.nct.sf(critical, self.dof, shift) + stats.nct.cdf(-critical, self.dof, shift))
+        tails = (float(stats.nct.sf(critical, self.dof, shift)), float(stats.nct.cdf(-critical, self.dof, shift)))
+        return sum(t for t in tails if math.isfinite(t))  # scipy gives nan for a tail far beyond the shift: mass 0
 
 
 def _sign(higher_is_better: bool) -> float:
@@ -325,7 +329,8 @@ class Claim:
     ``paper_effect``: the paper's effect, better − worse in the claimed direction in the metric's units (None: the
     paper gives none; an inconclusive claim then has no power to report). ``paired``: the arms share each seed's
     data (a paired t). ``primary``: the one cell judged (no correction); None: every cell where both ran, Holm.
-    ``gates``: this claim's own, checked with the reproduction's."""
+    ``every``: the paper claims it of every cell, so every testable cell must support it. ``gates``: this claim's
+    own, checked with the reproduction's."""
 
     text: str
     better: str
@@ -335,6 +340,7 @@ class Claim:
     higher_is_better: bool = True
     paired: bool = True
     primary: str | None = None
+    every: bool = False
     gates: tuple[Gate, ...] = ()
 
 
@@ -362,10 +368,11 @@ class CellJudgement:
 
 @dataclass(frozen=True)
 class ClaimJudgement:
-    """A claim judged over its cells (see the module docstring for the rule)."""
+    """A claim judged over its cells (see the module docstring for the rule); ``every``: claimed of every cell."""
 
     differences: tuple[Difference, ...]
     paper_effect: float | None = None
+    every: bool = False
 
     @cached_property
     def cells(self) -> tuple[CellJudgement, ...]:
@@ -392,18 +399,18 @@ class ClaimJudgement:
             return "not testable"
         if any(c.outcome == "contradicts" and not c.reason for c in cells):
             return "contradicts"
-        if any(c.outcome == "supports" for c in cells):
+        if (all if self.every else any)(c.outcome == "supports" for c in cells):
             return "supports"
         return "contradicts" if any(c.outcome == "contradicts" for c in cells) else "inconclusive"
 
     @property
     def power(self) -> float | None:
-        """The best tested cell's power at the paper's effect, at the first Holm threshold (None: no effect given
-        or no tested cell)."""
+        """The best tested cell's power at the paper's effect (the weakest's for a claim of every cell), at the
+        first Holm threshold (None: no effect given or no tested cell)."""
         tested = [d for d in self.differences if not d.withheld]
         if self.paper_effect is None or not tested:
             return None
-        return max(d.power(self.paper_effect, ALPHA / len(tested)) for d in tested)
+        return (min if self.every else max)(d.power(self.paper_effect, ALPHA / len(tested)) for d in tested)
 
     @property
     def verdict(self) -> str:
@@ -433,7 +440,7 @@ class ClaimJudgement:
     def sentence(self, text: str, better: str, worse: str) -> str:
         """A markdown bullet: the claim, its outcome, and every cell's figures."""
         tested = sum(not d.withheld for d in self.differences)
-        family = "" if tested < 2 else f", Holm over {tested} cells"
+        family = "" if tested < 2 else f", Holm over {tested} cells" + (", each must support" if self.every else "")
         return (f"- {text}: **{self.verdict}** — `{better}` vs `{worse}`{family}; paper's effect "
                 f"{'none given' if self.paper_effect is None else f'{self.paper_effect:+g}'}; "
                 + "; ".join(str(c) for c in self.cells))
@@ -467,4 +474,4 @@ def judge_claim(claim: Claim, results: Results, landscapes: Landscapes | None = 
         if failed:
             difference = replace(difference, withheld="; ".join(failed))
         differences.append(difference)
-    return ClaimJudgement(tuple(differences), claim.paper_effect)
+    return ClaimJudgement(tuple(differences), claim.paper_effect, claim.every)

@@ -46,6 +46,7 @@ class PairedClaim:
     paper_effect: float | None = None
     paper_figure: str = ""
     role: Literal["claim", "control", "gate"] = "claim"
+    every: bool = False
     gates: tuple[Gate, ...] = ()
 
 
@@ -76,7 +77,8 @@ def judgement(values: Values, claim: PairedClaim, higher_is_better: bool,
     each cell first checked against the claim's gates, which read ``measures`` and every arm's values there."""
     cells = {arm: {cell: per[cell] for cell in claim.cells if cell in per} for arm, per in values.items()}
     return judge_claim(Claim(claim.text, claim.better, claim.worse, claim.paper_figure, claim.paper_effect,
-                             higher_is_better, paired=True), {**(measures or {}), **cells}, gates=claim.gates)
+                             higher_is_better, paired=True, every=claim.every), {**(measures or {}), **cells},
+                       gates=claim.gates)
 
 
 def _per_seed(values: Values) -> dict[str, dict[str, dict[str, float]]]:

@@ -69,7 +69,13 @@ from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
 from fedpub.privacy.calibration import calibrate_noise_multiplier  # noqa: E402
 from fedpub.privacy.events import PoissonSampling  # noqa: E402
 from fedpub.seeding import torch_generator  # noqa: E402
-from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, Difference, welch_difference  # noqa: E402
+from fedpub.simulations.reproductions.judge import (  # noqa: E402
+    RULE,
+    ClaimJudgement,
+    Difference,
+    paired_difference,
+    welch_difference,
+)
 from fedpub.simulations.reproductions.paired import PairedClaim, paired_line, write_paired_json  # noqa: E402
 from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     ClaimRecord,
@@ -589,24 +595,27 @@ CLAIM_TEXTS = {
 
 def claim_judgements(results: Sequence[Result]) -> dict[str, ClaimJudgement]:
     """Every claim judged over the whole grid of p by :mod:`fedpub.simulations.reproductions.judge` (seeds' empirical
-    losses; a seed at p is one draw of the problem, shared by the three algorithms):
+    losses; a seed at p is one draw of the problem, shared by the three algorithms, so comparisons within a p are
+    paired by seed); each is claimed of every cell, so it supports only where every cell does:
 
-    - ``warm``, ``pda_beats_warm``: one cell per p, the two algorithms' losses (lower is better);
-    - ``cold_grows``: one cell per consecutive (p, p'), cold-start's losses at p' against those at p (higher wins);
+    - ``warm``, ``pda_beats_warm``: one cell per p, the two algorithms' losses (lower is better), paired;
+    - ``cold_grows``: one cell per consecutive (p, p'), cold-start's losses at p' against those at p (higher wins;
+      other draws, Welch);
     - ``warm_flat``, ``pda_flat``: one cell per consecutive (p, p'), cold-start's rise loss(p', s) − loss(p, s)
-      against the algorithm's (the claim wins a cell when cold-start's rise is larger by more than the
-      uncertainty): "nearly dimension-independent" as "grows significantly less than cold-start DP-SGD";
-    - ``gain_shrinks``: one cell per consecutive (p, p'), the paired gains warm − PDA-DPMD at p against those at p'.
+      against the algorithm's, paired by seed (the claim wins a cell when cold-start's rise is larger by more than
+      the uncertainty): "nearly dimension-independent" as "grows significantly less than cold-start DP-SGD";
+    - ``gain_shrinks``: one cell per consecutive (p, p'), the paired gains warm − PDA-DPMD at p against those at p'
+      (other draws, Welch).
     """
     dims = sorted({r.dim for r in results})
     loss = {(r.algorithm, r.dim, r.seed): r.empirical_loss for r in results}
     seeds = {d: sorted({r.seed for r in results if r.dim == d}) for d in dims}
 
-    def values(algorithm: str, dim: int) -> list[float]:
-        return [loss[algorithm, dim, s] for s in seeds[dim]]
+    def values(algorithm: str, dim: int) -> dict[int, float]:
+        return {s: loss[algorithm, dim, s] for s in seeds[dim]}
 
-    def rise(algorithm: str, low: int, high: int) -> list[float]:
-        return [loss[algorithm, high, s] - loss[algorithm, low, s] for s in seeds[low] if s in seeds[high]]
+    def rise(algorithm: str, low: int, high: int) -> dict[int, float]:
+        return {s: loss[algorithm, high, s] - loss[algorithm, low, s] for s in seeds[low] if s in seeds[high]}
 
     def gain(dim: int) -> list[float]:
         return [loss["warm_dp_sgd", dim, s] - loss["pda_dpmd", dim, s] for s in seeds[dim]]
@@ -614,21 +623,21 @@ def claim_judgements(results: Sequence[Result]) -> dict[str, ClaimJudgement]:
     pairs = list(itertools.pairwise(dims))
     lower = {"higher_is_better": False}
 
-    def claim(cells: Iterable[Difference]) -> ClaimJudgement:
-        return ClaimJudgement(tuple(cells))
+    def every_cell(cells: Iterable[Difference]) -> ClaimJudgement:
+        return ClaimJudgement(tuple(cells), every=True)
 
     return {
-        "warm": claim(welch_difference(f"p={d}", values("warm_dp_sgd", d), values("cold_dp_sgd", d), **lower)
-                      for d in dims),
-        "cold_grows": claim(welch_difference(f"p={a}→{b}", values("cold_dp_sgd", b), values("cold_dp_sgd", a))
-                            for a, b in pairs),
-        "warm_flat": claim(welch_difference(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("warm_dp_sgd", a, b))
-                           for a, b in pairs),
-        "pda_flat": claim(welch_difference(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("pda_dpmd", a, b))
-                          for a, b in pairs),
-        "pda_beats_warm": claim(welch_difference(f"p={d}", values("pda_dpmd", d), values("warm_dp_sgd", d), **lower)
-                                for d in dims),
-        "gain_shrinks": claim(welch_difference(f"p={a}→{b}", gain(a), gain(b)) for a, b in pairs),
+        "warm": every_cell(paired_difference(f"p={d}", values("warm_dp_sgd", d), values("cold_dp_sgd", d), **lower)
+                           for d in dims),
+        "cold_grows": every_cell(welch_difference(f"p={a}→{b}", list(values("cold_dp_sgd", b).values()),
+                                                  list(values("cold_dp_sgd", a).values())) for a, b in pairs),
+        "warm_flat": every_cell(paired_difference(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("warm_dp_sgd", a, b))
+                                for a, b in pairs),
+        "pda_flat": every_cell(paired_difference(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("pda_dpmd", a, b))
+                               for a, b in pairs),
+        "pda_beats_warm": every_cell(paired_difference(f"p={d}", values("pda_dpmd", d), values("warm_dp_sgd", d),
+                                                       **lower) for d in dims),
+        "gain_shrinks": every_cell(welch_difference(f"p={a}→{b}", gain(a), gain(b)) for a, b in pairs),
     }
 
 

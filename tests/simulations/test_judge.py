@@ -174,3 +174,19 @@ def test_a_control_run_once_is_compared_in_every_cell_and_the_rows_become_the_pl
     assert judge_claim(Claim("x", "dp", "public_only"), {"dp": {}, "public_only": {}}).verdict == (
         "not testable: no cell where both arms ran")
     assert ClaimJudgement(()).outcome == "not testable"
+
+
+def test_a_claim_of_every_cell_supports_only_where_every_cell_does():
+    """a beats b clearly at ε=4 and ties noisily at ε=1: "a beats b" supports, "a beats b at every ε" is
+    inconclusive, with the weakest cell's power; when both cells win, both claims support."""
+    b = {"ε=1": dict.fromkeys(SEEDS, 0.80), "ε=4": dict.fromkeys(SEEDS, 0.80)}
+    clear, tie = (0.031, 0.029, 0.032, 0.028, 0.030), (0.03, -0.02, 0.01, -0.03, 0.015)
+    a = {"ε=1": {s: 0.80 + d for s, d in zip(SEEDS, tie)}, "ε=4": {s: 0.80 + d for s, d in zip(SEEDS, clear)}}
+    some = judge_claim(Claim("a beats b", "a", "b", paper_effect=0.02), {"a": a, "b": b})
+    every = judge_claim(Claim("a beats b at every ε", "a", "b", paper_effect=0.02, every=True), {"a": a, "b": b})
+    assert [c.outcome for c in every.cells] == ["inconclusive", "supports"]
+    assert some.outcome == "supports" and every.outcome == "inconclusive"
+    assert every.power == min(d.power(0.02, 0.025) for d in every.differences) < some.power == pytest.approx(1.0)
+    assert "each must support" in every.sentence("a beats b at every ε", "a", "b")
+    a["ε=1"] = {s: 0.80 + d for s, d in zip(SEEDS, clear)}
+    assert judge_claim(Claim("a beats b at every ε", "a", "b", every=True), {"a": a, "b": b}).outcome == "supports"
