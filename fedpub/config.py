@@ -464,6 +464,12 @@ class StrategyConfig(Section):
         public = recipe_registry.public_cohort(self)
         if public and self.public_clients_per_round == 0:
             raise ValueError(f"public_clients_per_round is 0, but {'/'.join(public)} train public users each round")
+        if self.public_clients_per_round and not public:
+            raise ValueError(
+                f"public_clients_per_round is {self.public_clients_per_round}, but no section of recipe `{self.name}` "
+                f"uses public users each round, so they would be trained for nothing: remove it (sections that use "
+                f"them: {', '.join(recipe_registry.PER_ROUND_PUBLIC)}, with what they use)"
+            )
         pre = self.precondition
         geometric = self.recenter or (self.mirror and self.mirror.public_term) or self.projection
         if pre and pre.source == "public" and pre.placement == "client" and geometric:

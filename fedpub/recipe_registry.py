@@ -104,6 +104,12 @@ RECIPE_NAMES: tuple[str, ...] = tuple(dict.fromkeys((BASE_RECIPE, *(r for p in P
 """Every ``strategy.name``."""
 PUBLIC_PARTS: tuple[str, ...] = tuple(p.section for p in PARTS if p.trains_public)
 """The sections that train public users."""
+PER_ROUND_PUBLIC: tuple[str, ...] = tuple(
+    p.section + ("" if p.public_unless is None else
+                 f" (unless {p.public_unless[0]}: {str(p.public_unless[1]).lower()})")
+    for p in PARTS if p.trains_public and p.phase is None
+)
+"""The sections that train public users each round, as a message names them."""
 
 
 def switched_on(recipe: str) -> tuple[str, ...]:

@@ -65,6 +65,11 @@ def test_the_config_lists_come_from_the_declarations():
     assert StrategyConfig(name="adadps", **BASE).public_clients_per_round == 10
     with pytest.raises(ValueError, match="public_clients_per_round is 0, but recenter/mirror train public users"):
         StrategyConfig(recenter={}, mirror={}, public_clients_per_round=0, **BASE)
+    for unused in ({"name": "pda_dpmd", "mirror": {"public_term": False}}, {"name": "dp_fedavg"},
+                   {"name": "adadps", "precondition": {"source": "token_frequency"}}):
+        with pytest.raises(ValueError, match=r"public_clients_per_round is 3, but no section of recipe `\w+` uses "
+                                             r"public users each round.*mirror \(unless public_term: false\)"):
+            StrategyConfig(public_clients_per_round=3, **unused, **BASE)
     steering = [p.section for p in recipe_registry.PARTS if p.steers]
     assert steering == ["adaptive_clip", "public_schedule", "budget_schedule"]
     with pytest.raises(ValueError, match="tree_aggregation noises a whole tree with one C and one z: remove "
