@@ -111,6 +111,8 @@ LABELS = {"cold_dp_sgd": "cold-start DP-SGD", "warm_dp_sgd": "warm-start DP-SGD"
 OUTPUTS = ("last", "average")
 DTYPE = torch.float64
 DEFAULT_DIMS = (500, 1000, 2000, 4000, 6000)
+DEFAULT_SEEDS = 20
+"""Reported seeds per p: the paper's 20 runs."""
 NAME = "pda_dpmd_linear_regression"
 
 
@@ -728,7 +730,8 @@ def write_outputs(out: Path, results: Sequence[Result], choices: Mapping[int, Ma
     judged = claim_judgements(results)
     dims = tuple(sorted(choices))
     command = "python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression" + (
-        " --quick" if quick else "" if dims == DEFAULT_DIMS else f" --dims {','.join(map(str, dims))}")
+        " --quick" if quick else ("" if dims == DEFAULT_DIMS else f" --dims {','.join(map(str, dims))}")
+        + ("" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}"))
     write_claims_json(out, ReproductionRecord(
         NAME, "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning,
         tuple(ClaimRecord.of(text, *CLAIM_SIDES[key], judged[key], figure) for key, (text, figure) in CLAIM_TEXTS.items()),
@@ -767,7 +770,8 @@ def run(dims: Sequence[int], seeds: int, out: Path, grid: Grid = DEFAULT_GRID, n
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", default=",".join(map(str, DEFAULT_DIMS)), help="comma-separated dimensions p")
-    parser.add_argument("--seeds", type=int, default=20, help="reported seeds per p (default 20, the paper's)")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
+                        help=f"reported seeds per p (default {DEFAULT_SEEDS}, the paper's)")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
     parser.add_argument("--quick", action="store_true",
