@@ -1,15 +1,37 @@
 """Federated EMNIST's declaration (TFF ``simulation/datasets/emnist.py``; ``shared/reference/datasets.md`` §1):
-the HDF5 and SQLite layouts, the synthetic look-alike digits of the quick start, the classification task, the
-models and TFF's files. Light: names only, the code is imported when a config uses it.
+the HDF5 and SQLite layouts, the synthetic look-alike digits of the quick start (with, for
+``data.public.pool: heldout``, public writers from a spec of their own), the classification task, the models and
+TFF's files. Light: names only, the code is imported when a config uses it.
 """
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedpub.config_section import Section
 from fedpub.data.remote_files import tff_file
 from fedpub.data.spec import Dataset, ModelDeclaration, Source, TaskDeclaration
+
+
+class SyntheticEmnistPublicConfig(Section):
+    """The public writers of ``data.public.pool: heldout``: another generator spec than the private writers', by
+    default an off-distribution style (every writer ambiguous and noisy), for controls where public data should
+    help less (fedpub issue 36)."""
+
+    num_writers: int = Field(100, ge=1, le=10_000)
+    min_examples: int = Field(20, ge=2)
+    max_examples: int = Field(80, ge=2)
+    class_concentration: float = Field(1.0, gt=0, description="Dirichlet concentration of each writer's class mix")
+    ambiguous_fraction: float = Field(1.0, ge=0, le=1, description="share of writers who warp and jitter strongly")
+    pixel_noise: float = Field(0.3, ge=0, le=0.5, description="largest standard deviation of a writer's pixel noise")
+    noisy_fraction: float = Field(1.0, ge=0, le=1, description="share of writers with pixel noise")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _example_range(self) -> SyntheticEmnistPublicConfig:
+        if self.min_examples > self.max_examples:
+            raise ValueError(f"min_examples ({self.min_examples}) must be <= max_examples ({self.max_examples})")
+        return self
 
 
 class SyntheticEmnistConfig(Section):
@@ -20,6 +42,9 @@ class SyntheticEmnistConfig(Section):
     max_examples: int = Field(80, ge=2)
     test_fraction: float = Field(0.15, gt=0, lt=1)
     seed: int = 0
+    public: SyntheticEmnistPublicConfig | None = Field(
+        None, description="public writers from another spec (with data.public.pool: heldout); null = none"
+    )
 
 
 _SOURCES = "fedpub.data.emnist_sources"
@@ -32,8 +57,8 @@ EMNIST = Dataset(
         Source(
             "synthetic_emnist",
             "look-alike handwritten digits written there in TFF's HDF5 layout (fed_emnist_digitsonly_{train,test}.h5) "
-            "from data.synthetic",
-            f"{_SOURCES}:open_h5",
+            "from data.synthetic, and public writers (fed_emnist_digitsonly_public.h5) from data.synthetic.public",
+            f"{_SOURCES}:open_synthetic",
             generate=f"{_SOURCES}:generate_synthetic",
         ),
         Source("emnist_h5", "a directory with fed_emnist[_digitsonly]_{train,test}.h5", f"{_SOURCES}:open_h5"),
@@ -49,6 +74,10 @@ EMNIST = Dataset(
         ),
         ModelDeclaration("emnist_cnn_dropout", "TFF's cnn_dropout", "fedpub.models.emnist:CnnDropout"),
         ModelDeclaration("emnist_mlp", "TFF's 2nn, 200-200", "fedpub.models.emnist:Mlp"),
+        ModelDeclaration(
+            "emnist_softmax", "multinomial logistic regression on the pixels, 7,850 parameters",
+            "fedpub.models.emnist:Softmax",
+        ),
     ),
     files=(
         tff_file(
@@ -76,6 +105,7 @@ EMNIST = Dataset(
         ),
         "synthetic": (SyntheticEmnistConfig, SyntheticEmnistConfig()),
     },
+    public_pools=("train_fraction", "heldout"),
     sqlite_splits=("all_train", "all_test", "digits_only_train", "digits_only_test"),
     device="fedpub.data.emnist_device:DEVICE",
 )

@@ -8,6 +8,11 @@ class mix (Dirichlet) and example count, and every writer's examples are split b
 ``fed_emnist_digitsonly_train.h5`` and ``..._test.h5``, as in TFF. Strokes are rendered with anti-aliased
 distance-to-segment ink (vectorised numpy); pixels are float32 in [0, 1] on a 1/255 grid, ink 0.0 and background
 1.0 (TFF polarity).
+
+A second spec may generate **public writers** into ``fed_emnist_digitsonly_public.h5`` beside them (every example
+of each, ids ``p0000_00``, ...): drawn from their own generator streams, so that they share no writer with the
+private population even under the same seed, and typically in another style (more ambiguous writers, more pixel
+noise), an off-distribution public pool (``data.public.pool: heldout``, fedpub issue 36).
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ SIZE = 28
 GENERATOR_VERSION = 1
 TRAIN_NAME = "fed_emnist_digitsonly_train.h5"
 TEST_NAME = "fed_emnist_digitsonly_test.h5"
+PUBLIC_NAME = "fed_emnist_digitsonly_public.h5"
+PURPOSE, PUBLIC_PURPOSE = "synthetic_emnist", "synthetic_emnist_public"
+"""The generator streams of the private and of the public writers (``numpy_generator(seed, purpose, writer)``)."""
 
 GLYPH_HEIGHT_PX = 19.0
 RENDER_CHUNK = 256
@@ -216,8 +224,8 @@ class _WriterPlan:
     is_test: np.ndarray  # (n,) bool
 
 
-def _writer_plan(spec: SyntheticEmnistSpec, writer: int) -> _WriterPlan:
-    rng = numpy_generator(spec.seed, "synthetic_emnist", writer)
+def _writer_plan(spec: SyntheticEmnistSpec, writer: int, purpose: str = PURPOSE) -> _WriterPlan:
+    rng = numpy_generator(spec.seed, purpose, writer)
     n = int(rng.integers(spec.min_examples, spec.max_examples + 1))
     class_mix = rng.dirichlet(np.full(NUM_DIGITS, spec.class_concentration))
     labels = rng.choice(NUM_DIGITS, size=n, p=class_mix)
@@ -335,17 +343,18 @@ def _render(plans: list[_WriterPlan]) -> np.ndarray:
     return pixels
 
 
-def writer_ids(num_writers: int) -> list[str]:
-    """LEAF-style writer ids ``f0000_00``, ``f0000_01``, ... (8 characters, sorted)."""
-    return [f"f{w // 100:04d}_{w % 100:02d}" for w in range(num_writers)]
+def writer_ids(num_writers: int, prefix: str = "f") -> list[str]:
+    """LEAF-style writer ids ``f0000_00``, ``f0000_01``, ... (8 characters, sorted); ``prefix`` ``p``: the public
+    writers'."""
+    return [f"{prefix}{w // 100:04d}_{w % 100:02d}" for w in range(num_writers)]
 
 
 Client = tuple[str, np.ndarray, np.ndarray]  # (client id, labels, pixels)
 
 
-def _write_split(path: Path, spec: SyntheticEmnistSpec, clients: list[Client]) -> None:
+def _write_split(path: Path, spec_json: str, clients: list[Client]) -> None:
     with h5py.File(path, "w") as f:
-        f.attrs[SPEC_ATTR] = spec.to_json()
+        f.attrs[SPEC_ATTR] = spec_json
         examples = f.create_group("examples")
         for client_id, labels, pixels in clients:
             group = examples.create_group(client_id)
@@ -369,21 +378,43 @@ def write_synthetic_emnist(directory: str | os.PathLike[str], spec: SyntheticEmn
     """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    plans = [_writer_plan(spec, w) for w in range(spec.num_writers)]
-    pixels = _render(plans)
-    bounds = np.cumsum([0] + [len(p.labels) for p in plans])
     train_clients: list[Client] = []
     test_clients: list[Client] = []
-    for client_id, plan, lo, hi in zip(writer_ids(spec.num_writers), plans, bounds[:-1], bounds[1:]):
-        px = pixels[lo:hi]
+    for client_id, plan, px in _writers(spec, PURPOSE, "f"):
         train_clients.append((client_id, plan.labels[~plan.is_test], px[~plan.is_test]))
         test_clients.append((client_id, plan.labels[plan.is_test], px[plan.is_test]))
 
     final = (root / TRAIN_NAME, root / TEST_NAME)
     with atomic_path(final[0]) as train_tmp, atomic_path(final[1]) as test_tmp:
-        _write_split(train_tmp, spec, train_clients)
-        _write_split(test_tmp, spec, test_clients)
+        _write_split(train_tmp, spec.to_json(), train_clients)
+        _write_split(test_tmp, spec.to_json(), test_clients)
     return final
+
+
+def _writers(spec: SyntheticEmnistSpec, purpose: str, prefix: str) -> list[tuple[str, _WriterPlan, np.ndarray]]:
+    """(id, plan, pixels) of every writer of ``spec``, drawn from the ``purpose`` streams."""
+    plans = [_writer_plan(spec, w, purpose) for w in range(spec.num_writers)]
+    pixels = _render(plans)
+    bounds = np.cumsum([0] + [len(p.labels) for p in plans])
+    return [(client_id, plan, pixels[lo:hi])
+            for client_id, plan, lo, hi in zip(writer_ids(spec.num_writers, prefix), plans, bounds[:-1], bounds[1:])]
+
+
+def public_spec_json(spec: SyntheticEmnistSpec) -> str:
+    """What the public writers' file stores as its spec: ``spec`` marked as the public writers' (so that a file of
+    private writers is never taken for it)."""
+    return json.dumps({"public_writers": json.loads(spec.to_json())}, sort_keys=True)
+
+
+def write_synthetic_emnist_public(directory: str | os.PathLike[str], spec: SyntheticEmnistSpec) -> Path:
+    """Generate the public writers of ``spec`` into ``directory``'s :data:`PUBLIC_NAME`, every example of each
+    (``test_fraction`` is not used), atomically; returns its path."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    clients: list[Client] = [(cid, plan.labels, px) for cid, plan, px in _writers(spec, PUBLIC_PURPOSE, "p")]
+    with atomic_path(root / PUBLIC_NAME) as tmp:
+        _write_split(tmp, public_spec_json(spec), clients)
+    return root / PUBLIC_NAME
 
 
 def ensure_synthetic_emnist(directory: str | os.PathLike[str], spec: SyntheticEmnistSpec) -> tuple[Path, Path]:
@@ -395,3 +426,14 @@ def ensure_synthetic_emnist(directory: str | os.PathLike[str], spec: SyntheticEm
         lambda: write_synthetic_emnist(root, spec),
     )
     return train, test
+
+
+def ensure_synthetic_emnist_public(directory: str | os.PathLike[str], spec: SyntheticEmnistSpec) -> Path:
+    """The public writers' file in ``directory``, generated from ``spec`` when absent, reused or refused as
+    :func:`ensure_synthetic_emnist` does."""
+    root = Path(directory)
+    (public,) = ensure_generated(
+        root, "synthetic EMNIST public writers", (root / PUBLIC_NAME,), public_spec_json(spec),
+        lambda: (write_synthetic_emnist_public(root, spec),),
+    )
+    return public

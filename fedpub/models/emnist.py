@@ -2,7 +2,9 @@
 
 ``SmallCNN`` is the quick-start model (about 18k parameters, fast on CPU); ``CnnDropout`` is TFF's
 ``cnn_dropout`` baseline (``simulation/baselines/emnist/emnist_models.py``); ``Mlp`` is the ``2nn`` 200-200
-network. No batch normalisation: per-example statistics would mix users under DP and federated averaging.
+network; ``Softmax`` is multinomial logistic regression on the pixels (7,850 parameters for 10 classes), the
+smallest model: the noise DP adds to a mean update grows with the square root of the parameter count. No batch
+normalisation: per-example statistics would mix users under DP and federated averaging.
 """
 
 from __future__ import annotations
@@ -59,3 +61,10 @@ class Mlp(nn.Sequential):
             nn.Linear(200, num_classes),
         )
 
+
+
+class Softmax(nn.Sequential):
+    """Multinomial logistic regression: 784 pixels -> classes (a linear layer; softmax in the loss)."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__(nn.Flatten(), nn.Linear(28 * 28, num_classes))

@@ -11,8 +11,13 @@ users could hardly teach the model anything, and the paper's ordering said littl
 users take part a round and ε ∈ {2, 4}: z·√d/m is printed for each run's z in ``comparison.md`` (about 1.5 at
 ε = 4). The public-only control (:mod:`.public_only`) says whether the private signal matters at all: a cell
 where neither DP-FedAvg arm beats it by a point is not testable (a regime gate, fedpub issue 36), as is one where
-an arm sits at chance or a tuning landscape is flat. ``dp_fedavg_only_private`` is DOPE's no-recentering control:
-the public users' mean update is added to the average without recentering the private clipping on it.
+an arm sits at chance or a tuning landscape is flat. At a size where the gate can pass (the probe
+:mod:`.emnist_regime`, ``simulations/configs/public_emnist_gate.yaml``: softmax, 5,000 writers, 500 a round, 150
+rounds, about 1.1-1.5 s a round on a loaded core) a full run of this sweep, 126 runs with its tuning (3 arms × 2 ε ×
+(9 grid points × 2 tuning seeds + 3 seeds)), would take about 6-8 hours on 2 cores; with in-distribution public users
+even that size failed the gate (public-only 0.719, DP-FedAvg 0.706 at ε = 2). ``dp_fedavg_only_private`` is DOPE's
+no-recentering control: the public users' mean update is added to the average without recentering the private
+clipping on it.
 
 **Tuning** (by the one runner, :mod:`fedpub.simulations.reproductions.federated`): each method's client and server
 learning rates on the validation users (``data.validation``: 10 % of the private users held out of N, never

@@ -24,8 +24,10 @@ from fedpub.simulations.reproductions.tuning import Axis, tune
 
 def control_config(base: Mapping[str, Any], seed: int) -> ExperimentConfig:
     """The base as the control reads it (no private round runs: ε is only parsed); refused without public users."""
-    if not base.get("data", {}).get("public", {}).get("fraction"):
-        raise ValueError("public_only control: the base has no public users; set data.public.fraction > 0")
+    public = base.get("data", {}).get("public", {})
+    if not public.get("fraction") and public.get("pool") != "heldout":
+        raise ValueError("public_only control: the base has no public users; set data.public.fraction > 0 or "
+                         "data.public.pool: heldout")
     raw = deep_merge(dict(base), {"seed": seed, "name": "public_only", "output_dir": "unused"})
     return parse_config(raw, "public_only control")
 

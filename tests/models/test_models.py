@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
+from fedpub.clients.cohort_training import vectorisation_blocker
+from fedpub.data.emnist import EmnistH5
+from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models import build_model
+from fedpub.tasks import CLASSIFICATION
 
 # (conv/linear weights + biases), counted by hand from the layer shapes.
 PARAMS_10 = {
     "emnist_small_cnn": (25 * 16 + 16) + (16 * 25 * 32 + 32) + (512 * 10 + 10),
     "emnist_cnn_dropout": (9 * 32 + 32) + (32 * 9 * 64 + 64) + (9216 * 128 + 128) + (128 * 10 + 10),
     "emnist_mlp": (784 * 200 + 200) + (200 * 200 + 200) + (200 * 10 + 10),
+    "emnist_softmax": 784 * 10 + 10,
 }
 
 
@@ -65,3 +72,23 @@ def test_unknown_name_lists_allowed() -> None:
     assert all(name in str(err.value) for name in PARAMS_10)
     with pytest.raises(ValueError, match="num_classes"):
         build_model("emnist_mlp", 1)
+
+
+def test_softmax_has_7850_parameters_vectorises_and_learns_the_digits(tmp_path: Path) -> None:
+    model = build_model("emnist_softmax", 10)
+    assert sum(p.numel() for p in model.parameters()) == 7_850
+    assert vectorisation_blocker(model, CLASSIFICATION) is None
+    train_path, _ = write_synthetic_emnist(tmp_path, SyntheticEmnistSpec(num_writers=10, seed=1))
+    with EmnistH5(train_path) as train:
+        parts = [train.client_data(c) for c in train.client_ids]
+    x, y = torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)  # raw pixels: inputs of norm about 25
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    for _ in range(20):
+        for batch in order.split(32):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            optimizer.step()
+    with torch.no_grad():
+        accuracy = (model(x).argmax(1) == y).float().mean().item()
+    assert accuracy > 0.5  # chance is 0.1

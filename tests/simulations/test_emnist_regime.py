@@ -1,0 +1,22 @@
+"""The EMNIST regime probe's smoke mode: both public pools give a full table row (arms, noise arithmetic, timings)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fedpub.simulations.reproductions.emnist_regime import HEADER, main
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("public", ["0.05", "heldout"])
+def test_quick_probe_prints_a_row_per_setting(public: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (row,) = main(["--quick", "--public", public])
+    assert set(HEADER) <= set(row)
+    assert row["public"] == public and (row["writers"], row["m"], row["rounds"]) == (40, 5, 2)
+    assert row["d"] == 7_850 and row["z"] > 0 and math.isclose(row["z·√d/m"], row["z"] * math.sqrt(7_850) / 5)
+    for arm in ("private", "public-only", "non-private"):
+        assert 0.0 <= row[arm] <= 1.0
+    assert row["gate"] == ("pass" if row["private"] - row["public-only"] >= 0.01 else "fail")
+    assert "| emnist_softmax | 7850 |" in capsys.readouterr().out
