@@ -84,7 +84,8 @@ EMNIST = Dataset(
         Source(
             "synthetic_emnist",
             "look-alike handwritten digits written there in TFF's HDF5 layout (fed_emnist_digitsonly_{train,test}.h5) "
-            "from data.synthetic, and public writers (fed_emnist_digitsonly_public.h5) from data.synthetic.public",
+            "from data.synthetic, and public writers (fed_emnist_digitsonly_public.h5) from data.synthetic.public "
+            "(generated, or scikit-learn's real digits)",
             f"{_SOURCES}:open_synthetic",
             generate=f"{_SOURCES}:generate_synthetic",
         ),
