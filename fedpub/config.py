@@ -718,19 +718,35 @@ def _check_task_and_data(config: ExperimentConfig) -> None:
         )
 
 
+def _section(annotation: Any) -> type[BaseModel] | None:
+    """The section a field of type ``annotation`` holds: X for X or X | None, else None."""
+    members = [a for a in (annotation, *get_args(annotation)) if isinstance(a, type)]
+    return next((a for a in members if issubclass(a, BaseModel)), None)
+
+
+def _tagged(annotation: Any) -> dict[str, type[BaseModel] | None]:
+    """The forms of a tagged union anywhere in ``annotation`` (``Annotated[X, Tag(t)]``), by tag: the form of ``task``
+    (:func:`_task_form`), the source of ``data.synthetic.public``."""
+    forms: dict[str, type[BaseModel] | None] = {}
+    for arg in get_args(annotation):
+        tag = next((m.tag for m in getattr(arg, "__metadata__", ()) if isinstance(m, Tag)), None)
+        forms |= _tagged(arg) if tag is None else {tag: _section(get_args(arg)[0])}
+    return forms
+
+
 def _walk(loc: tuple) -> tuple[list[str], list[str]]:
-    """The field path of ``loc``, and the keys allowed in the section the path ends in."""
+    """The field path of ``loc`` (without a tagged union's tags), and the keys allowed in the section it ends in."""
     model: type[BaseModel] | None = ExperimentConfig
     path: list[str] = []
+    forms: dict[str, type[BaseModel] | None] = {}
     for part in loc:
-        if part in ("preset", "own") and path == ["task"]:
-            model = TaskConfig if part == "own" else None  # the form of ``task`` (:func:`_task_form`)
+        if part in forms:
+            model, forms = forms[part], {}
             continue
         path.append(str(part))
         field = model.model_fields.get(str(part)) if model is not None else None
         annotation = field.annotation if field is not None else None
-        members = [a for a in (annotation, *get_args(annotation)) if isinstance(a, type)]  # X or X | None
-        model = next((a for a in members if issubclass(a, BaseModel)), None)
+        model, forms = _section(annotation), _tagged(annotation)
     return path, list(model.model_fields) if model is not None else []
 
 

@@ -1,12 +1,14 @@
 """Federated EMNIST's declaration (TFF ``simulation/datasets/emnist.py``; ``shared/reference/datasets.md`` §1):
 the HDF5 and SQLite layouts, the synthetic look-alike digits of the quick start (with, for
-``data.public.pool: heldout``, public writers from a spec of their own), the classification task, the models and
-TFF's files. Light: names only, the code is imported when a config uses it.
+``data.public.pool: heldout``, public writers from a spec of their own or scikit-learn's real digits), the
+classification task, the models and TFF's files. Light: names only, the code is imported when a config uses it.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from fedpub.config_section import Section
 from fedpub.data.remote_files import tff_file
@@ -18,6 +20,7 @@ class SyntheticEmnistPublicConfig(Section):
     default an off-distribution style (every writer ambiguous and noisy), for controls where public data should
     help less (fedpub issue 36)."""
 
+    source: Literal["generator"] = "generator"
     num_writers: int = Field(100, ge=1, le=10_000)
     min_examples: int = Field(20, ge=2)
     max_examples: int = Field(80, ge=2)
@@ -34,6 +37,29 @@ class SyntheticEmnistPublicConfig(Section):
         return self
 
 
+class SklearnDigitsPublicConfig(Section):
+    """The public writers of ``data.public.pool: heldout`` as real handwritten digits: scikit-learn's bundled
+    ``load_digits`` (1,797 8×8 images) in EMNIST's layout, dealt into pseudo-writers by a seeded shuffle, a real
+    shifted public pool (:mod:`fedpub.data.sklearn_digits`; the ``reproductions`` extra)."""
+
+    source: Literal["sklearn_digits"]
+    num_writers: int = Field(100, ge=1, le=1_797, description="pseudo-writers (load_digits has 1,797 images)")
+    seed: int = Field(0, description="seed of the shuffle that deals the images to the writers")
+
+
+def _public_source(value: Any) -> str:
+    """Which public writers ``data.synthetic.public`` asks for: its ``source``, by default the generator's."""
+    return str(value.get("source", "generator") if isinstance(value, dict) else value.source)
+
+
+PublicWriters = Annotated[
+    Annotated[SyntheticEmnistPublicConfig, Tag("generator")]
+    | Annotated[SklearnDigitsPublicConfig, Tag("sklearn_digits")],
+    Discriminator(_public_source, custom_error_type="public_source",
+                  custom_error_message="its source must be generator (the default) or sklearn_digits"),
+]
+
+
 class SyntheticEmnistConfig(Section):
     """The offline quick-start data: synthetic handwritten digits in TFF's EMNIST HDF5 layout."""
 
@@ -42,8 +68,9 @@ class SyntheticEmnistConfig(Section):
     max_examples: int = Field(80, ge=2)
     test_fraction: float = Field(0.15, gt=0, lt=1)
     seed: int = 0
-    public: SyntheticEmnistPublicConfig | None = Field(
-        None, description="public writers from another spec (with data.public.pool: heldout); null = none"
+    public: PublicWriters | None = Field(
+        None, description="public writers (with data.public.pool: heldout) from another generator spec or, with "
+        "source sklearn_digits, scikit-learn's real digits; null = none"
     )
 
 
@@ -57,7 +84,8 @@ EMNIST = Dataset(
         Source(
             "synthetic_emnist",
             "look-alike handwritten digits written there in TFF's HDF5 layout (fed_emnist_digitsonly_{train,test}.h5) "
-            "from data.synthetic, and public writers (fed_emnist_digitsonly_public.h5) from data.synthetic.public",
+            "from data.synthetic, and public writers (fed_emnist_digitsonly_public.h5) from data.synthetic.public "
+            "(generated, or scikit-learn's real digits)",
             f"{_SOURCES}:open_synthetic",
             generate=f"{_SOURCES}:generate_synthetic",
         ),

@@ -1,7 +1,7 @@
 """How a config's ``data`` section opens federated EMNIST, one function per ``data.source`` of its declaration
 (:mod:`fedpub.data.emnist_dataset`): TFF's HDF5 files, TFF's SQLite database, and the synthetic look-alike digits,
 written first in the HDF5 layout and then read like TFF's files (with their public writers, from a spec of their
-own, as the held-out split of ``data.public.pool: heldout``).
+own or scikit-learn's real digits, as the held-out split of ``data.public.pool: heldout``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 from fedpub.config import ConfigError, ExperimentConfig
 from fedpub.data.base import Splits
 from fedpub.data.emnist import EmnistH5, load_emnist_split
-from fedpub.data.emnist_dataset import SyntheticEmnistPublicConfig
+from fedpub.data.emnist_dataset import SklearnDigitsPublicConfig, SyntheticEmnistPublicConfig
 from fedpub.data.emnist_sqlite import load_emnist_sqlite
+from fedpub.data.sklearn_digits import ensure_sklearn_digits_public
 from fedpub.data.synthetic_emnist import (
     NUM_DIGITS,
     PUBLIC_NAME,
@@ -22,13 +23,14 @@ from fedpub.data.synthetic_emnist import (
 )
 
 
-def _public_writers(config: ExperimentConfig) -> SyntheticEmnistPublicConfig | None:
+def _public_writers(config: ExperimentConfig) -> SyntheticEmnistPublicConfig | SklearnDigitsPublicConfig | None:
     """``data.synthetic.public``, refused unless it and ``data.public.pool: heldout`` come together."""
     public, pool = config.data.synthetic.public, config.data.public.pool
     if pool == "heldout" and public is None:
         raise ConfigError("data.public.pool `heldout` on data.source `synthetic_emnist` takes its public writers from "
-                          "data.synthetic.public (their generator spec; {} for the defaults): set it, or use "
-                          "data.public.pool `train_fraction` with data.public.fraction")
+                          "data.synthetic.public (their generator spec, {} for the defaults, or {source: "
+                          "sklearn_digits} for real digits): set it, or use data.public.pool `train_fraction` with "
+                          "data.public.fraction")
     if public is not None and pool != "heldout":
         raise ConfigError(f"data.synthetic.public is set but data.public.pool is `{pool}`: its public writers would "
                           "not be used; set data.public.pool: heldout, or remove data.synthetic.public")
@@ -41,8 +43,10 @@ def generate_synthetic(config: ExperimentConfig) -> None:
     synthetic = config.data.synthetic
     public = _public_writers(config)
     ensure_synthetic_emnist(config.data.path, SyntheticEmnistSpec(**synthetic.model_dump(exclude={"public"})))
-    if public is not None:
-        spec = SyntheticEmnistSpec(**public.model_dump(), test_fraction=synthetic.test_fraction)
+    if isinstance(public, SklearnDigitsPublicConfig):
+        ensure_sklearn_digits_public(config.data.path, public.num_writers, public.seed)
+    elif public is not None:
+        spec = SyntheticEmnistSpec(**public.model_dump(exclude={"source"}), test_fraction=synthetic.test_fraction)
         ensure_synthetic_emnist_public(config.data.path, spec)
 
 

@@ -344,15 +344,16 @@ def _render(plans: list[_WriterPlan]) -> np.ndarray:
 
 
 def writer_ids(num_writers: int, prefix: str = "f") -> list[str]:
-    """LEAF-style writer ids ``f0000_00``, ``f0000_01``, ... (8 characters, sorted); ``prefix`` ``p``: the public
-    writers'."""
+    """LEAF-style writer ids ``f0000_00``, ``f0000_01``, ... (8 characters, sorted); ``prefix`` ``p``: the generated
+    public writers', ``d``: scikit-learn's digits' pseudo-writers (:mod:`fedpub.data.sklearn_digits`)."""
     return [f"{prefix}{w // 100:04d}_{w % 100:02d}" for w in range(num_writers)]
 
 
 Client = tuple[str, np.ndarray, np.ndarray]  # (client id, labels, pixels)
 
 
-def _write_split(path: Path, spec_json: str, clients: list[Client]) -> None:
+def write_clients(path: Path, spec_json: str, clients: list[Client]) -> None:
+    """Write ``clients`` into a new HDF5 file at ``path`` in TFF's EMNIST layout, ``spec_json`` as its marker."""
     with h5py.File(path, "w") as f:
         f.attrs[SPEC_ATTR] = spec_json
         examples = f.create_group("examples")
@@ -386,8 +387,8 @@ def write_synthetic_emnist(directory: str | os.PathLike[str], spec: SyntheticEmn
 
     final = (root / TRAIN_NAME, root / TEST_NAME)
     with atomic_path(final[0]) as train_tmp, atomic_path(final[1]) as test_tmp:
-        _write_split(train_tmp, spec.to_json(), train_clients)
-        _write_split(test_tmp, spec.to_json(), test_clients)
+        write_clients(train_tmp, spec.to_json(), train_clients)
+        write_clients(test_tmp, spec.to_json(), test_clients)
     return final
 
 
@@ -413,7 +414,7 @@ def write_synthetic_emnist_public(directory: str | os.PathLike[str], spec: Synth
     root.mkdir(parents=True, exist_ok=True)
     clients: list[Client] = [(cid, plan.labels, px) for cid, plan, px in _writers(spec, PUBLIC_PURPOSE, "p")]
     with atomic_path(root / PUBLIC_NAME) as tmp:
-        _write_split(tmp, public_spec_json(spec), clients)
+        write_clients(tmp, public_spec_json(spec), clients)
     return root / PUBLIC_NAME
 
 

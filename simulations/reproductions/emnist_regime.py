@@ -15,7 +15,7 @@ the largest signal C. Seconds are wall time on this machine (``--threads`` torch
 private arm's. The data are generated under ``--data`` once per spec and reused (generation time printed).
 
 ``python -m fedpub.simulations.reproductions.emnist_regime --models emnist_softmax --writers 5000 --cohorts 500
---rounds 30 [--public heldout]``; ``--quick`` is a seconds-long smoke run (40 writers).
+--rounds 30 [--public heldout|sklearn_digits]``; ``--quick`` is a seconds-long smoke run (40 writers).
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ from fedpub.simulations.tools.compare import deep_merge
 BASE = Path(__file__).resolve().parents[1] / "configs" / "public_emnist.yaml"
 PUBLIC_GRID = tuple((lr, epochs) for lr in (0.01, 0.03, 0.1, 0.3) for epochs in (5, 20))
 """(lr, epochs) of the public-only control; the best on the test users is reported."""
+HELDOUT = {"heldout": {}, "sklearn_digits": {"source": "sklearn_digits"}}
+"""``--public`` values that take the public users from ``data.synthetic.public``, and its section: the generated
+off-distribution writers, or scikit-learn's real digits (the ``reproductions`` extra)."""
 HEADER = ("model", "d", "public", "writers", "m", "rounds", "z", "z·√d/m", "private", "public-only", "non-private",
           "gate", "headroom", "s private", "s/round", "s public-only", "s non-private")
 
@@ -51,12 +54,14 @@ def setting(model: str, writers: int, cohort: int, rounds: int, epsilon: float, 
             quick: bool) -> dict[str, Any]:
     """The probe's config for one setting: the reproductions' base with these sizes."""
     base = yaml.safe_load(BASE.read_text(encoding="utf-8"))
-    public_section: dict[str, Any] = {"pool": "heldout", "fraction": 0.0} if public == "heldout" else \
+    heldout = public in HELDOUT
+    public_section: dict[str, Any] = {"pool": "heldout", "fraction": 0.0} if heldout else \
         {"pool": "train_fraction", "fraction": float(public)}
     small = {"min_examples": 6, "max_examples": 10} if quick else {}
     synthetic: dict[str, Any] = {"num_writers": writers, **small}
-    if public == "heldout":
-        synthetic["public"] = {"num_writers": 4, **small} if quick else {}
+    if heldout:
+        quick_size = {"num_writers": 4, **(small if public == "heldout" else {})}
+        synthetic["public"] = HELDOUT[public] | (quick_size if quick else {})
     return deep_merge(base, {
         "name": "emnist_regime", "rounds": rounds, "eval_every": rounds, "checkpoint_every": rounds,
         "model": {"name": model},
@@ -91,9 +96,10 @@ def probe(config: dict[str, Any], quick: bool) -> dict[str, Any]:
     cohort, rounds = config["strategy"]["sampling"]["clients_per_round"], config["rounds"]
     acc = float(private.final_metrics["eval_accuracy"])
     open_acc = float(non_private.final_metrics["eval_accuracy"])
-    pool = config["data"]["public"]
+    pool, synthetic = config["data"]["public"], config["data"]["synthetic"]
+    pool_name = synthetic["public"].get("source", "heldout") if pool["pool"] == "heldout" else f"{pool['fraction']:g}"
     return {
-        "model": model, "d": d, "public": "heldout" if pool["pool"] == "heldout" else f"{pool['fraction']:g}",
+        "model": model, "d": d, "public": pool_name,
         "writers": config["data"]["synthetic"]["num_writers"], "m": cohort, "rounds": rounds, "z": z,
         "z·√d/m": z * math.sqrt(d) / cohort, "private": acc, "public-only": public, "non-private": open_acc,
         "gate": "pass" if acc - public >= BEATS_MARGIN else "fail", "headroom": open_acc - acc,
@@ -123,8 +129,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--epsilon", type=float, default=2.0)
     parser.add_argument("--public", default="0.02",
-                        help="the public pool: a fraction of the writers (in distribution) or heldout (the "
-                             "off-distribution public writers of data.synthetic.public)")
+                        help="the public pool: a fraction of the writers (in distribution), heldout (the "
+                             "off-distribution public writers of data.synthetic.public) or sklearn_digits "
+                             "(scikit-learn's real digits)")
     parser.add_argument("--data", default="data/emnist_regime", help="where the generated data are kept")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 40 writers, 5 a round, 2 rounds")

@@ -92,7 +92,7 @@ def test_non_iid_class_histograms(generated: tuple[Path, Path]) -> None:
 
 
 def test_interrupted_generation_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_write = synthetic_emnist._write_split
+    real_write = synthetic_emnist.write_clients
     calls = []
 
     def fail_on_second(path: Path, spec: SyntheticEmnistSpec, clients: list) -> None:
@@ -101,7 +101,7 @@ def test_interrupted_generation_leaves_no_file(tmp_path: Path, monkeypatch: pyte
             raise RuntimeError("interrupted")
         real_write(path, spec, clients)
 
-    monkeypatch.setattr(synthetic_emnist, "_write_split", fail_on_second)
+    monkeypatch.setattr(synthetic_emnist, "write_clients", fail_on_second)
     with pytest.raises(RuntimeError, match="interrupted"):
         write_synthetic_emnist(tmp_path, SyntheticEmnistSpec(num_writers=3, min_examples=4, max_examples=6))
     assert len(calls) == 2 and all(p.parent == tmp_path for p in calls)

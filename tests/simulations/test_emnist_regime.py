@@ -1,4 +1,4 @@
-"""The EMNIST regime probe's smoke mode: both public pools give a full table row (arms, noise arithmetic, timings)."""
+"""The EMNIST regime probe's smoke mode: every public pool gives a full table row (arms, noise arithmetic, timings)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fedpub.simulations.reproductions.emnist_regime import HEADER, main
 
 
 @pytest.mark.extended
-@pytest.mark.parametrize("public", ["0.05", "heldout"])
+@pytest.mark.parametrize("public", ["0.05", "heldout", "sklearn_digits"])
 def test_quick_probe_prints_a_row_per_setting(public: str, capsys: pytest.CaptureFixture[str]) -> None:
     (row,) = main(["--quick", "--public", public])
     assert set(HEADER) <= set(row)
