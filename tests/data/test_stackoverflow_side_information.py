@@ -1,0 +1,103 @@
+"""The StackOverflow look-alike's side information (fedpub issue 36): aligned data whose label-carrying topic words
+are rare words of their own over a real English frequency profile (wordfreq), anti-aligned data as before (the
+default, unchanged), the Spearman correlation that tells them apart, and the refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+import pytest
+from scipy.stats import spearmanr
+
+import fedpub
+from fedpub.config import parse_config
+from fedpub.data.stackoverflow_writers import (
+    SyntheticStackOverflowSpec,
+    count_share_spearman,
+    synthetic_columns,
+    synthetic_counts,
+)
+
+SIZES = {"num_clients": 60, "min_examples": 5, "max_examples": 15, "num_words": 600, "num_tags": 10,
+         "topic_words": 40, "topic_share": 0.3, "background": "wordfreq", "seed": 1}
+"""200 background words and 10 tags of 40 topic words: small enough that every background word is drawn often."""
+ALIGNED = SyntheticStackOverflowSpec(**SIZES, side_information="aligned")
+ANTI = SyntheticStackOverflowSpec(**SIZES, side_information="anti_aligned")
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()
+
+
+def test_the_default_construction_is_bit_identical_to_the_one_before_the_side_information_knob() -> None:
+    """Digests of a small default spec's clients and count files, recorded before the knob was added."""
+    spec = SyntheticStackOverflowSpec(num_clients=30, min_examples=0, max_examples=5, seed=3)
+    assert spec.side_information == "anti_aligned" and spec.background == "zipf"
+    assert _digest(list(synthetic_columns(spec))) == "f146367a9b3f9341e88374cc62e211fdd5f0030fa732b190228f0c6197ac52f1"
+    assert _digest(synthetic_counts(spec)) == "26d316cde96716d57ac341cbdac2820b6d97b07018c27a9dd0853348d12429d8"
+
+
+def test_aligned_topic_words_are_rare_and_the_frequent_words_label_free_anti_aligned_the_opposite() -> None:
+    background = ALIGNED.background_words
+    assert background == 600 - 10 * 40
+    aligned, _ = synthetic_counts(ALIGNED)
+    frequent = [int(word[1:]) for word in list(aligned)[:30]]
+    assert all(rank < background for rank in frequent)  # the 30 most frequent words: background (stop-word-like)
+    assert list(aligned)[:3] == ["w0", "w1", "w2"]  # "the", "to", "and": English's profile
+    topic = [aligned[f"w{r}"] for r in range(background, 600)]
+    assert max(topic) < aligned["w20"]  # every topic word rarer than the 21st background word
+    anti, _ = synthetic_counts(ANTI)
+    assert any(int(word[1:]) < 40 for word in list(anti)[:5])  # tag 0's topic words are ranks 0-39: frequent
+    assert count_share_spearman(ALIGNED) < -0.3 and count_share_spearman(ANTI) > 0.3
+
+
+def test_count_share_spearman_matches_a_recount_from_the_word_count_file() -> None:
+    """In aligned data only the topic draw gives a topic word, so a word's label-carrying share is 1 for the topic
+    words and 0 for the background: Spearman recomputed from the counts alone must agree."""
+    counts, _ = synthetic_counts(ALIGNED)
+    drawn = {w: c for w, c in counts.items() if c}
+    shares = [float(int(w[1:]) >= ALIGNED.background_words) for w in drawn]
+    expected = spearmanr(list(drawn.values()), shares).statistic
+    assert count_share_spearman(ALIGNED) == pytest.approx(expected)
+
+
+def test_side_information_data_is_deterministic_and_seeded() -> None:
+    assert list(synthetic_columns(ALIGNED)) == list(synthetic_columns(ALIGNED))
+    other = SyntheticStackOverflowSpec(**{**SIZES, "seed": 2}, side_information="aligned")
+    assert list(synthetic_columns(ALIGNED)) != list(synthetic_columns(other))
+    assert list(synthetic_columns(ALIGNED)) != list(synthetic_columns(ANTI))
+
+
+def test_the_wordfreq_background_is_refused_without_wordfreq_naming_the_extra(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "wordfreq", None)  # import wordfreq now raises ImportError
+    with pytest.raises(ValueError, match=r"wordfreq package: pip install 'fedpub\[reproductions\]'"):
+        SyntheticStackOverflowSpec(background="wordfreq")
+    SyntheticStackOverflowSpec(side_information="aligned", num_tags=20, topic_words=100)  # zipf needs nothing
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"side_information": "sideways"}, "side_information must be one of anti_aligned, aligned"),
+    ({"background": "english"}, "background must be one of zipf, wordfreq"),
+    ({"topic_share": 1.5}, r"topic_share must be in \[0, 1\]"),
+    ({"topic_words": 0}, "topic_words must be >= 1"),
+    ({"side_information": "aligned", "topic_rank_offset": 5}, "leave it 0"),
+    ({"side_information": "aligned", "num_tags": 600, "topic_words": 20}, "raise num_words"),
+])
+def test_the_spec_refuses_what_it_cannot_generate(changes, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        SyntheticStackOverflowSpec(**changes)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("side_information", "sideways", r"side_information.*'anti_aligned' or 'aligned'"),
+    ("background", "english", r"background.*'zipf' or 'wordfreq'"),
+    ("num_words", 5_000, r"num_words.*greater than or equal to 10000"),
+    ("topic_share", -0.1, r"topic_share.*greater than or equal to 0"),
+])
+def test_the_config_names_the_field_and_the_allowed_values(field, value, message) -> None:
+    raw = {"task": "so_tag_single", "model": {"name": "so_tag_logreg"},
+           "data": {"source": "synthetic_stackoverflow", "synthetic_stackoverflow": {field: value}}}
+    with pytest.raises(fedpub.ConfigError, match=message):
+        parse_config(raw, "test")
