@@ -37,6 +37,10 @@ class SyntheticStackOverflowConfig(Section):
         "anti_aligned", description="aligned: the topic words are rare words of their own (AdaDPS's assumption); "
         "anti_aligned: they are background words, the popular tags' frequent ones"
     )
+    background_size: int = Field(
+        0, ge=0, description="aligned: the background draws from this many most frequent words (0: every word the "
+        "topic words leave); the words between are never drawn"
+    )
     background: Literal["zipf", "wordfreq"] = Field(
         "zipf", description="the background words' frequencies: a Zipf law, or English's (the wordfreq package)"
     )

@@ -347,6 +347,7 @@ class SyntheticStackOverflowSpec:
     background: str = "zipf"
     topic_words: int = 7
     topic_share: float = 0.3
+    background_size: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_clients <= 10_000_000:
@@ -373,14 +374,39 @@ class SyntheticStackOverflowSpec:
             if self.num_tags * self.topic_words >= self.num_words:
                 raise ValueError(f"aligned: num_tags * topic_words ({self.num_tags} * {self.topic_words}) topic "
                                  f"words leave no background words of num_words {self.num_words}; raise num_words")
+            if not 0 <= self.background_size <= self.num_words - self.num_tags * self.topic_words:
+                raise ValueError(f"aligned: background_size must be in [0, {self.num_words - self.num_tags * self.topic_words}] "
+                                 f"(the words the topic words leave), got {self.background_size}")
+        elif self.background_size:
+            raise ValueError(f"background_size {self.background_size} sizes the aligned background; anti_aligned "
+                             "draws from every word: leave it 0")
         if self.background == "wordfreq":
             _wordfreq()
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that name this spec's data in the generated folder's marker: every field, less those added by
+        fedpub issue 36 while they keep their defaults (the data they give is the data before them, so a folder
+        generated then is that spec's data still)."""
+        fields = asdict(self)
+        return {name: value for name, value in fields.items()
+                if name not in _ADDED_IN_ISSUE_36 or value != _ADDED_IN_ISSUE_36[name]}
 
     @property
     def background_words(self) -> int:
         """How many words the background draws from (the first ranks)."""
+        return (self.background_size or self.first_topic_word) if self.side_information == "aligned" else self.num_words
+
+    @property
+    def first_topic_word(self) -> int:
+        """The rank of tag 0's first topic word (aligned: the last ``num_tags * topic_words`` ranks are topic
+        words; anti_aligned: ``topic_rank_offset``)."""
         return self.num_words - self.num_tags * self.topic_words if self.side_information == "aligned" \
-            else self.num_words
+            else self.topic_rank_offset
+
+
+_ADDED_IN_ISSUE_36 = {"side_information": "anti_aligned", "background": "zipf", "topic_words": 7, "topic_share": 0.3,
+                      "background_size": 0}
+"""The spec fields fedpub issue 36 added and their defaults (:meth:`SyntheticStackOverflowSpec.identity`)."""
 
 
 def _wordfreq() -> Any:
@@ -441,7 +467,6 @@ def _chunks(spec: SyntheticStackOverflowSpec) -> Iterator[_Chunk]:
     gap = max(1, 10**8 // spec.num_clients)
     ids = np.cumsum(rng.integers(1, gap + 1, size=spec.num_clients)) - 1
     cdf = _wordfreq_cdf(spec.background_words) if spec.background == "wordfreq" else None
-    first_topic = spec.background_words if spec.side_information == "aligned" else spec.topic_rank_offset
     for start in range(0, spec.num_clients, _CHUNK_CLIENTS):
         rng = numpy_generator(spec.seed, "synthetic_stackoverflow", start)
         chunk = ids[start : start + _CHUNK_CLIENTS]
@@ -453,7 +478,7 @@ def _chunks(spec: SyntheticStackOverflowSpec) -> Iterator[_Chunk]:
         token_lengths = rng.integers(0, spec.max_tokens + 1, size=n)
         title_lengths = rng.integers(0, spec.max_title_words + 1, size=n)
         total = int(token_lengths.sum() + title_lengths.sum())
-        topic = first_topic + np.repeat(tag_ids[:, 0], token_lengths + title_lengths) * spec.topic_words
+        topic = spec.first_topic_word + np.repeat(tag_ids[:, 0], token_lengths + title_lengths) * spec.topic_words
         topic += rng.integers(0, spec.topic_words, size=total)
         topical = rng.random(total) < spec.topic_share
         background = _zipf_ranks(rng, total, spec.background_words) if cdf is None else \
@@ -608,7 +633,7 @@ def ensure_synthetic_stackoverflow(
     root = Path(directory)
     backgrounds = {spec.background for spec in (train, test, heldout)}  # wordfreq's version: part of the data
     marker, pending = root / "fedpub_synthetic_stackoverflow.json", root / "fedpub_synthetic_stackoverflow.partial"
-    wanted = json.dumps({"train": asdict(train), "test": asdict(test), "heldout": asdict(heldout),
+    wanted = json.dumps({"train": train.identity(), "test": test.identity(), "heldout": heldout.identity(),
                          "word_count": "counted in the generated training tokens",
                          "tag_count": "counted in the generated training tags",
                          **({"wordfreq": _wordfreq_version()} if "wordfreq" in backgrounds else {})},

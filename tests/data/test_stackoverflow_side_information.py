@@ -7,15 +7,18 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from scipy.stats import spearmanr
 
 import fedpub
 from fedpub.config import parse_config
+from fedpub.data.base import DatasetError
 from fedpub.data.stackoverflow_writers import (
     SyntheticStackOverflowSpec,
     count_share_spearman,
+    ensure_synthetic_stackoverflow,
     synthetic_columns,
     synthetic_counts,
 )
@@ -39,6 +42,30 @@ def test_the_default_construction_is_bit_identical_to_the_one_before_the_side_in
     assert _digest(synthetic_counts(spec)) == "26d316cde96716d57ac341cbdac2820b6d97b07018c27a9dd0853348d12429d8"
 
 
+def test_a_folder_generated_before_the_side_information_knob_is_reused_and_an_aligned_spec_is_refused_there(
+    tmp_path: Path,
+) -> None:
+    """The marker as fedpub wrote it before issue 36 (the spec's nine fields then): the same default spec's data
+    is that data still, so the folder is reused untouched; a spec with the new fields set is another spec."""
+    train = SyntheticStackOverflowSpec(num_clients=6, min_examples=0, max_examples=3, seed=3)
+    test = SyntheticStackOverflowSpec(num_clients=3, max_examples=4, seed=4)
+    root = ensure_synthetic_stackoverflow(tmp_path / "so", train, test, test)
+    before = {name: {"num_clients": spec.num_clients, "min_examples": spec.min_examples,
+                     "max_examples": spec.max_examples, "num_words": 12_000, "num_tags": 600, "max_tokens": 30,
+                     "max_title_words": 8, "topic_rank_offset": 0, "seed": spec.seed}
+              for name, spec in (("train", train), ("test", test), ("heldout", test))}
+    marker = root / "fedpub_synthetic_stackoverflow.json"
+    marker.write_text(json.dumps({**before, "word_count": "counted in the generated training tokens",
+                                  "tag_count": "counted in the generated training tags"}, sort_keys=True))
+    stamps = {path.name: path.stat().st_mtime_ns for path in root.iterdir()}
+    assert ensure_synthetic_stackoverflow(root, train, test, test) == root
+    assert {path.name: path.stat().st_mtime_ns for path in root.iterdir()} == stamps
+    aligned = SyntheticStackOverflowSpec(num_clients=6, min_examples=0, max_examples=3, seed=3,
+                                         side_information="aligned", topic_words=5)
+    with pytest.raises(DatasetError, match="another spec .*side_information"):
+        ensure_synthetic_stackoverflow(root, aligned, test, test)
+
+
 def test_aligned_topic_words_are_rare_and_the_frequent_words_label_free_anti_aligned_the_opposite() -> None:
     background = ALIGNED.background_words
     assert background == 600 - 10 * 40
@@ -51,6 +78,16 @@ def test_aligned_topic_words_are_rare_and_the_frequent_words_label_free_anti_ali
     anti, _ = synthetic_counts(ANTI)
     assert any(int(word[1:]) < 40 for word in list(anti)[:5])  # tag 0's topic words are ranks 0-39: frequent
     assert count_share_spearman(ALIGNED) < -0.3 and count_share_spearman(ANTI) > 0.3
+
+
+def test_a_small_aligned_background_draws_only_its_most_frequent_words_and_the_topic_words() -> None:
+    """background_size: the background draws from English's 50 most frequent words; the ranks between them and
+    the topic words are never drawn (count 0), so the drawn words are stop-words and rare topic words."""
+    spec = SyntheticStackOverflowSpec(**SIZES, side_information="aligned", background_size=50)
+    counts, _ = synthetic_counts(spec)
+    drawn = {int(word[1:]) for word, count in counts.items() if count}
+    assert drawn <= set(range(50)) | set(range(200, 600)) and len(drawn & set(range(50))) == 50
+    assert count_share_spearman(spec) < -0.3
 
 
 def test_count_share_spearman_matches_a_recount_from_the_word_count_file() -> None:
@@ -84,6 +121,9 @@ def test_the_wordfreq_background_is_refused_without_wordfreq_naming_the_extra(mo
     ({"topic_words": 0}, "topic_words must be >= 1"),
     ({"side_information": "aligned", "topic_rank_offset": 5}, "leave it 0"),
     ({"side_information": "aligned", "num_tags": 600, "topic_words": 20}, "raise num_words"),
+    ({"side_information": "aligned", "num_tags": 20, "topic_words": 100, "background_size": 10_001},
+     r"background_size must be in \[0, 10000\]"),
+    ({"background_size": 100}, "anti_aligned draws from every word: leave it 0"),
 ])
 def test_the_spec_refuses_what_it_cannot_generate(changes, message) -> None:
     with pytest.raises(ValueError, match=message):
