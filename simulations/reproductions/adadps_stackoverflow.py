@@ -73,7 +73,7 @@ LR = Axis("client.lr", (0.3, 1.0, 3.0))
 SERVER_LR = Axis("strategy.server_optimizer.lr", (0.3, 1.0, 3.0))
 CLIP = Axis("strategy.clip_norm", (0.3, 1.0, 3.0))
 ARMS = ("dp_fedavg", "dp_fedadam", "adadps_token_frequency", "adadps_shuffled_token_frequency",
-        "adadps_public_rmsprop")
+        "adadps_public_rmsprop", "dp_fedavg_anti_aligned", "adadps_token_frequency_anti_aligned")
 POWER = Axis("strategy.precondition.power", (0.25, 0.5, 1.0))
 """A's strength, A_j = (count_j/mean)^p, tuned for the token-frequency arm and its shuffled control alike."""
 MAJORITY = "majority_tag"
@@ -127,6 +127,10 @@ REPRODUCTION = FederatedReproduction(
         Claim("AdaDPS with token frequencies beats its shuffled-A control (the same A values, permuted across the "
               "words)", "adadps_token_frequency", "adadps_shuffled_token_frequency",
               "none: a mechanism control the paper does not run (fedpub issue 36)"),
+        Claim("On anti-aligned data (the label in the frequent words) DP-FedAvg beats AdaDPS with token "
+              "frequencies: the side information is false there", "dp_fedavg_anti_aligned",
+              "adadps_token_frequency_anti_aligned",
+              "none: the negative control of the data side the paper does not run (fedpub issue 36)"),
     ),
     axes={
         "dp_fedavg": (LR, SERVER_LR, CLIP),
@@ -134,6 +138,8 @@ REPRODUCTION = FederatedReproduction(
         "adadps_token_frequency": (LR, SERVER_LR, POWER),
         "adadps_shuffled_token_frequency": (LR, SERVER_LR, POWER),
         "adadps_public_rmsprop": (LR, SERVER_LR, CLIP),
+        "dp_fedavg_anti_aligned": (LR, SERVER_LR, CLIP),
+        "adadps_token_frequency_anti_aligned": (LR, SERVER_LR, POWER),
     },
     gates=(Beats(("dp_fedavg",), MAJORITY, 0.05, "the majority-tag predictor"), NotDegenerate(ARMS, MAJORITY, 0.01),
            NotFlat(ARMS, FLAT)),
