@@ -330,6 +330,9 @@ class SyntheticStackOverflowSpec:
       background never gives (it draws from the ``num_words - num_tags * topic_words`` first ranks): the frequent
       words are label-free background and the label is carried by words that are each rarer the more topic words
       a tag has (as on StackOverflow, where stop-words are frequent and ``django`` is rarer and carries the tag).
+      ``background_size`` (0: all of them) keeps the background to English's that many most frequent words, the
+      ranks between them and the topic words never drawn: few topic words a tag that are still rarer than the
+      background's stop-word-like words.
 
     ``stackoverflow.word_count`` lists the counts actually drawn (:func:`synthetic_counts`).
     """

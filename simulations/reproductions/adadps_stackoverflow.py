@@ -11,8 +11,20 @@ counts actually drawn (:func:`fedpub.data.stackoverflow_writers.synthetic_counts
 (:data:`ALIGNED`): 2,000 label-free background words with English's frequencies (``wordfreq``) and 20 tags of 400
 topic words of their own, each rare, as AdaDPS's token frequencies assume (Spearman −0.31 between a word's count
 and its share of label-carrying occurrences; the issue-21 data, ``topic_rank_offset: 2000``, had +0.46: the
-popular tags' topic words were frequent). Probe (one seed, lr 1/1/clip 1): DP-FedAvg 0.2972, the majority tag
-0.2972 — the gate does not pass yet on this data.
+popular tags' topic words were frequent). **The majority-tag gate does not pass on it yet**: probes (one seed,
+40 rounds, σ = 0.3, 20 users a round, ~15-60 s a run on 2 shared cores) gave DP-FedAvg exactly the majority
+rate at every point tried — this data: client/server lr 1/1, 3/3 (0.2972 = majority), 10/10 and 1/10 (worse);
+10 tags × 30 topic words over a 100-word background (``background_size``, Spearman −0.45): lr 30/1, 100/1, 30/3
+(0.316 = majority), and with 100-200 posts a user 10/1 (0.3264 = majority) — while centralised logistic regression
+on the same training posts (30 epochs, lr 10) reaches 0.87: the data carry the label, DP-FedAvg's 40 rounds of
+a few local steps on features that sum to 1 move the topic words' weights too little against the bias (a larger
+server lr amplifies the noise on the bias). Not yet tried: more local epochs or rounds.
+
+**Negative control of the data side**: ``dp_fedavg_anti_aligned`` and ``adadps_token_frequency_anti_aligned``
+run on ``anti_aligned`` data of the same sizes (the topic words are background words, the popular tags' frequent
+ones), where dividing each step by token frequency slows the words that carry the label: the claim is that
+DP-FedAvg beats AdaDPS there. A full run: 7 arms × 27 tuning points + 21 test runs, about 230 runs of ~45 s on
+2 cores (about 3 hours at ``--jobs 2``).
 
 **Control** (fedpub issue 36): *shuffled A* (``precondition.shuffle: true``), the token counts permuted across the
 vocabulary by a permutation the run's seed draws, so A has the same values (the same spread of step sizes) with
