@@ -41,6 +41,9 @@ class SyntheticStackOverflowConfig(Section):
         0, ge=0, description="aligned: the background draws from this many most frequent words (0: every word the "
         "topic words leave); the words between are never drawn"
     )
+    favourite_share: float = Field(
+        0.7, ge=0.0, le=1.0, description="chance that each of a post's two tag draws is its user's favourite tag"
+    )
     background: Literal["zipf", "wordfreq"] = Field(
         "zipf", description="the background words' frequencies: a Zipf law, or English's (the wordfreq package)"
     )

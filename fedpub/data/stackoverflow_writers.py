@@ -310,8 +310,9 @@ WORDFREQ_EXTRA = "pip install 'fedpub[reproductions]' (or pip install wordfreq)"
 class SyntheticStackOverflowSpec:
     """Deterministic synthetic StackOverflow data: the same spec always gives the same files.
 
-    Client ids are distinct 8-digit strings. Every client has a favourite tag; each of its examples carries that
-    tag or another one (Zipf-distributed ranks over ``num_tags``; more than the 500 of the task makes some OOV).
+    Client ids are distinct 8-digit strings. Every client has a favourite tag; each of an example's two tag draws
+    is that tag with probability ``favourite_share`` and otherwise another one (Zipf-distributed ranks over
+    ``num_tags``, as the favourite; more than the 500 of the task makes some OOV).
     Each token or title word is, with probability ``topic_share``, one of the ``topic_words`` topic words of the
     example's first tag (uniformly), and otherwise a background word. Word ``r`` is ``w<r>``, tag ``t`` is
     ``tag<t>``. The background draws word ranks from a Zipf law over its words (``background: zipf``) or from
@@ -351,6 +352,7 @@ class SyntheticStackOverflowSpec:
     topic_words: int = 7
     topic_share: float = 0.3
     background_size: int = 0
+    favourite_share: float = 0.7
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_clients <= 10_000_000:
@@ -363,8 +365,9 @@ class SyntheticStackOverflowSpec:
         for name in ("max_title_words", "topic_rank_offset"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.topic_share <= 1.0:
-            raise ValueError(f"topic_share must be in [0, 1], got {self.topic_share}")
+        for name in ("topic_share", "favourite_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.side_information not in SIDE_INFORMATION:
             raise ValueError(f"side_information must be one of {', '.join(SIDE_INFORMATION)}, "
                              f"got {self.side_information!r}")
@@ -408,7 +411,7 @@ class SyntheticStackOverflowSpec:
 
 
 _ADDED_IN_ISSUE_36 = {"side_information": "anti_aligned", "background": "zipf", "topic_words": 7, "topic_share": 0.3,
-                      "background_size": 0}
+                      "background_size": 0, "favourite_share": 0.7}
 """The spec fields fedpub issue 36 added and their defaults (:meth:`SyntheticStackOverflowSpec.identity`)."""
 
 
@@ -476,7 +479,7 @@ def _chunks(spec: SyntheticStackOverflowSpec) -> Iterator[_Chunk]:
         sizes = rng.integers(spec.min_examples, spec.max_examples + 1, size=chunk.size)
         n = int(sizes.sum())
         favourite = np.repeat(_zipf_ranks(rng, chunk.size, spec.num_tags), sizes)
-        tag_ids = np.where(rng.random((n, 2)) < 0.7, favourite[:, None], _zipf_ranks(rng, (n, 2), spec.num_tags))
+        tag_ids = np.where(rng.random((n, 2)) < spec.favourite_share, favourite[:, None], _zipf_ranks(rng, (n, 2), spec.num_tags))
         second = rng.random(n) < 0.5
         token_lengths = rng.integers(0, spec.max_tokens + 1, size=n)
         title_lengths = rng.integers(0, spec.max_title_words + 1, size=n)

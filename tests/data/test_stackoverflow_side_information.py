@@ -107,6 +107,19 @@ def test_side_information_data_is_deterministic_and_seeded() -> None:
     assert list(synthetic_columns(ALIGNED)) != list(synthetic_columns(ANTI))
 
 
+def test_favourite_share_sets_how_often_a_post_carries_its_user_s_favourite_tag() -> None:
+    """At 1 every post of a user carries one tag (the favourite); lower, a user's posts mix more tags. The default
+    (0.7) is the construction before the knob: the digests above, and the marker leaves it out."""
+    def tags_a_user(share: float) -> float:
+        spec = SyntheticStackOverflowSpec(**SIZES, side_information="aligned", favourite_share=share)
+        users = [set("|".join(columns["tags"]).split("|")) for _, columns in synthetic_columns(spec)]
+        return sum(map(len, users)) / len(users)
+    assert tags_a_user(1.0) == 1.0
+    assert tags_a_user(0.7) < tags_a_user(0.3)
+    assert "favourite_share" not in ALIGNED.identity()
+    assert SyntheticStackOverflowSpec(favourite_share=0.3).identity()["favourite_share"] == 0.3
+
+
 def test_the_wordfreq_background_is_refused_without_wordfreq_naming_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "wordfreq", None)  # import wordfreq now raises ImportError
     with pytest.raises(ValueError, match=r"wordfreq package: pip install 'fedpub\[reproductions\]'"):
@@ -119,6 +132,7 @@ def test_the_wordfreq_background_is_refused_without_wordfreq_naming_the_extra(mo
     ({"background": "english"}, "background must be one of zipf, wordfreq"),
     ({"topic_share": 1.5}, r"topic_share must be in \[0, 1\]"),
     ({"topic_words": 0}, "topic_words must be >= 1"),
+    ({"favourite_share": -0.1}, r"favourite_share must be in \[0, 1\]"),
     ({"side_information": "aligned", "topic_rank_offset": 5}, "leave it 0"),
     ({"side_information": "aligned", "num_tags": 600, "topic_words": 20}, "raise num_words"),
     ({"side_information": "aligned", "num_tags": 20, "topic_words": 100, "background_size": 10_001},
@@ -135,6 +149,7 @@ def test_the_spec_refuses_what_it_cannot_generate(changes, message) -> None:
     ("background", "english", r"background.*'zipf' or 'wordfreq'"),
     ("num_words", 5_000, r"num_words.*greater than or equal to 10000"),
     ("topic_share", -0.1, r"topic_share.*greater than or equal to 0"),
+    ("favourite_share", 1.5, r"favourite_share.*less than or equal to 1"),
 ])
 def test_the_config_names_the_field_and_the_allowed_values(field, value, message) -> None:
     raw = {"task": "so_tag_single", "model": {"name": "so_tag_logreg"},
