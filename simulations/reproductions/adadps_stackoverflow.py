@@ -62,15 +62,16 @@ from fedpub.simulations.reproductions.federated import EVALUATION, FLAT, Federat
 from fedpub.simulations.reproductions.judge import Beats, Claim, NotDegenerate, NotFlat
 from fedpub.simulations.reproductions.tuning import Axis
 
-ALIGNED: dict[str, Any] = {"side_information": "aligned", "background": "wordfreq", "num_words": 10_000,
-                           "num_tags": 20, "topic_words": 400, "topic_share": 0.5, "min_examples": 20,
-                           "max_examples": 60}
-"""The main data: 2,000 background words with English's frequencies, 20 tags of 400 rare topic words each, half of
-a post's words topical, 20-60 posts a user."""
+ALIGNED: dict[str, Any] = {"side_information": "aligned", "background": "wordfreq", "background_size": 100,
+                           "num_words": 10_000, "num_tags": 10, "topic_words": 30, "topic_share": 0.5,
+                           "min_examples": 20, "max_examples": 60}
+"""The main data: a background of English's 100 most frequent words (with their frequencies), 10 tags of 30 rare
+topic words each, half of a post's words topical, 20-60 posts a user."""
 SETTING: dict[str, Any] = deep_merge(EVALUATION, {
     "rounds": 40,
     "eval_every": 10,
-    "strategy": {"noise_multiplier": 0.3, "clip_norm": 1.0, "sampling": {"kind": "poisson", "clients_per_round": 20}},
+    "client": {"epochs": 5},
+    "strategy": {"noise_multiplier": 0.3, "clip_norm": 3.0, "sampling": {"kind": "poisson", "clients_per_round": 20}},
     "privacy": {"delta": 0.0025},
     "data": {"path": "data/synthetic_stackoverflow_aligned", "synthetic_stackoverflow": ALIGNED},
 })
@@ -81,9 +82,11 @@ QUICK: dict[str, Any] = {
     "strategy": {"sampling": {"clients_per_round": 5}},
 }
 """``--quick``: 40 users, 2 rounds, 5 users a round."""
-LR = Axis("client.lr", (0.3, 1.0, 3.0))
-SERVER_LR = Axis("strategy.server_optimizer.lr", (0.3, 1.0, 3.0))
-CLIP = Axis("strategy.clip_norm", (0.3, 1.0, 3.0))
+LR = Axis("client.lr", (3.0, 10.0, 30.0))
+SERVER_LR = Axis("strategy.server_optimizer.lr", (1.0, 3.0, 10.0))
+CLIP = Axis("strategy.clip_norm", (1.0, 3.0, 10.0))
+"""Centred on DP-FedAvg's best probe point (client lr 10, server lr 3, clip 3: the setting's clip, which the arms
+that tune A's strength instead keep)."""
 ARMS = ("dp_fedavg", "dp_fedadam", "adadps_token_frequency", "adadps_shuffled_token_frequency",
         "adadps_public_rmsprop", "dp_fedavg_anti_aligned", "adadps_token_frequency_anti_aligned")
 POWER = Axis("strategy.precondition.power", (0.25, 0.5, 1.0))

@@ -85,7 +85,7 @@ def test_each_quick_placement_is_tiny_untuned_and_writes_under_out(module, tmp_p
     assert all(len(a.values) <= (2 if i == 0 else 1) for axes in placed.axes.values() for i, a in enumerate(axes))
     for label in placed.strategies:
         config = _config(placed, label, {}, tmp_path)
-        assert config.rounds == 2 and config.data.path == out / "data"
+        assert config.rounds == 2 and config.data.path.parent == out and config.data.path.name.startswith("data")
         assert config.strategy.noise_multiplier == QUICK_NOISE["strategy"]["noise_multiplier"]
 
 
