@@ -89,12 +89,12 @@ SETTING: dict[str, Any] = deep_merge(EVALUATION, {
     "data": {"path": "data/synthetic_stackoverflow_aligned", "synthetic_stackoverflow": ALIGNED},
 })
 QUICK: dict[str, Any] = {
-    "rounds": 2, "eval_every": 2,
+    "rounds": 2, "eval_every": 2, "client": {"epochs": 1},
     "data": {"eval_clients": 10, "synthetic_stackoverflow": {"num_clients": 40, "test_clients": 10, "min_examples": 2,
                                                              "max_examples": 6}},
     "strategy": {"sampling": {"clients_per_round": 5}},
 }
-"""``--quick``: 40 users, 2 rounds, 5 users a round."""
+"""``--quick``: 40 users, 2 rounds of 1 local epoch, 5 users a round."""
 LR = Axis("client.lr", (3.0, 10.0, 30.0))
 SERVER_LR = Axis("strategy.server_optimizer.lr", (1.0, 3.0, 10.0))
 CLIP = Axis("strategy.clip_norm", (1.0, 3.0, 10.0))
