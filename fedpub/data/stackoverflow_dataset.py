@@ -24,9 +24,29 @@ class SyntheticStackOverflowConfig(Section):
     min_examples: int = Field(5, ge=1)
     max_examples: int = Field(30, ge=1)
     topic_rank_offset: int = Field(
-        0, ge=0, description="frequency rank of the first tag's topic words (large: rare words carry the tags)"
+        0, ge=0, description="anti_aligned: frequency rank of the first tag's topic words (large: rarer words)"
     )
     seed: int = 0
+    num_words: int = Field(
+        12_000, ge=10_000, description="words drawn (background and topic words); at least the tasks' 10,000"
+    )
+    num_tags: int = Field(600, ge=1, description="tags drawn (more than stackoverflow.tag_vocab_size: some OOV)")
+    topic_words: int = Field(7, ge=1, description="topic words of each tag")
+    topic_share: float = Field(0.3, ge=0.0, le=1.0, description="share of a post's words drawn from its topic words")
+    side_information: Literal["anti_aligned", "aligned"] = Field(
+        "anti_aligned", description="aligned: the topic words are rare words of their own (AdaDPS's assumption); "
+        "anti_aligned: they are background words, the popular tags' frequent ones"
+    )
+    background_size: int = Field(
+        0, ge=0, description="aligned: the background draws from this many most frequent words (0: every word the "
+        "topic words leave); the words between are never drawn"
+    )
+    favourite_share: float = Field(
+        0.7, ge=0.0, le=1.0, description="chance that each of a post's two tag draws is its user's favourite tag"
+    )
+    background: Literal["zipf", "wordfreq"] = Field(
+        "zipf", description="the background words' frequencies: a Zipf law, or English's (the wordfreq package)"
+    )
 
 
 class StackOverflowConfig(Section):

@@ -24,11 +24,7 @@ def generate_synthetic(config: ExperimentConfig) -> None:
     """Write the look-alike train, test and held-out files of ``data.synthetic_stackoverflow`` into ``data.path``
     unless they are there."""
     synthetic = config.data.synthetic_stackoverflow
-    shared = {
-        "min_examples": synthetic.min_examples,
-        "max_examples": synthetic.max_examples,
-        "topic_rank_offset": synthetic.topic_rank_offset,
-    }
+    shared = synthetic.model_dump(exclude={"num_clients", "test_clients", "seed"})
     ensure_synthetic_stackoverflow(
         config.data.path,
         SyntheticStackOverflowSpec(num_clients=synthetic.num_clients, seed=synthetic.seed, **shared),

@@ -34,11 +34,13 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import h5py
 import numpy as np
+from scipy.stats import spearmanr
 
 from fedpub.atomic import atomic_path, write_text_atomic
 from fedpub.data.download import CHUNK
@@ -297,19 +299,43 @@ def edge_case_dataset() -> EdgeCaseData:
     return EdgeCaseData(clients=clients, word_counts=word_counts, tag_counts=tag_counts, max_elements=5)
 
 
+SIDE_INFORMATION = ("anti_aligned", "aligned")
+"""Where :class:`SyntheticStackOverflowSpec` puts the tags' topic words among the words."""
+BACKGROUNDS = ("zipf", "wordfreq")
+"""The background words' frequency profile: a Zipf law, or English's (the ``wordfreq`` package)."""
+WORDFREQ_EXTRA = "pip install 'fedpub[reproductions]' (or pip install wordfreq)"
+
+
 @dataclass(frozen=True)
 class SyntheticStackOverflowSpec:
     """Deterministic synthetic StackOverflow data: the same spec always gives the same files.
 
-    Client ids are distinct 8-digit strings. Every client has a favourite tag; each of its examples carries that
-    tag or another one (Zipf-distributed ranks over ``num_tags``, more than the 500 of the task, so some are OOV),
-    and its words come from the tag's topic words or from a Zipf distribution over ``num_words`` (more than the
-    10,000 of the vocabulary, so some are OOV). Word ``r`` is ``w<r>``, tag ``t`` is ``tag<t>``; ``r`` is the
-    word's rank in the Zipf draw. Tag ``t``'s 7 topic words have ranks ``topic_rank_offset + 7t`` to ``+ 7t + 6``
-    (modulo ``num_words``) and make 30 % of the tokens: at 0 the popular tags' topic words are frequent Zipf words
-    too; a large offset makes them words the Zipf draw seldom gives, but the topic draw still makes the popular
-    tags' topic words frequent. ``stackoverflow.word_count`` lists the counts actually drawn
-    (:func:`synthetic_counts`), so the tag signal is in rare words only for the rare tags.
+    Client ids are distinct 8-digit strings. Every client has a favourite tag; each of an example's two tag draws
+    is that tag with probability ``favourite_share`` and otherwise another one (Zipf-distributed ranks over
+    ``num_tags``, as the favourite; more than the 500 of the task makes some OOV).
+    Each token or title word is, with probability ``topic_share``, one of the ``topic_words`` topic words of the
+    example's first tag (uniformly), and otherwise a background word. Word ``r`` is ``w<r>``, tag ``t`` is
+    ``tag<t>``. The background draws word ranks from a Zipf law over its words (``background: zipf``) or from
+    the frequencies of the as many most frequent English words (``wordfreq``: a real profile, the frequent words
+    stop-word-like; needs the ``wordfreq`` package).
+
+    ``side_information`` says whether a word's frequency tells whether it carries the label, the assumption of
+    AdaDPS's token-frequency side information (rare words are the informative ones):
+
+    - ``anti_aligned`` (the default, and the only construction before fedpub issue 36): tag ``t``'s topic words
+      are the background's words of ranks ``topic_rank_offset + topic_words * t`` onwards (modulo ``num_words``):
+      at 0 the popular tags' topic words are frequent background words too; a large offset makes them words the
+      background seldom gives, but the topic draw still makes the popular tags' topic words frequent. The words
+      that carry the label are the frequent ones (:func:`count_share_spearman` is positive).
+    - ``aligned``: the topic words are ``num_tags * topic_words`` words of their own, the last ranks, that the
+      background never gives (it draws from the ``num_words - num_tags * topic_words`` first ranks): the frequent
+      words are label-free background and the label is carried by words that are each rarer the more topic words
+      a tag has (as on StackOverflow, where stop-words are frequent and ``django`` is rarer and carries the tag).
+      ``background_size`` (0: all of them) keeps the background to English's that many most frequent words, the
+      ranks between them and the topic words never drawn: few topic words a tag that are still rarer than the
+      background's stop-word-like words.
+
+    ``stackoverflow.word_count`` lists the counts actually drawn (:func:`synthetic_counts`).
     """
 
     num_clients: int = 1_000
@@ -321,18 +347,99 @@ class SyntheticStackOverflowSpec:
     max_title_words: int = 8
     topic_rank_offset: int = 0
     seed: int = 0
+    side_information: str = "anti_aligned"
+    background: str = "zipf"
+    topic_words: int = 7
+    topic_share: float = 0.3
+    background_size: int = 0
+    favourite_share: float = 0.7
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_clients <= 10_000_000:
             raise ValueError(f"num_clients must be in [1, 10000000], got {self.num_clients}")
         if not 0 <= self.min_examples <= self.max_examples:
             raise ValueError(f"need 0 <= min_examples <= max_examples, got {self.min_examples}, {self.max_examples}")
-        for name in ("num_words", "num_tags", "max_tokens"):
+        for name in ("num_words", "num_tags", "max_tokens", "topic_words"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_title_words", "topic_rank_offset"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("topic_share", "favourite_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.side_information not in SIDE_INFORMATION:
+            raise ValueError(f"side_information must be one of {', '.join(SIDE_INFORMATION)}, "
+                             f"got {self.side_information!r}")
+        if self.background not in BACKGROUNDS:
+            raise ValueError(f"background must be one of {', '.join(BACKGROUNDS)}, got {self.background!r}")
+        if self.side_information == "aligned":
+            if self.topic_rank_offset:
+                raise ValueError(f"topic_rank_offset {self.topic_rank_offset} places anti_aligned topic words; "
+                                 "aligned topic words are words of their own: leave it 0")
+            if self.num_tags * self.topic_words >= self.num_words:
+                raise ValueError(f"aligned: num_tags * topic_words ({self.num_tags} * {self.topic_words}) topic "
+                                 f"words leave no background words of num_words {self.num_words}; raise num_words")
+            if not 0 <= self.background_size <= self.num_words - self.num_tags * self.topic_words:
+                raise ValueError(f"aligned: background_size must be in [0, {self.num_words - self.num_tags * self.topic_words}] "
+                                 f"(the words the topic words leave), got {self.background_size}")
+        elif self.background_size:
+            raise ValueError(f"background_size {self.background_size} sizes the aligned background; anti_aligned "
+                             "draws from every word: leave it 0")
+        if self.background == "wordfreq":
+            _wordfreq()
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that name this spec's data in the generated folder's marker: every field, less those added by
+        fedpub issue 36 while they keep their defaults (the data they give is the data before them, so a folder
+        generated then is that spec's data still)."""
+        fields = asdict(self)
+        return {name: value for name, value in fields.items()
+                if name not in _ADDED_IN_ISSUE_36 or value != _ADDED_IN_ISSUE_36[name]}
+
+    @property
+    def background_words(self) -> int:
+        """How many words the background draws from (the first ranks)."""
+        return (self.background_size or self.first_topic_word) if self.side_information == "aligned" else self.num_words
+
+    @property
+    def first_topic_word(self) -> int:
+        """The rank of tag 0's first topic word (aligned: the last ``num_tags * topic_words`` ranks are topic
+        words; anti_aligned: ``topic_rank_offset``)."""
+        return self.num_words - self.num_tags * self.topic_words if self.side_information == "aligned" \
+            else self.topic_rank_offset
+
+
+_ADDED_IN_ISSUE_36 = {"side_information": "anti_aligned", "background": "zipf", "topic_words": 7, "topic_share": 0.3,
+                      "background_size": 0, "favourite_share": 0.7}
+"""The spec fields fedpub issue 36 added and their defaults (:meth:`SyntheticStackOverflowSpec.identity`)."""
+
+
+def _wordfreq() -> Any:
+    """The ``wordfreq`` module, or a refusal naming the extra that installs it."""
+    try:
+        import wordfreq
+    except ImportError:
+        raise ValueError(f"background 'wordfreq' (English word frequencies) needs the wordfreq package: "
+                         f"{WORDFREQ_EXTRA}; or set background: zipf") from None
+    return wordfreq
+
+
+def _wordfreq_version() -> str:
+    """The installed ``wordfreq``'s version (its frequencies are part of the generated data)."""
+    _wordfreq()
+    return metadata.version("wordfreq")
+
+
+def _wordfreq_cdf(n: int) -> np.ndarray:
+    """The cumulative frequencies of the ``n`` most frequent English words (``wordfreq``), normalised to end at 1."""
+    wordfreq = _wordfreq()
+    words = wordfreq.top_n_list("en", n)
+    if len(words) < n:
+        raise ValueError(f"background 'wordfreq' has {len(words)} English words, fewer than the {n} background "
+                         "words asked for; lower num_words or use background: zipf")
+    cdf = np.cumsum([wordfreq.word_frequency(word, "en") for word in words])
+    return cdf / cdf[-1]
 
 
 def _zipf_ranks(rng: np.random.Generator, size: int | tuple[int, ...], n: int) -> np.ndarray:
@@ -346,32 +453,58 @@ def _join(words: np.ndarray, lengths: np.ndarray) -> list[str]:
     return [" ".join(flat[end - length : end]) for end, length in zip(ends.tolist(), lengths.tolist())]
 
 
-def synthetic_columns(spec: SyntheticStackOverflowSpec) -> Iterator[tuple[str, Columns]]:
-    """The clients of ``spec`` in id order, as ``(client_id, columns)``, generated a chunk of clients at a time."""
+@dataclass(frozen=True)
+class _Chunk:
+    """The draws of a chunk of clients: their ids and example counts, each example's two tags, each text's
+    length (token sentence then title, per example), each word's rank and whether the topic draw gave it."""
+
+    ids: np.ndarray
+    sizes: np.ndarray
+    tag_ids: np.ndarray
+    lengths: np.ndarray
+    ranks: np.ndarray
+    topical: np.ndarray
+    rng: np.random.Generator
+    """Where the chunk's remaining fields (tags' count, dates, scores, types) are drawn from, in that order."""
+
+
+def _chunks(spec: SyntheticStackOverflowSpec) -> Iterator[_Chunk]:
     rng = numpy_generator(spec.seed, "synthetic_stackoverflow", "ids")
     gap = max(1, 10**8 // spec.num_clients)
     ids = np.cumsum(rng.integers(1, gap + 1, size=spec.num_clients)) - 1
-    words = np.array([f"w{r}" for r in range(spec.num_words)], dtype=object)
-    tags = np.array([f"tag{t}" for t in range(spec.num_tags)], dtype=object)
+    cdf = _wordfreq_cdf(spec.background_words) if spec.background == "wordfreq" else None
     for start in range(0, spec.num_clients, _CHUNK_CLIENTS):
         rng = numpy_generator(spec.seed, "synthetic_stackoverflow", start)
         chunk = ids[start : start + _CHUNK_CLIENTS]
         sizes = rng.integers(spec.min_examples, spec.max_examples + 1, size=chunk.size)
         n = int(sizes.sum())
         favourite = np.repeat(_zipf_ranks(rng, chunk.size, spec.num_tags), sizes)
-        tag_ids = np.where(rng.random((n, 2)) < 0.7, favourite[:, None], _zipf_ranks(rng, (n, 2), spec.num_tags))
+        tag_ids = np.where(rng.random((n, 2)) < spec.favourite_share, favourite[:, None], _zipf_ranks(rng, (n, 2), spec.num_tags))
         second = rng.random(n) < 0.5
-        tag_text = [
-            f"{tags[a]}|{tags[b]}" if two and a != b else str(tags[a])
-            for a, b, two in zip(tag_ids[:, 0].tolist(), tag_ids[:, 1].tolist(), second.tolist())
-        ]
         token_lengths = rng.integers(0, spec.max_tokens + 1, size=n)
         title_lengths = rng.integers(0, spec.max_title_words + 1, size=n)
         total = int(token_lengths.sum() + title_lengths.sum())
-        topic = spec.topic_rank_offset + np.repeat(tag_ids[:, 0], token_lengths + title_lengths) * 7
-        topic += rng.integers(0, 7, size=total)
-        ranks = np.where(rng.random(total) < 0.3, topic % spec.num_words, _zipf_ranks(rng, total, spec.num_words))
-        texts = _join(words[ranks], np.stack([token_lengths, title_lengths], axis=1).reshape(-1))
+        topic = spec.first_topic_word + np.repeat(tag_ids[:, 0], token_lengths + title_lengths) * spec.topic_words
+        topic += rng.integers(0, spec.topic_words, size=total)
+        topical = rng.random(total) < spec.topic_share
+        background = _zipf_ranks(rng, total, spec.background_words) if cdf is None else \
+            np.minimum(np.searchsorted(cdf, rng.random(total), side="right"), spec.background_words - 1)
+        ranks = np.where(topical, topic % spec.num_words, background)
+        lengths = np.stack([token_lengths, title_lengths], axis=1).reshape(-1)
+        yield _Chunk(chunk, sizes, np.where(second[:, None], tag_ids, tag_ids[:, :1]), lengths, ranks, topical, rng)
+
+
+def synthetic_columns(spec: SyntheticStackOverflowSpec) -> Iterator[tuple[str, Columns]]:
+    """The clients of ``spec`` in id order, as ``(client_id, columns)``, generated a chunk of clients at a time."""
+    words = np.array([f"w{r}" for r in range(spec.num_words)], dtype=object)
+    tags = np.array([f"tag{t}" for t in range(spec.num_tags)], dtype=object)
+    for chunk in _chunks(spec):
+        rng, n = chunk.rng, chunk.tag_ids.shape[0]
+        tag_text = [
+            f"{tags[a]}|{tags[b]}" if a != b else str(tags[a])
+            for a, b in zip(chunk.tag_ids[:, 0].tolist(), chunk.tag_ids[:, 1].tolist())
+        ]
+        texts = _join(words[chunk.ranks], chunk.lengths)
         seconds = rng.integers(0, 8 * 365 * 86_400, size=n)
         dates = np.datetime_as_string(np.datetime64("2010-01-01T00:00:00") + seconds.astype("timedelta64[s]"))
         is_answer = rng.random(n) < 0.6
@@ -383,10 +516,24 @@ def synthetic_columns(spec: SyntheticStackOverflowSpec) -> Iterator[tuple[str, C
             "tokens": texts[0::2],
             "type": ["answer" if a else "question" for a in is_answer.tolist()],
         }
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-        for i, client in enumerate(chunk.tolist()):
+        offsets = np.concatenate([[0], np.cumsum(chunk.sizes)]).tolist()
+        for i, client in enumerate(chunk.ids.tolist()):
             lo, hi = offsets[i], offsets[i + 1]
             yield f"{client:08d}", {name: values[lo:hi] for name, values in columns.items()}
+
+
+def count_share_spearman(spec: SyntheticStackOverflowSpec) -> float:
+    """Spearman's rank correlation, over the words ``spec`` draws at least once, between a word's count and the
+    share of its occurrences that the topic draw gave (the label-carrying ones): positive when the frequent words
+    carry the label (``anti_aligned``), negative when the rare ones do (``aligned``), as AdaDPS's token-frequency
+    side information assumes (fedpub issue 36)."""
+    counts = np.zeros(spec.num_words, dtype=np.int64)
+    topical = np.zeros(spec.num_words, dtype=np.int64)
+    for chunk in _chunks(spec):
+        counts += np.bincount(chunk.ranks, minlength=spec.num_words)
+        topical += np.bincount(chunk.ranks[chunk.topical], minlength=spec.num_words)
+    drawn = counts > 0
+    return float(spearmanr(counts[drawn], topical[drawn] / counts[drawn]).statistic)
 
 
 def synthetic_examples(spec: SyntheticStackOverflowSpec) -> dict[str, list[StackOverflowExample]]:
@@ -490,10 +637,13 @@ def ensure_synthetic_stackoverflow(
     generation of the same specs is redone. Files generated from other specs, or not by fedpub, are refused
     (DatasetError, :mod:`fedpub.data.generated`), never overwritten."""
     root = Path(directory)
+    backgrounds = {spec.background for spec in (train, test, heldout)}  # wordfreq's version: part of the data
     marker, pending = root / "fedpub_synthetic_stackoverflow.json", root / "fedpub_synthetic_stackoverflow.partial"
-    wanted = json.dumps({"train": asdict(train), "test": asdict(test), "heldout": asdict(heldout),
+    wanted = json.dumps({"train": train.identity(), "test": test.identity(), "heldout": heldout.identity(),
                          "word_count": "counted in the generated training tokens",
-                         "tag_count": "counted in the generated training tags"}, sort_keys=True)
+                         "tag_count": "counted in the generated training tags",
+                         **({"wordfreq": _wordfreq_version()} if "wordfreq" in backgrounds else {})},
+                        sort_keys=True)
     with generation_lock(root):
         if marker.is_file():
             refuse_other_spec(root, "synthetic StackOverflow", marker.read_text(), wanted)
@@ -512,12 +662,15 @@ def ensure_synthetic_stackoverflow(
 
 
 __all__ = [
+    "BACKGROUNDS",
     "Clients",
+    "count_share_spearman",
     "counted",
     "counting",
     "EdgeCaseData",
     "StackOverflowFiles",
     "SyntheticStackOverflowSpec",
+    "SIDE_INFORMATION",
     "edge_case_dataset",
     "examples_to_columns",
     "synthetic_columns",

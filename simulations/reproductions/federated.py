@@ -144,7 +144,7 @@ class FederatedReproduction:
     """Merged into the sweep's base (the regime, the validation users)."""
     quick: Mapping[str, Any] = field(default_factory=lambda: QUICK_EMNIST)
     """Merged into the base and over every strategy's overrides in ``--quick`` mode (``data.path`` is set to
-    ``--out``'s ``data`` folder)."""
+    ``--out``'s ``data`` folder; a strategy with a ``data.path`` of its own gets ``data_<that folder's name>``)."""
     note: str = ""
     control: Control | None = None
     setting: Setting | None = None
@@ -212,12 +212,22 @@ def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
     if quick:
         tiny = deep_merge(deep_merge(dict(repro.quick), QUICK_NOISE), {"data": {"path": str(out / "data")}})
         base = deep_merge(base, tiny)
-        strategies = {label: deep_merge(overrides, tiny) for label, overrides in strategies.items()}
+        strategies = {label: deep_merge(overrides, _quick_data(tiny, overrides, out))
+                      for label, overrides in strategies.items()}
         epsilons = None
         axes = {label: tuple(Axis(a.name, a.values[:2 if i == 0 else 1], a.scale) for i, a in enumerate(grid))
                 for label, grid in axes.items()}
     return PlacedSweep(base, strategies, epsilons, tuple(raw["seeds"]), axes, 0 if quick else 2,
                        tuple(repro.tuning_seeds))
+
+
+def _quick_data(tiny: Mapping[str, Any], overrides: Mapping[str, Any], out: Path) -> dict[str, Any]:
+    """The quick sizes for a strategy: a strategy with data of its own (its ``data.path``) keeps it apart, in
+    ``out/data_<its folder's name>``, the others share ``out/data``."""
+    own = overrides.get("data", {}).get("path")
+    if own is None:
+        return dict(tiny)
+    return deep_merge(dict(tiny), {"data": {"path": str(out / f"data_{Path(own).name}")}})
 
 
 def _nested(dotted: str, value: float) -> dict[str, Any]:

@@ -259,23 +259,26 @@ class Headroom:
 @dataclass(frozen=True)
 class NotDegenerate:
     """Gate: none of ``arms`` diverged (a non-finite value) or sits within ``margin`` of ``chance`` (the trivial
-    predictor's figure: a claim between two arms at chance says nothing)."""
+    predictor's figure, or the arm recording it: a claim between two arms at chance says nothing)."""
 
     arms: tuple[str, ...]
-    chance: float
+    chance: str | float
     margin: float
     higher_is_better: bool = True
 
     def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
         failed = []
+        chance = _reference(results, self.chance, cell)
+        if chance is None:
+            return f"gate 'no arm within {self.margin:g} of chance': no {self.chance} in {cell}"
         for arm in self.arms:
             values = _mean(results, arm, cell)
             if values is None:
                 continue
             if not all(math.isfinite(v) for v in values):
                 failed.append(f"{arm} diverged (a non-finite value)")
-            elif _sign(self.higher_is_better) * (statistics.fmean(values) - self.chance) < self.margin:
-                failed.append(f"{arm} at chance ({statistics.fmean(values):.4f}, chance {self.chance:.4f})")
+            elif _sign(self.higher_is_better) * (statistics.fmean(values) - chance) < self.margin:
+                failed.append(f"{arm} at chance ({statistics.fmean(values):.4f}, chance {chance:.4f})")
         return (f"gate 'no arm diverged or within {self.margin:g} of chance' failed: " + "; ".join(failed)
                 if failed else "")
 

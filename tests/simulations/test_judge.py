@@ -103,6 +103,8 @@ def test_the_other_gates_headroom_chance_divergence_and_a_flat_tuning_landscape(
     assert "b diverged" in chance and "a at chance" not in chance
     results["b"]["ε=1"][1] = 0.11
     assert "b at chance (0.1033, chance 0.1379)" in NotDegenerate(("a", "b"), 0.1379, 0.02).check(results, "ε=1", {})
+    results["majority"] = {ANY: {0: 0.84, 1: 0.84, 2: 0.84}}  # chance measured on the data: an arm's rows
+    assert "a at chance (0.8500, chance 0.8400)" in NotDegenerate(("a",), "majority", 0.02).check(results, "ε=1", {})
     flat = NotFlat(("a", "b"), 0.01)
     said = flat.check(results, "ε=1", {"a": {"ε=1": [0.5, 0.8, 0.7]}, "b": {ANY: [0.1379, 0.1379, 0.138]}})
     assert "b's 3 validation scores span 0.0001" in said and "a's" not in said
