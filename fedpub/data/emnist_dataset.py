@@ -40,7 +40,7 @@ class SyntheticEmnistPublicConfig(Section):
 class SklearnDigitsPublicConfig(Section):
     """The public writers of ``data.public.pool: heldout`` as real handwritten digits: scikit-learn's bundled
     ``load_digits`` (1,797 8×8 images) in EMNIST's layout, dealt into pseudo-writers by a seeded shuffle, a real
-    shifted public pool (:mod:`fedpub.data.sklearn_digits`; the ``reproductions`` extra)."""
+    shifted public pool (:mod:`fedpub.data.emnist_sklearn_digits`; the ``reproductions`` extra)."""
 
     source: Literal["sklearn_digits"]
     num_writers: int = Field(100, ge=1, le=1_797, description="pseudo-writers (load_digits has 1,797 images)")

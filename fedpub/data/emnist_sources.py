@@ -13,7 +13,7 @@ from fedpub.data.base import Splits
 from fedpub.data.emnist import EmnistH5, load_emnist_split
 from fedpub.data.emnist_dataset import SklearnDigitsPublicConfig, SyntheticEmnistPublicConfig
 from fedpub.data.emnist_sqlite import load_emnist_sqlite
-from fedpub.data.sklearn_digits import ensure_sklearn_digits_public
+from fedpub.data.emnist_sklearn_digits import ensure_sklearn_digits_public
 from fedpub.data.synthetic_emnist import (
     NUM_DIGITS,
     PUBLIC_NAME,

@@ -345,7 +345,7 @@ def _render(plans: list[_WriterPlan]) -> np.ndarray:
 
 def writer_ids(num_writers: int, prefix: str = "f") -> list[str]:
     """LEAF-style writer ids ``f0000_00``, ``f0000_01``, ... (8 characters, sorted); ``prefix`` ``p``: the generated
-    public writers', ``d``: scikit-learn's digits' pseudo-writers (:mod:`fedpub.data.sklearn_digits`)."""
+    public writers', ``d``: scikit-learn's digits' pseudo-writers (:mod:`fedpub.data.emnist_sklearn_digits`)."""
     return [f"{prefix}{w // 100:04d}_{w % 100:02d}" for w in range(num_writers)]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from fedpub.config import ConfigError, parse_config
 from fedpub.data.base import DatasetError
-from fedpub.data.sklearn_digits import (
+from fedpub.data.emnist_sklearn_digits import (
     ensure_sklearn_digits_public,
     load_sklearn_digits,
     pseudo_writers,
