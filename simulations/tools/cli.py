@@ -25,13 +25,7 @@ from fedpub.config import ExperimentConfig, load_config
 from fedpub.simulations.configs import quickstart_config_path
 from fedpub.simulations.tools.data_cli import data_app
 from fedpub.simulations.run.progress import RoundDisplay
-from fedpub.simulations.tools.threads import (
-    NOT_MEASURED,
-    ThreadChoice,
-    apply_thread_choice,
-    choose_threads,
-    thread_line,
-)
+from fedpub.simulations.tools.threads import ThreadChoice, apply_thread_choice, choose_threads, thread_line
 
 if TYPE_CHECKING:
     from fedpub.privacy.events import CohortRule
@@ -228,7 +222,7 @@ def run(
     _describe_experiment(cfg, experiment, backend)
     import torch
 
-    threads = _threads[0] if _threads else choose_threads(os.environ, torch_imported=True, load=NOT_MEASURED)
+    threads = _threads[0] if _threads else choose_threads(os.environ, torch_imported=True)
     console.print(thread_line(threads, torch.get_num_threads()), highlight=False, soft_wrap=True)
     run_dir = RunDirectory(cfg.output_dir / cfg.name)
     if dry_run:

@@ -14,12 +14,12 @@ per parallel kernel (median of 3 steady rounds at 200 users, 2 threads, load abo
 fedpub round 0.25 s sleeping against 0.20 s spinning, the CNN's 1.42 s against 0.50 s). OpenMP reads its settings
 once, when torch loads it, so only the command line, before anything imports torch, can choose them, and it chooses
 for the machine as it finds it: :func:`apply_thread_choice` sets ``OMP_WAIT_POLICY=passive`` (threads sleep) when
-the load average of the last minute is at least :data:`BUSY_LOAD` (another process keeps a core busy), and leaves
-libgomp's spinning default otherwise; a user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is always kept. The load is
-measured as it is now (:func:`machine_load`: the cores other processes keep busy over :data:`SAMPLE_SECONDS`, from
-``/proc/stat``), since the load average still counts work that ended up to a minute before (measured: 0.67 right
-after a test suite ended, on an idle machine); where ``/proc/stat`` is missing (macOS) the one-minute load average
-stands in, and the line says which was used. The wait
+other processes keep at least :data:`BUSY_LOAD` cores busy, and leaves libgomp's spinning default otherwise; a
+user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is always kept (and the machine is then not measured). The load is
+measured as it is now (:func:`machine_load`: the busy cores over :data:`SAMPLE_SECONDS`, from ``/proc/stat``),
+since the load average still counts work that ended up to a minute before (measured: 0.67 right after a test suite
+ended, on an idle machine); where ``/proc/stat`` is missing (macOS) the one-minute load average stands in, and the
+line says which was used. The wait
 policy changes when threads sleep, never what they compute, so following the load costs no reproducibility. The
 thread count stays torch's default unless ``OMP_NUM_THREADS`` is set: the count changes how a float32 sum is split
 between threads, so a seeded run on another count differs in its last bits, and a count that followed the load
@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
@@ -53,10 +53,6 @@ class MachineLoad:
 
     cores: float
     measured_by: str
-
-
-NOT_MEASURED = MachineLoad(0.0, "not measured")
-"""The load given once torch is imported, when the choice can no longer change anything."""
 
 
 def _cpu_ticks(stat: str) -> tuple[int, int]:
@@ -95,35 +91,32 @@ class ThreadChoice:
     variables: dict[str, str] = field(default_factory=dict)
 
 
-def choose_threads(environ: Mapping[str, str], torch_imported: bool, load: MachineLoad) -> ThreadChoice:
+def choose_threads(environ: Mapping[str, str], torch_imported: bool,
+                   load: Callable[[], MachineLoad] = machine_load) -> ThreadChoice:
     """The wait policy and thread count for a process whose environment is ``environ`` on a machine as busy as
-    ``load``: the user's settings where given; else sleeping threads on a busy machine and libgomp's
-    spinning default on an idle one; torch's default count; nothing when torch is already imported (OpenMP has read
-    its settings)."""
+    ``load()`` says (called only when the choice depends on it): the user's settings where given; else sleeping
+    threads on a busy machine and libgomp's spinning default on an idle one; torch's default count; nothing when
+    torch is already imported (OpenMP has read its settings)."""
     if torch_imported:
         return ThreadChoice("torch was imported before fedpub's command line: OpenMP's settings are the process's")
+    count = ("count as set (OMP_NUM_THREADS)" if "OMP_NUM_THREADS" in environ
+             else "count torch's default, one per core (OMP_NUM_THREADS sets it)")
     given = [f"{name}={environ[name]}" for name in WAIT_VARIABLES if name in environ]
-    busy = load.cores >= BUSY_LOAD
-    measured = f"{load.measured_by} {load.cores:.2f}"
-    variables = {"OMP_WAIT_POLICY": "passive"} if busy and not given else {}
     if given:
-        wait = f"wait policy as set ({', '.join(given)})"
-    elif busy:
-        wait = (f"idle threads sleep (OMP_WAIT_POLICY=passive: the machine is shared, {measured} >= "
-                f"{BUSY_LOAD}, and spinning threads slow a shared machine's rounds up to 10x)")
-    else:
-        wait = (f"idle threads spin, OpenMP's default (the machine is idle, {measured} < {BUSY_LOAD}; "
-                "OMP_WAIT_POLICY=passive makes them sleep)")
-    count = ("as set (OMP_NUM_THREADS)" if "OMP_NUM_THREADS" in environ
-             else "torch's default, one per core (OMP_NUM_THREADS sets it)")
-    return ThreadChoice(f"count {count}; {wait}", variables)
+        return ThreadChoice(f"{count}; wait policy as set ({', '.join(given)})")
+    found = load()
+    measured = f"{found.measured_by} {found.cores:.2f}"
+    if found.cores >= BUSY_LOAD:
+        return ThreadChoice(f"{count}; idle threads sleep (OMP_WAIT_POLICY=passive: the machine is shared, {measured} "
+                            f">= {BUSY_LOAD}, and spinning threads slow a shared machine's rounds up to 10x)",
+                            {"OMP_WAIT_POLICY": "passive"})
+    return ThreadChoice(f"{count}; idle threads spin, OpenMP's default (the machine is idle, {measured} < {BUSY_LOAD}; "
+                        "OMP_WAIT_POLICY=passive makes them sleep)")
 
 
 def apply_thread_choice(environ: MutableMapping[str, str] = os.environ) -> ThreadChoice:
     """Choose (:func:`choose_threads`) and set the variables in ``environ``: call before torch is imported."""
-    torch_imported = "torch" in sys.modules
-    load = NOT_MEASURED if torch_imported else machine_load()
-    choice = choose_threads(environ, torch_imported, load)
+    choice = choose_threads(environ, "torch" in sys.modules)
     environ.update(choice.variables)
     return choice
 
@@ -133,5 +126,5 @@ def thread_line(choice: ThreadChoice, threads: int) -> str:
     return f"torch threads: {threads}; {choice.reason}"
 
 
-__all__ = ["BUSY_LOAD", "NOT_MEASURED", "SAMPLE_SECONDS", "MachineLoad", "ThreadChoice", "WAIT_VARIABLES",
+__all__ = ["BUSY_LOAD", "SAMPLE_SECONDS", "MachineLoad", "ThreadChoice", "WAIT_VARIABLES",
            "apply_thread_choice", "busy_cores", "choose_threads", "machine_load", "thread_line"]

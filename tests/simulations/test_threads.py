@@ -24,14 +24,14 @@ BUSY_NOW = "busy cores over 0.2 s"
 
 
 def test_on_a_shared_machine_idle_threads_sleep_and_the_count_is_torchs_default():
-    choice = choose_threads({"PATH": "/bin"}, torch_imported=False, load=MachineLoad(BUSY_LOAD, BUSY_NOW))
+    choice = choose_threads({"PATH": "/bin"}, torch_imported=False, load=lambda: MachineLoad(BUSY_LOAD, BUSY_NOW))
     assert choice.variables == {"OMP_WAIT_POLICY": "passive"}
     assert "torch's default, one per core" in choice.reason and "OMP_WAIT_POLICY=passive" in choice.reason
     assert f"the machine is shared, busy cores over 0.2 s {BUSY_LOAD:.2f} >= {BUSY_LOAD}" in choice.reason
 
 
 def test_on_an_idle_machine_openmp_keeps_its_spinning_default():
-    choice = choose_threads({"PATH": "/bin"}, torch_imported=False, load=MachineLoad(0.1, BUSY_NOW))
+    choice = choose_threads({"PATH": "/bin"}, torch_imported=False, load=lambda: MachineLoad(0.1, BUSY_NOW))
     assert choice.variables == {}
     assert "idle threads spin, OpenMP's default (the machine is idle, busy cores over 0.2 s 0.10 < 0.5" in choice.reason
 
@@ -39,14 +39,14 @@ def test_on_an_idle_machine_openmp_keeps_its_spinning_default():
 @pytest.mark.parametrize("given", [{"OMP_WAIT_POLICY": "active"}, {"GOMP_SPINCOUNT": "10000"}])
 @pytest.mark.parametrize("load", [0.0, 8.0])
 def test_a_wait_policy_the_user_set_is_kept(given, load):
-    choice = choose_threads(given, torch_imported=False, load=MachineLoad(load, BUSY_NOW))
+    choice = choose_threads(given, torch_imported=False, load=lambda: MachineLoad(load, BUSY_NOW))
     assert choice.variables == {}
     name, value = next(iter(given.items()))
     assert f"wait policy as set ({name}={value})" in choice.reason
 
 
 def test_the_users_thread_count_wins_and_idle_threads_still_sleep():
-    choice = choose_threads({"OMP_NUM_THREADS": "1"}, torch_imported=False, load=MachineLoad(3.0, BUSY_NOW))
+    choice = choose_threads({"OMP_NUM_THREADS": "1"}, torch_imported=False, load=lambda: MachineLoad(3.0, BUSY_NOW))
     assert choice.variables == {"OMP_WAIT_POLICY": "passive"} and "count as set (OMP_NUM_THREADS)" in choice.reason
     assert thread_line(choice, 1).startswith("torch threads: 1; count as set")
 
