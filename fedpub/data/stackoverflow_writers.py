@@ -33,7 +33,7 @@ import sqlite3
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
@@ -380,9 +380,9 @@ class SyntheticStackOverflowSpec:
             if self.num_tags * self.topic_words >= self.num_words:
                 raise ValueError(f"aligned: num_tags * topic_words ({self.num_tags} * {self.topic_words}) topic "
                                  f"words leave no background words of num_words {self.num_words}; raise num_words")
-            if not 0 <= self.background_size <= self.num_words - self.num_tags * self.topic_words:
-                raise ValueError(f"aligned: background_size must be in [0, {self.num_words - self.num_tags * self.topic_words}] "
-                                 f"(the words the topic words leave), got {self.background_size}")
+            if not 0 <= self.background_size <= self.first_topic_word:
+                raise ValueError(f"aligned: background_size must be in [0, {self.first_topic_word}] (the words the "
+                                 f"topic words leave), got {self.background_size}")
         elif self.background_size:
             raise ValueError(f"background_size {self.background_size} sizes the aligned background; anti_aligned "
                              "draws from every word: leave it 0")
@@ -393,9 +393,9 @@ class SyntheticStackOverflowSpec:
         """The fields that name this spec's data in the generated folder's marker: every field, less those added by
         fedpub issue 36 while they keep their defaults (the data they give is the data before them, so a folder
         generated then is that spec's data still)."""
-        fields = asdict(self)
-        return {name: value for name, value in fields.items()
-                if name not in _ADDED_IN_ISSUE_36 or value != _ADDED_IN_ISSUE_36[name]}
+        defaults = {f.name: f.default for f in fields(self)}
+        return {name: value for name, value in asdict(self).items()
+                if name not in _ADDED_IN_ISSUE_36 or value != defaults[name]}
 
     @property
     def background_words(self) -> int:
@@ -410,9 +410,9 @@ class SyntheticStackOverflowSpec:
             else self.topic_rank_offset
 
 
-_ADDED_IN_ISSUE_36 = {"side_information": "anti_aligned", "background": "zipf", "topic_words": 7, "topic_share": 0.3,
-                      "background_size": 0, "favourite_share": 0.7}
-"""The spec fields fedpub issue 36 added and their defaults (:meth:`SyntheticStackOverflowSpec.identity`)."""
+_ADDED_IN_ISSUE_36 = ("side_information", "background", "topic_words", "topic_share", "background_size",
+                      "favourite_share")
+"""The spec fields fedpub issue 36 added (:meth:`SyntheticStackOverflowSpec.identity`)."""
 
 
 def _wordfreq() -> Any:
@@ -479,7 +479,8 @@ def _chunks(spec: SyntheticStackOverflowSpec) -> Iterator[_Chunk]:
         sizes = rng.integers(spec.min_examples, spec.max_examples + 1, size=chunk.size)
         n = int(sizes.sum())
         favourite = np.repeat(_zipf_ranks(rng, chunk.size, spec.num_tags), sizes)
-        tag_ids = np.where(rng.random((n, 2)) < spec.favourite_share, favourite[:, None], _zipf_ranks(rng, (n, 2), spec.num_tags))
+        kept = rng.random((n, 2)) < spec.favourite_share  # drawn before the other tags (the seeding's order)
+        tag_ids = np.where(kept, favourite[:, None], _zipf_ranks(rng, (n, 2), spec.num_tags))
         second = rng.random(n) < 0.5
         token_lengths = rng.integers(0, spec.max_tokens + 1, size=n)
         title_lengths = rng.integers(0, spec.max_title_words + 1, size=n)
