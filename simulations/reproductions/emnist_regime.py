@@ -21,6 +21,7 @@ private arm's. The data are generated under ``--data`` once per spec and reused 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import tempfile
 import time
@@ -100,7 +101,7 @@ def probe(config: dict[str, Any], quick: bool) -> dict[str, Any]:
     pool_name = synthetic["public"].get("source", "heldout") if pool["pool"] == "heldout" else f"{pool['fraction']:g}"
     return {
         "model": model, "d": d, "public": pool_name,
-        "writers": config["data"]["synthetic"]["num_writers"], "m": cohort, "rounds": rounds, "z": z,
+        "writers": synthetic["num_writers"], "m": cohort, "rounds": rounds, "z": z,
         "z·√d/m": z * math.sqrt(d) / cohort, "private": acc, "public-only": public, "non-private": open_acc,
         "gate": "pass" if acc - public >= BEATS_MARGIN else "fail", "headroom": open_acc - acc,
         "s private": private_s, "s/round": private_s / rounds, "s public-only": public_s,
@@ -141,15 +142,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print("| " + " | ".join(HEADER) + " |")
     print("|" + "---|" * len(HEADER))
     with _data_dir(None if args.quick else args.data) as data:
-        for model in args.models.split(","):
-            for writers in map(int, args.writers.split(",")):
-                for cohort in map(int, args.cohorts.split(",")):
-                    writers_, cohort_, rounds = (40, 5, 2) if args.quick else (writers, cohort, args.rounds)
-                    config = setting(model, writers_, cohort_, rounds, args.epsilon, args.public, data, args.quick)
-                    row = probe(config, args.quick)
-                    rows.append(row)
-                    print("| " + " | ".join(_cell(row[k]) for k in HEADER) + f" |  (generation "
-                          f"{row['generation_s']:.1f} s)", flush=True)
+        sizes = itertools.product(args.models.split(","), map(int, args.writers.split(",")),
+                                  map(int, args.cohorts.split(",")))
+        for model, writers, cohort in sizes:
+            writers, cohort, rounds = (40, 5, 2) if args.quick else (writers, cohort, args.rounds)
+            config = setting(model, writers, cohort, rounds, args.epsilon, args.public, data, args.quick)
+            row = probe(config, args.quick)
+            rows.append(row)
+            print("| " + " | ".join(_cell(row[k]) for k in HEADER) + f" |  (generation {row['generation_s']:.1f} s)",
+                  flush=True)
     return rows
 
 
