@@ -38,9 +38,11 @@ def test_on_an_idle_machine_openmp_keeps_its_spinning_default():
 
 @pytest.mark.parametrize("given", [{"OMP_WAIT_POLICY": "active"}, {"GOMP_SPINCOUNT": "10000"}])
 @pytest.mark.parametrize("load", [0.0, 8.0])
-def test_a_wait_policy_the_user_set_is_kept(given, load):
-    choice = choose_threads(given, torch_imported=False, load=lambda: MachineLoad(load, BUSY_NOW))
-    assert choice.variables == {}
+def test_a_wait_policy_the_user_set_is_kept_and_the_machine_not_measured(given, load):
+    measured: list[MachineLoad] = []
+    choice = choose_threads(given, torch_imported=False,
+                            load=lambda: measured.append(MachineLoad(load, BUSY_NOW)) or measured[-1])
+    assert choice.variables == {} and measured == []
     name, value = next(iter(given.items()))
     assert f"wait policy as set ({name}={value})" in choice.reason
 
