@@ -47,7 +47,7 @@ PARTS: tuple[Part, ...] = (
     Part(
         "projection", recipes=("pdp",), trains_public=True,
         steps={"project": "fedpub.strategies.projection:project_steps",
-               "project_noise": "fedpub.strategies.projection:project_noise_steps"},
+               "project_noise": "fedpub.strategies.projection:project_noise_steps"}, transports=ON_DEVICE,
     ),
     Part("mirror", recipes=("pda_dpmd",), trains_public=True, public_unless=("public_term", False),
          steps={"mirror": "fedpub.strategies.pda_dpmd:mirror_steps"}, transports=ON_DEVICE),

@@ -7,12 +7,12 @@ The server never sees one private user's update, only the cohort's sum:
 * the server prepares each round as every backend does (the run session's round driver): the round's public users
   train first, outside SecAgg (their updates are not private: a pool the server holds, ``flower.public_users:
   server``, or their own nodes, ``nodes``, sent fedpub's plain TRAIN message), and the chain's per-user steps prepare
-  the values their maps read (DOPE's center, AdaDPS's A, the round's C_t); the private cohort is sent those values
-  (and the recipe's client payloads) with the model;
+  the values their maps read (DOPE's center, AdaDPS's A, the projection's public basis, the round's C_t); the
+  private cohort is sent those values (and the recipe's client payloads) with the model;
 * each sampled node trains its user (``train_user``, the generator every backend uses), runs the chain's per-user
-  maps on its one row (:meth:`fedpub.step.Chain.map_users`: recentering, preconditioning, clipping to C_t, adaptive
-  clipping's unclipped bit), and replies through Flower's ``secaggplus_mod`` the mapped update divided by C_t and the
-  tallies beside it, which the mod quantises and masks;
+  maps on its one row (:meth:`fedpub.step.Chain.map_users`: recentering, preconditioning, projection, clipping to
+  C_t, adaptive clipping's unclipped bit), and replies through Flower's ``secaggplus_mod`` the mapped update divided
+  by C_t and the tallies beside it, which the mod quantises and masks;
 * the ServerApp runs ``SecAggPlusWorkflow`` inside ``DefaultWorkflow`` with a legacy ``Strategy`` (Flower has no
   SecAgg+ for the message-API strategies); the workflow unmasks the sum and hands the strategy the mean over the k
   survivors, so the strategy takes k × that mean, times C_t, as the sum, and the round driver finishes the round from
@@ -113,6 +113,8 @@ CLIPPING_RANGE = 1.0
 CLIP_STEP = "clip"
 """The chain's step whose per-user value ``clip_norm`` is the round's C_t (every recipe's clip slot)."""
 VALUE, PAYLOAD = "fedpub.value", "fedpub.payload"
+NONE = "none"
+"""A per-user value the round has not got (None), as the TRAIN config carries it."""
 TALLIES, POPULATION, NOISE = "fedpub.tallies", "fedpub.population", "fedpub.noise_multiplier"
 """TRAIN config keys: the per-user values, the client payloads, the tallies' names and what the device's chain is
 built with (the private population and the noise multiplier, both public)."""
@@ -175,15 +177,21 @@ def check_supported(config: ExperimentConfig) -> None:
         )
     if not math.isfinite(config.strategy.clip_norm):
         raise ValueError("the SecAgg+ transport needs a finite strategy.clip_norm (clients clip, SecAgg+ quantises)")
+    if config.data.preload:
+        raise ValueError("data.preload fills the in-process engine's cache; with SecAgg+ each user trains on its own "
+                         "node, which reads its own data: set data.preload: false, or run in process")
 
 
 # -- what a device is sent ------------------------------------------------------------------------
 def encode_values(values: Mapping[str, Mapping[str, Any]]) -> dict[str, Scalar]:
-    """The per-user steps' values as TRAIN config entries: numbers as floats, tensors (by parameter name) as bytes."""
+    """The per-user steps' values as TRAIN config entries: numbers as floats, tensors (by parameter name) as bytes,
+    None (a value the round has not got, e.g. the projection's basis without public updates) as :data:`NONE`."""
     out: dict[str, Scalar] = {}
     for step, named in values.items():
         for name, value in named.items():
-            if isinstance(value, Mapping):
+            if value is None:
+                out[f"{VALUE}/{step}/{name}"] = NONE
+            elif isinstance(value, Mapping):
                 out |= {f"{VALUE}/{step}/{name}/{p}": ndarray_to_bytes(t.detach().cpu().numpy())
                         for p, t in value.items()}
             elif isinstance(value, (int, float)):
@@ -214,7 +222,7 @@ def decode_values(config: Mapping[str, Scalar]) -> dict[str, dict[str, Any]]:
             if param:
                 named.setdefault(name, {})[param[0]] = _tensor(v)
             else:
-                named[name] = float(v)  # type: ignore[arg-type]
+                named[name] = None if v == NONE else float(v)  # type: ignore[arg-type]
     return values
 
 

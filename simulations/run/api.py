@@ -34,7 +34,7 @@ from fedpub.data.base import Splits
 from fedpub.data.python_users import PythonUsers, UserExamples
 from fedpub.data.spec import resolve
 from fedpub.types import Params
-from fedpub.simulations.run.backends import Backend, check_backend, run_experiment
+from fedpub.simulations.run.backends import Backend, check_backend, check_config_for, run_experiment
 from fedpub.simulations.run.experiment import Experiment, build_experiment
 
 KEEP = "config"
@@ -131,7 +131,7 @@ def run(
 ) -> Result:
     """Run ``config`` (resuming a checkpointed run of the same name unless ``fresh``) and return its results.
     ``output_dir``: where ``<name>/`` is written (default: the config's; ``None``: a temporary directory removed
-    afterwards); ``backend``: ``inprocess`` or ``flower``; ``on_round`` receives each round's record.
+    afterwards); ``backend``: ``inprocess``, ``flower`` or ``secagg``; ``on_round`` receives each round's record.
     Your own parts: ``model``, a model factory (the config's ``model.factory``); ``loss`` and ``metrics``,
     per-example callables (the config's ``task: {loss, metrics}``); ``data``, the users
     (:class:`~fedpub.data.python_users.UserExamples` or ``{user_id: (x, y)}``, ``data.source: python``; in process)."""
@@ -157,6 +157,7 @@ def _run(
     cfg: ExperimentConfig, backend: Backend, fresh: bool, on_round: Callable[[dict[str, Any]], None] | None,
     splits: Splits | None, *, keep: bool,
 ) -> Result:
+    check_config_for(backend, cfg)
     experiment = build_experiment(cfg, splits=splits)
     result = run_experiment(experiment, backend, fresh=fresh, on_round=on_round)
     model = experiment.new_model()

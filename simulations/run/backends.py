@@ -1,12 +1,16 @@
-"""The backends one experiment can run on, behind one call: ``inprocess`` (the engine, fastest) and ``flower``
-(Flower's Simulation Engine: a virtual SuperNode per user, the same ServerApp and ClientApp as a deployment).
-Both run the same round driver and write the same run directory (DESIGN.md §6)."""
+"""The backends one experiment can run on, behind one call: ``inprocess`` (the engine, fastest), ``flower``
+(Flower's Simulation Engine: a virtual SuperNode per user, the same ServerApp and ClientApp as a deployment) and
+``secagg`` (Flower's Simulation Engine with SecAgg+: each node runs the recipe's per-user maps and the server sees
+only the cohort's sum, :mod:`fedpub.simulations.flower.secagg_dp`). All run the same round driver and write the
+same run directory (DESIGN.md §6)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from fedpub.config import ExperimentConfig
+from fedpub.simulations.flower.secagg_dp import RunOptions, SecAggRound, check_supported, run_secagg_simulation
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import Experiment
 from fedpub.simulations.flower.server_app import simulated_nodes
@@ -17,7 +21,7 @@ from fedpub.simulations.run.session import RunResult
 if TYPE_CHECKING:
     from fedpub.simulations.run.distributed import Workers
 
-Backend = Literal["inprocess", "flower"]
+Backend = Literal["inprocess", "flower", "secagg"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 
 
@@ -39,6 +43,13 @@ def check_backend(backend: str, *, tune_allocator: bool = False, torchrun: bool 
     return backend  # type: ignore[return-value]
 
 
+def check_config_for(backend: Backend, config: ExperimentConfig) -> None:
+    """Refuse, naming the field, what ``backend`` cannot run of ``config`` (SecAgg+: a part whose per-user map no
+    device runs, Poisson cohorts, an infinite clip norm), before any data is read."""
+    if backend == "secagg":
+        check_supported(config)
+
+
 def run_experiment(
     experiment: Experiment,
     backend: Backend,
@@ -57,6 +68,12 @@ def run_experiment(
     (:mod:`fedpub.simulations.run.distributed`)."""
     config = experiment.config
     check_backend(backend, tune_allocator=tune_allocator, torchrun=workers is not None)
+    if backend == "secagg":
+        def report(outcome: SecAggRound) -> None:
+            if on_round is not None:
+                on_round(outcome.record)
+
+        return run_secagg_simulation(config, RunOptions(fresh=fresh, on_round=report))
     if backend == "flower":
         return run_flower_simulation(config, simulated_nodes(experiment), fresh=fresh, on_round=on_round)
     return run_in_process(

@@ -27,6 +27,9 @@ from fedpub.simulations.tools.data_cli import data_app
 from fedpub.simulations.run.progress import RoundDisplay
 from fedpub.simulations.tools.threads import ThreadChoice, apply_thread_choice, choose_threads, thread_line
 
+BACKEND_HELP = ("inprocess (fast), flower (Flower simulation, Ray) or secagg (Flower simulation with SecAgg+: the "
+                "server sees only each cohort's sum; fixed-size cohorts, RDP accounting)")
+
 if TYPE_CHECKING:
     from fedpub.privacy.events import CohortRule
     from fedpub.simulations.run.experiment import Experiment
@@ -173,7 +176,7 @@ def _stopped(run_dir: RunDirectory, rounds_done: int | None, rounds: int, resume
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="experiment YAML; omit for the bundled quick-start")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="discard an existing run of the same name")] = False,
-    backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
     tune_allocator: Annotated[bool, typer.Option(
         "--tune-allocator",
         help="in process: make glibc keep freed memory (mallopt: no mmap, no trim) so large cohorts' round "
@@ -189,7 +192,7 @@ def run(
     (README "Many workers"); rank 0 writes the run directory and prints.
 
     CONFIG: the experiment YAML; omit it for the bundled quick-start."""
-    from fedpub.simulations.run.backends import check_backend, run_experiment
+    from fedpub.simulations.run.backends import check_backend, check_config_for, run_experiment
     from fedpub.simulations.run.distributed import RanksDiverged, WorkerLost, Workers, launched
     from fedpub.simulations.run.engine import CohortsKeepFailing, RunDirectoryError, RunInterrupted
     from fedpub.simulations.run.experiment import build_experiment
@@ -212,6 +215,7 @@ def run(
     )
     try:
         cfg = load_config(path, sets)
+        check_config_for(backend, cfg)
         with console.status("preparing data, model and noise calibration"):
             experiment = build_experiment(cfg)
     except USER_ERRORS as error:
@@ -337,7 +341,7 @@ def _show_comparison(table: str, out_dir: Path) -> None:
 def compare(
     sweep: Annotated[Path, typer.Argument(help="sweep YAML: base config, epsilons, seeds, strategies (see README)")],
     fresh: Annotated[bool, typer.Option("--fresh", help="discard recorded results and restart every run")] = False,
-    backend: Annotated[str, typer.Option(help="inprocess (fast) or flower (Flower simulation, Ray)")] = "inprocess",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
     overrides: Annotated[Optional[list[str]], typer.Option(
         "--set", metavar="KEY=VALUE", help=SET_HELP.replace("config key", "key of the base config") +
         "; the strategies' overrides, ε, seed and name still apply over it")] = None,

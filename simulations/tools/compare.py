@@ -1,5 +1,6 @@
 """``fedpub compare``: every (strategy, ε, seed) of a sweep file, run in process (several at once with ``--jobs``:
-:mod:`fedpub.simulations.tools.sweep_jobs`) or on Flower simulation (``--backend flower``), then compared.
+:mod:`fedpub.simulations.tools.sweep_jobs`) or on Flower simulation (``--backend flower``; with SecAgg+,
+``--backend secagg``), then compared.
 
 A sweep file names a base experiment config (a path relative to the sweep file, or an inline
 mapping), target ε values, seeds and strategies, each a label with overrides deep-merged over the
@@ -40,7 +41,7 @@ from fedpub.simulations.tools.compare_report import (
     run_name,
     write_comparison,
 )
-from fedpub.simulations.run.backends import Backend, run_experiment
+from fedpub.simulations.run.backends import Backend, check_config_for, run_experiment
 from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.run.progress import RoundDisplay
 from fedpub.simulations.run.run_dir import RunDirectory
@@ -208,6 +209,8 @@ def run_sweep(
     interrupted run (Ctrl-C, SIGTERM) stops the sweep: :class:`~fedpub.simulations.run.session.RunInterrupted` (or
     KeyboardInterrupt) goes up, the run checkpointed; with several at once, :class:`SweepInterrupted`."""
     check_jobs(jobs, backend)
+    for run in sweep.runs:
+        check_config_for(backend, run.config)
     with RunLock(sweep.root, "sweep directory"):
         results = _Results(sweep, fresh, console or Console())
         jobs = resolve_jobs(jobs, sum(not results.is_recorded(run) for run in sweep.runs))

@@ -19,13 +19,16 @@ import torch
 from dp_accounting import dp_event
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, Metadata, RecordDict
 from dp_accounting.rdp import rdp_privacy_accountant
+from typer.testing import CliRunner
 
+import fedpub
 from fedpub import recipe_registry
 from fedpub.clients.client_app import runtime, train_user
 from fedpub import protocol as key
 from fedpub.config import dump_config, parse_config
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 from fedpub.models.seeded import model_params
+from fedpub.steps.project import project_onto
 from fedpub.strategy import usable_rows
 from fedpub.simulations.flower.deploy.flwr_cli import flwr_run
 from fedpub.simulations.flower.deploy.local import LocalDeployment
@@ -33,6 +36,7 @@ from fedpub.simulations.flower.deploy.processes import VENV_BIN
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.tools.cli import app
 from fedpub.simulations.flower.secagg_dp import (
     RunOptions,
     SecAggRound,
@@ -65,6 +69,7 @@ RECIPES = {  # every part whose per-user map runs on the device, each at least o
               "model_reuse": {"epochs": 1, "prox_weight": 0.5}},
     "dp_ftrl+recenter": {"name": "dp_ftrl", "public_clients_per_round": 2, "recenter": {},
                          "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},
+    "pdp": {"name": "pdp", "public_clients_per_round": 2, "projection": {"k": 2, "noise_space": "subspace"}},
 }
 PRIVACY = {"ppsgd": {"budget_epsilon": 100.0}}
 
@@ -102,6 +107,37 @@ def test_the_device_contribution_is_the_in_process_per_user_map_over_c(tiny_emni
     payloads = {"preconditioner": {k: torch.rand(v.shape) for k, v in params.items()}}
     decoded = decode_payloads(encode_payloads(payloads))
     assert all(torch.equal(decoded["preconditioner"][k], v) for k, v in payloads["preconditioner"].items())
+
+
+def test_a_device_projects_onto_the_public_basis_it_is_sent_and_passes_a_round_without_one(tiny_emnist_dir,
+                                                                                          tmp_path):
+    """Public-subspace projection, round 0: the basis V travels in the TRAIN config (r = 2 directions, by parameter
+    name), and the device's map is the in-process projection then clip, over C_t; a round whose public users gave
+    nothing sends no basis (None) and the device leaves the update unprojected, as in process."""
+    config = _config(tiny_emnist_dir, tmp_path, "pdp")
+    experiment = build_experiment(config)
+    core, params = experiment.strategy, model_params(experiment.new_model())
+    rt = runtime(config)
+    public = [dict(train_user(rt, c, params, 0, public=True).update) for c in experiment.public_ids[:2]]
+    chain = device_chain(config, core.population, experiment.noise_multiplier)
+    updates = [dict(train_user(rt, c, params, 0).update) for c in experiment.private_ids[:3]]
+    for public_updates, rank in ((public, 2), ([], 0)):
+        prep = core.prepare_round(params, core.init(params), 0, sampled=3, public_updates=public_updates)
+        values = {n: prep.chain.values[n] for n, s in core.aggregator.steps if s.user and s.user.apply}
+        sent = decode_values(encode_values(values))
+        basis = sent["project"]["basis"]
+        assert (basis is None) if rank == 0 else all(len(v) == rank for v in basis.values())
+        c = round_clip_norm(values)
+        for update in updates:
+            mine = contribution(chain, update, params, sent, tally_names(core.aggregator, values, params))
+            expected = core.per_user(usable_rows([update], params), prep)
+            for k, v in expected.updates.stacked().items():
+                torch.testing.assert_close(mine.scaled_update[k] * c, v[0].double(), rtol=0, atol=1e-7)
+        if rank:  # the projected update lies in span(V): projecting it again changes nothing
+            row = {k: v * c for k, v in mine.scaled_update.items()}
+            again = project_onto({k: v.float() for k, v in row.items()}, basis)
+            for k in row:
+                torch.testing.assert_close(again[k].double(), row[k], rtol=0, atol=1e-6)
 
 
 def test_a_device_refuses_an_update_its_maps_leave_above_c(tiny_emnist_dir, tmp_path):
@@ -150,6 +186,9 @@ def test_what_secagg_cannot_run_is_refused_by_name(tiny_emnist_dir, tmp_path, mo
     poisson = tiny_config(tiny_emnist_dir, tmp_path, strategy={"sampling": {"kind": "poisson", "clients_per_round": 2}})
     with pytest.raises(ValueError, match="sampling.kind: fixed"):
         check_supported(poisson)
+    preloaded = _config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip").model_dump(mode="json")
+    with pytest.raises(ValueError, match="data.preload: false"):
+        check_supported(parse_config({**preloaded, "data": {**preloaded["data"], "preload": True}}))
     check_supported(_config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip"))
     tracked = _config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip").model_dump(mode="json")
     check_supported(parse_config({**tracked, "tracking": {"tensorboard": True}}))  # the run session reports
@@ -164,6 +203,36 @@ def test_what_secagg_cannot_run_is_refused_by_name(tiny_emnist_dir, tmp_path, mo
     monkeypatch.setattr(recipe_registry, "PARTS", server_only)  # a part whose per-user map no device runs
     with pytest.raises(ValueError, match=r"does not run strategy.recenter \(transport `flower_secagg`"):
         check_supported(_config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip"))
+
+
+def test_fedpub_run_with_backend_secagg_refuses_what_secagg_cannot_run_before_reading_data(tiny_emnist_dir,
+                                                                                           tmp_path):
+    poisson = tmp_path / "poisson.yaml"
+    poisson.write_text(dump_config(tiny_config(tiny_emnist_dir / "absent", tmp_path / "runs")))
+    result = CliRunner().invoke(app, ["run", str(poisson), "--backend", "secagg"])
+    assert result.exit_code == 2 and "strategy.sampling.kind: fixed" in result.output, result.output
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "absent").exists()
+    with pytest.raises(ValueError, match="sampling.kind: fixed"):
+        fedpub.run(tiny_config(tiny_emnist_dir, tmp_path / "api"), backend="secagg")
+
+
+@pytest.mark.slow
+def test_fedpub_run_with_backend_secagg_releases_the_in_process_run(tiny_emnist_dir, tmp_path, one_torch_thread):
+    """The user's way in: ``fedpub.run(config, backend="secagg")`` runs the SecAgg+ transport (2 rounds of
+    DP-FedAvg, 3 users a round) and gives the in-process run's ledger and model; each round's record reaches
+    ``on_round``."""
+    def config(where):
+        return tiny_config(tiny_emnist_dir, tmp_path / where, rounds=2, strategy=FIXED, flower=FLOWER,
+                           privacy={"delta": 1e-5, "accountant": "rdp"})
+
+    local = fedpub.run(config("local"))
+    records: list[dict] = []
+    secure = fedpub.run(config("secagg"), backend="secagg", on_round=records.append)
+    assert [r["round"] for r in records] == [0, 1] and secure.epsilon == pytest.approx(local.epsilon)
+    assert json.loads((secure.run_dir / "ledger.json").read_text()) == json.loads(
+        (local.run_dir / "ledger.json").read_text())
+    for k, v in local.model.state_dict().items():
+        torch.testing.assert_close(secure.model.state_dict()[k], v, rtol=1e-5, atol=1e-6)
 
 
 def _records(root):
