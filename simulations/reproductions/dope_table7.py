@@ -1,30 +1,41 @@
 """Seed 003 (Nasr et al. 2023, "Effectively using public data in privacy preserving machine
 learning") Table 7 in federated form: DP-FedAvg on all users, DP on the private users only, DOPE-SGD,
 and a public-only control (the model trained on the public users alone, no private data), with 2 % of the
-users public, on the offline EMNIST-layout data (the paper: EMNIST's 70,000 users and a WideResNet; here
-1,000 synthetic writers and the small CNN).
-``python -m fedpub.simulations.reproductions.dope_table7 [--quick] [--out DIR]``.
+users public (in distribution, λ = ∞ for DOPE), on the offline EMNIST-layout data (the paper: EMNIST's 70,000
+users and a WideResNet; here 5,000 synthetic writers and a softmax classifier).
+``python -m fedpub.simulations.reproductions.dope_table7 [--quick] [--jobs N] [--out DIR]``.
 
-**The regime** (fedpub issue 21): the earlier sweep ran at ε = 0.5–4 with 50 users a round, where the noise on the
-mean update, of norm about z·C·√d/m (d ≈ 18k parameters), was 2–6× the largest possible signal C: the private
-users could hardly teach the model anything, and the paper's ordering said little. Here 100 of the ~880 private
-users take part a round and ε ∈ {2, 4}: z·√d/m is printed for each run's z in ``comparison.md`` (about 1.5 at
-ε = 4). The public-only control (:mod:`.public_only`) says whether the private signal matters at all: a cell
-where neither DP-FedAvg arm beats it by a point is not testable (a regime gate, fedpub issue 36), as is one where
-an arm sits at chance or a tuning landscape is flat. At a size where the gate can pass (the probe
-:mod:`.emnist_regime`, ``simulations/configs/public_emnist_gate.yaml``: softmax, 5,000 writers, 500 a round, 150
-rounds, about 1.1-1.5 s a round on a loaded core) a full run of this sweep, 126 runs with its tuning (3 arms × 2 ε ×
-(9 grid points × 2 tuning seeds + 3 seeds)), would take about 6-8 hours on 2 cores; with in-distribution public users
-even that size failed the gate (public-only 0.719, DP-FedAvg 0.706 at ε = 2). ``dp_fedavg_only_private`` is DOPE's
-no-recentering control: the public users' mean update is added to the average without recentering the private
-clipping on it.
+**The regime** (fedpub issue 36): at the earlier size (1,000 writers, 100 users a round, the small CNN,
+d ≈ 18k) the noise on the mean update, of norm about z·C·√d/m, was 1.5–7× the largest possible signal C and
+private training lowered the model: nothing could be decided. Here the sizes are those at which the regime probe
+(:mod:`.emnist_regime`, ``simulations/configs/public_emnist_gate.yaml``) found the gate passing: the softmax
+``emnist_softmax`` (d = 7,850), 5,000 writers (data in ``data/synthetic_emnist_5000``, generated on first use,
+about a minute and 245 MB), 500 private users expected a round (Poisson) of the ~4,400 in N, 150 rounds of one
+local epoch, clip 0.3, server SGD with momentum 0.9, ε = 2 (δ = 1e-5): z ≈ 3.0, z·√d/m ≈ 0.5 (printed per run in
+``comparison.md``). The public-only control (:mod:`.public_only`) says whether the private signal matters at all:
+a cell where the best private arm (any of the three: each trains on the private users under DP, and
+``dp_fedavg_only_private`` and DOPE use the public users as well) does not beat it by a point is not testable (a
+regime gate, fedpub issue 36), as is one where an arm sits at chance or a tuning landscape is flat. With 2 %
+in-distribution public users DP-FedAvg alone did not pass it in the probe (public-only 0.719, DP-FedAvg 0.706):
+whether DOPE does is what this run finds. ``dp_fedavg_only_private`` is DOPE's no-recentering control: the public
+users' mean update is added to the average without recentering the private clipping on it.
 
-**Tuning** (by the one runner, :mod:`fedpub.simulations.reproductions.federated`): each method's client and server
-learning rates on the validation users (``data.validation``: 10 % of the private users held out of N, never
-trained on) at each ε, two seeds a point outside the test seeds, grids extended past an edge; the public-only
-control's learning rate and epochs likewise. Then every method runs with its tuned values on 3 seeds; the claims
-are judged on the test users (paired by seed) by :mod:`fedpub.simulations.reproductions.judge`. The tuning runs
-are reported and are not counted in ε.
+**The design and its cost.** ε = 2 only: the probe established the gate at ε = 2 alone, and every further ε
+doubles the cost. Every arm tunes the same 2 × 2 grid (:data:`GRID`: client lr × server lr, the latter scaling
+the noise with the signal, issue 36 item 2) on the validation users (``data.validation``: 10 % of the private
+users held out of N, never trained on), extended once past its edges (``max_extensions=1``: a 2 × 2 grid's best
+is always on an edge, so every arm ends on a 3 × 3 grid: 9 points), each point the mean of two tuning seeds
+(100, 101); the public-only control's learning rate and epochs likewise. Then every arm runs with its tuned values
+on 3 test seeds; the claims are judged on the test users (the first 1,000 test clients, paired by seed) by
+:mod:`fedpub.simulations.reproductions.judge`. 3 × 9 × 2 = 54 tuning runs and 9 test runs, not counting the
+control: with ``--jobs 2`` about 40 minutes on 2 cores, up to about an hour shared with other work. The probe runs
+behind these choices (DOPE at ε = 2, full size, two at a time on 2 shared cores: 52–56 s a run, 0.33 s a round,
+the first two 105–111 s, right after generating the data): validation accuracy 0.754 and 0.677 on tuning seeds
+100 and 101 at client lr 0.1 / server lr 1.0 (the gate probe's values), 0.558 and 0.459 at 0.3 / 3.0, 0.515 at
+0.3 / 1.0 and 0.595 at 0.1 / 3.0 (seed 100): one run's spread (8–10 points) is large against the differences
+between points, hence two tuning seeds; larger rates lose, hence a grid reaching down from 0.1 / 1.0 (its
+extension reaches 0.33 / 3.3).
+The tuning runs are reported and are not counted in ε.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from fedpub.simulations.reproductions.federated import QUICK_EMNIST, TUNING_SEED
 from fedpub.simulations.reproductions.federated import CLIENT_LR, EVALUATION, SERVER_LR, emnist_gates
 from fedpub.simulations.reproductions.judge import Claim
 from fedpub.simulations.reproductions.public_only import control_config, public_only_control
+from fedpub.simulations.reproductions.tuning import Axis
 
 PAPER = (
     "Nasr et al. 2023, Table 7 (EMNIST, 2% public users, user-level δ = 1e-5): DP-SGD (all) 82.2 / 83.4 / 85.0 / "
@@ -48,13 +60,21 @@ PAPER = (
 )
 PUBLIC_FRACTION = 0.02
 REGIME: dict[str, Any] = deep_merge(EVALUATION, {
-    "data": {"public": {"fraction": PUBLIC_FRACTION}},
-    "strategy": {"sampling": {"clients_per_round": 100}},
+    "rounds": 150, "eval_every": 50, "checkpoint_every": 50,
+    "model": {"name": "emnist_softmax"},
+    "client": {"epochs": 1},
+    "data": {"path": "data/synthetic_emnist_5000", "synthetic": {"num_writers": 5000},
+             "public": {"fraction": PUBLIC_FRACTION}, "eval_clients": 1000},
+    "strategy": {"sampling": {"clients_per_round": 500}},
 })
-"""The sweep's base config (``public_emnist.yaml``) changed to the regime where the private signal matters. Every
-method and the control are evaluated on the same test clients, all of them (:data:`EVALUATION`; ``dp_fedavg_all``
-has no public users to be evaluated on)."""
+"""The sweep's base config (``public_emnist.yaml``) changed to the gate probe's sizes (the module docstring). Every
+method and the control are evaluated on the same test clients, the first 1,000 by id, private users' included
+(:data:`EVALUATION`; ``dp_fedavg_all`` has no public users to be evaluated on): their pooling and three evaluations
+(``eval_every: 50``) cost a few seconds of a run's minute."""
 ARMS = ("dp_fedavg_all", "dp_fedavg_only_private", "dope")
+GRID = (Axis(CLIENT_LR.name, (0.03, 0.1)), Axis(SERVER_LR.name, (0.3, 1.0)))
+"""Every arm's 2 × 2 tuning grid (client lr × server lr), reaching down from the gate probe's 0.1 / 1.0 (the probe
+runs that chose it: the module docstring)."""
 
 
 def signal_arithmetic(rows: Sequence[Row], base: Mapping[str, Any]) -> str:
@@ -85,9 +105,10 @@ REPRODUCTION = FederatedReproduction(
         Claim("DP only on the private users beats DP-SGD on all users", "dp_fedavg_only_private", "dp_fedavg_all",
               "83.1 vs 82.2 (ε=0.5) … 86.4 vs 86.2 (ε=4): +0.2 to +1.2 points", paper_effect=0.002),
     ),
-    axes={label: (CLIENT_LR, SERVER_LR) for label in ARMS},
-    gates=emnist_gates(ARMS, private=("dp_fedavg_all", "dp_fedavg_only_private")),
+    axes={label: GRID for label in ARMS},
+    gates=emnist_gates(ARMS, private=ARMS),
     tuning_seeds=TUNING_SEEDS,
+    max_extensions=1,
     changes=REGIME,
     quick=deep_merge(QUICK_EMNIST, {"data": {"synthetic": {"num_writers": 60}}}),
     control=public_only_control,

@@ -10,12 +10,14 @@ paper's own figure for each, its tuning axes) and its ``main(argv)`` calls :func
    check that the pipeline and its gates run, its verdicts say nothing about the paper);
 2. tunes every strategy by :func:`~.tuning.tune` **fairly** (fedpub issue 36): each tunes the client lr and what
    scales the noise against the signal (the server lr or the clip norm), over grids of one size (an equal
-   budget; :class:`FederatedReproduction` refuses otherwise), at every ε of the sweep (each ε's test runs take
+   budget; :class:`FederatedReproduction` refuses otherwise), extended past an edge at most
+   :attr:`~FederatedReproduction.max_extensions` times, at every ε of the sweep (each ε's test runs take
    its own values), each grid point scored as the mean over the :attr:`~FederatedReproduction.tuning_seeds`
    (outside the test seeds; two where one run's spread is large) of the validation users' headline metric
    (``val_accuracy``: the base must hold ``data.validation``), never the test users; these runs are the tuning
    budget, reported and not counted in ε, and their scores the landscapes the :class:`~.judge.NotFlat` gate
-   reads;
+   reads; with ``--jobs N`` each grid's runs go N at a time (every strategy's and ε's initial grid together,
+   then the new points of each round of extensions);
 3. runs every (strategy, ε, seed) with the chosen values (``out/runs/``; a rerun resumes: a finished run is not
    run again) and writes the comparison (``compare.csv``, ``compare.md``, the two plots);
 4. judges the claims by :mod:`fedpub.simulations.reproductions.judge`, the reproduction's
@@ -32,6 +34,8 @@ The sweep as run (tuned values included) is written to ``out/sweep.yaml``.
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -140,6 +144,10 @@ class FederatedReproduction:
     """The regime gates checked in every cell before a claim is judged there (:mod:`.judge`)."""
     tuning_seeds: tuple[int, ...] = (TUNING_SEED,)
     """The seeds each tuning point runs with (its score: their mean); outside the test seeds."""
+    max_extensions: int = 2
+    """How many times a full mode's tuning may extend a grid past an edge (:func:`~.tuning.tune`; quick: never).
+    Each extension costs a grid's worth of new points (a 2 × 2 grid's best is always on an edge: one extension
+    makes it 3 × 3, five new points), so a reproduction whose runs are long bounds its budget here."""
     changes: Mapping[str, Any] = field(default_factory=dict)
     """Merged into the sweep's base (the regime, the validation users)."""
     quick: Mapping[str, Any] = field(default_factory=lambda: QUICK_EMNIST)
@@ -169,6 +177,9 @@ class FederatedReproduction:
         if set(self.tuning_seeds) & set(self.raw["seeds"]):
             raise ValueError(f"{self.name}: tuning_seeds {self.tuning_seeds} overlap the test seeds "
                              f"{self.raw['seeds']}")
+        if self.max_extensions < 0:
+            raise ValueError(f"{self.name}: max_extensions must be ≥ 0 (0: never extend a grid), got "
+                             f"{self.max_extensions}")
 
     @property
     def raw(self) -> dict[str, Any]:
@@ -217,7 +228,7 @@ def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
         epsilons = None
         axes = {label: tuple(Axis(a.name, a.values[:2 if i == 0 else 1], a.scale) for i, a in enumerate(grid))
                 for label, grid in axes.items()}
-    return PlacedSweep(base, strategies, epsilons, tuple(raw["seeds"]), axes, 0 if quick else 2,
+    return PlacedSweep(base, strategies, epsilons, tuple(raw["seeds"]), axes, 0 if quick else repro.max_extensions,
                        tuple(repro.tuning_seeds))
 
 
@@ -314,22 +325,47 @@ def _tuning_spec(placed: PlacedSweep, out: Path, label: str, epsilon: float | No
 
 def _tune(placed: PlacedSweep, out: Path, jobs: int = 1) -> dict[TuningKey, Tuning]:
     """Every strategy tuned on the validation users at every ε (see the module docstring), a point's score the
-    mean over the tuning seeds. With ``jobs`` > 1 every initial grid point runs first, that many at once
-    (:func:`run_ahead`); the points an edge extension adds run in turn."""
+    mean over the tuning seeds. With ``jobs`` > 1 each grid's runs go that many at once (:func:`run_ahead`) before
+    the search reads them: every strategy's and ε's initial grid together, then the points each round of edge
+    extensions adds (:func:`_unfinished`), so that the search itself finds every run finished."""
     keys = [(label, epsilon) for label in placed.axes for epsilon in placed.tuning_epsilons]
-    run_ahead(placed.base, [_tuning_spec(placed, out, label, epsilon, point, seed)
-                            for label, epsilon in keys for point in grid_points(placed.axes[label])
-                            for seed in placed.tuning_seeds], jobs)
-    tunings = {}
-    for label, epsilon in keys:
-        def score(point: Mapping[str, float], label: str = label, epsilon: float | None = epsilon) -> float:
+    scored: dict[tuple[str, float | None, tuple[tuple[str, float], ...]], float] = {}
+
+    def score(label: str, epsilon: float | None, point: Mapping[str, float]) -> float:
+        key = (label, epsilon, tuple(point.items()))
+        if key not in scored:
             runs = [run_one(placed.base, _tuning_spec(placed, out, label, epsilon, point, seed))
                     for seed in placed.tuning_seeds]
-            return sum(float(run.row[f"val_{run.headline}"]) for run in runs) / len(runs)
+            scored[key] = sum(float(run.row[f"val_{run.headline}"]) for run in runs) / len(runs)
+        return scored[key]
 
-        tunings[label, epsilon] = tune(placed.axes[label], score, higher_is_better=True,
-                                       max_extensions=placed.max_extensions)
-    return tunings
+    if jobs != 1:
+        for extensions in range(placed.max_extensions + 1):
+            ahead = [spec for label, epsilon in keys
+                     for spec in _unfinished(placed, out, label, epsilon, extensions, score)]
+            if not ahead:
+                break
+            run_ahead(placed.base, ahead, jobs)
+    return {(label, epsilon): tune(placed.axes[label], functools.partial(score, label, epsilon),
+                                   higher_is_better=True, max_extensions=placed.max_extensions)
+            for label, epsilon in keys}
+
+
+def _unfinished(placed: PlacedSweep, out: Path, label: str, epsilon: float | None, extensions: int,
+                score: Callable[[str, float | None, Mapping[str, float]], float]) -> list[RunSpec]:
+    """The tuning runs of ``label`` at ``epsilon`` not yet finished that the search with at most ``extensions``
+    extensions asks for: once the grids before it have run, those of its last grid (a point with an unfinished run
+    scores NaN, the worst, and the search stops at that grid)."""
+    missing: list[RunSpec] = []
+
+    def known(point: Mapping[str, float]) -> float:
+        specs = [_tuning_spec(placed, out, label, epsilon, point, seed) for seed in placed.tuning_seeds]
+        waiting = [spec for spec in specs if not RunDirectory(spec.out / spec.name).holds_finished_run()]
+        missing.extend(waiting)
+        return math.nan if waiting else score(label, epsilon, point)
+
+    tune(placed.axes[label], known, higher_is_better=True, max_extensions=extensions)
+    return missing
 
 
 def _tuning_text(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], control: str, quick: bool) -> str:

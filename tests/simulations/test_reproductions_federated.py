@@ -132,6 +132,54 @@ def test_tuning_at_every_epsilon_gives_each_epsilons_test_runs_its_own_values(tm
         placed, tunings, "", quick=False)
 
 
+def test_with_jobs_each_grid_extension_runs_ahead_in_one_batch_and_the_search_finds_its_runs_finished(
+    tmp_path, monkeypatch
+):
+    """--jobs 2: every strategy's initial grid runs in one batch, then the five points each 2 × 2 grid's one
+    extension adds (its best is on both edges), all strategies together; the search then reads only finished runs
+    and chooses what the search run in turn chooses. The training run is a stand-in whose validation score peaks at
+    lr 0.03 and server lr 3 (past the grid's low and high edges)."""
+    batches, read = [], []
+
+    def fake_run_ahead(base, specs, jobs):
+        assert jobs == 2
+        batches.append(sorted(spec.name for spec in specs))
+        for spec in specs:  # what a finished run leaves (RunDirectory.holds_finished_run)
+            (spec.out / spec.name).mkdir(parents=True)
+            for name in ("summary.md", "final_metrics.json"):
+                (spec.out / spec.name / name).write_text("{}")
+
+    def fake_run_one(base, spec):
+        assert RunDirectory(spec.out / spec.name).holds_finished_run(), spec.name
+        read.append(spec.name)
+        lr, server = spec.overrides["client"]["lr"], spec.overrides["strategy"]["server_optimizer"]["lr"]
+        return SimpleNamespace(headline="accuracy", row={"val_accuracy": -abs(math.log(lr / 0.03))
+                                                         - abs(math.log(server / 3.0))})
+
+    monkeypatch.setattr(federated, "run_ahead", fake_run_ahead)
+    monkeypatch.setattr(federated, "run_one", fake_run_one)
+    grid = (Axis("client.lr", (0.1, 0.3)), Axis(SERVER_LR.name, (1.0, 3.0)))
+    placed = PlacedSweep(base={}, strategies={"a": {}, "b": {}}, epsilons=(2.0,), seeds=(0,),
+                         axes={"a": grid, "b": grid}, max_extensions=1, tuning_seeds=(TUNING_SEED,))
+    tunings = federated._tune(placed, tmp_path, jobs=2)
+    assert [len(batch) for batch in batches] == [2 * 4, 2 * 5]
+    assert all(name.startswith(("a__", "b__")) for name in batches[1])
+    for t in tunings.values():  # the low edge extended (and still flagged), the high edge's optimum inside
+        assert t.best == {CLIENT_LR.name: pytest.approx(0.1 / 3), SERVER_LR.name: 3.0} and t.evaluations == 9
+        assert t.on_edge == (CLIENT_LR.name,)
+    assert len(read) == len(set(read)) == 2 * 9  # each finished run read once
+    assert federated._tune(placed, tmp_path, jobs=2) == tunings and len(batches) == 2  # all finished: none ahead
+
+
+def test_a_reproduction_bounds_its_edge_extensions_and_quick_mode_never_extends(tmp_path):
+    repro = dope_table7.REPRODUCTION
+    assert place(repro, tmp_path, quick=False).max_extensions == repro.max_extensions == 1
+    assert place(repro, tmp_path, quick=True).max_extensions == 0
+    assert place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False).max_extensions == 2  # the default
+    with pytest.raises(ValueError, match="max_extensions must be ≥ 0"):
+        dataclasses.replace(repro, max_extensions=-1)
+
+
 def test_budget_schedule_boosts_one_round_of_60_at_the_papers_sigma_squared():
     for run in load_sweep(budget_schedule_table2.REPRODUCTION.sweep).runs:
         schedule = run.config.strategy.budget_schedule
