@@ -65,6 +65,7 @@ from fedpub.simulations.reproductions.results_record import (
     ClaimRecord,
     ReproductionRecord,
     default_out,
+    read_claims_json,
     write_claims_json,
 )
 from fedpub.simulations.reproductions.tuning import Axis, Tuning, grid_points, tune
@@ -214,9 +215,11 @@ class PlacedSweep:
         return self.epsilons or (None,)
 
 
-def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
-    """The sweep as it runs into ``out`` (full, or quick: see the module docstring)."""
+def place(repro: FederatedReproduction, out: Path, quick: bool, seeds: int | None = None) -> PlacedSweep:
+    """The sweep as it runs into ``out`` (full, or quick: see the module docstring); ``seeds``: test seeds 0 to
+    ``seeds`` − 1 instead of the sweep file's."""
     raw = repro.raw
+    test_seeds = tuple(raw["seeds"]) if seeds is None else tuple(range(seeds))
     base = deep_merge(yaml.safe_load(repro.base_text()), dict(repro.changes))
     epsilons = tuple(float(e) for e in raw["epsilons"]) if "epsilons" in raw else None
     strategies, axes = repro.strategies, {label: tuple(axes) for label, axes in repro.axes.items()}
@@ -228,7 +231,7 @@ def place(repro: FederatedReproduction, out: Path, quick: bool) -> PlacedSweep:
         epsilons = None
         axes = {label: tuple(Axis(a.name, a.values[:2 if i == 0 else 1], a.scale) for i, a in enumerate(grid))
                 for label, grid in axes.items()}
-    return PlacedSweep(base, strategies, epsilons, tuple(raw["seeds"]), axes, 0 if quick else repro.max_extensions,
+    return PlacedSweep(base, strategies, epsilons, test_seeds, axes, 0 if quick else repro.max_extensions,
                        tuple(repro.tuning_seeds))
 
 
@@ -402,7 +405,15 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
                              "its gates run")
     parser.add_argument("--jobs", type=parse_jobs, default=1,
                         help="runs at once, each in a worker process (auto: one per core); default 1")
+    parser.add_argument("--seeds", type=int, default=None, metavar="N",
+                        help="test seeds 0 to N-1 (default: the sweep file's); a rerun with more seeds keeps the "
+                             "tuning and the finished runs and adds the new seeds' runs")
     args = parser.parse_args(argv)
+    if args.seeds is not None and args.seeds < 3:
+        parser.error(f"--seeds must be at least 3 (the claim judge needs 3 seeds a cell), got {args.seeds}")
+    if args.seeds is not None and (overlap := sorted(set(range(args.seeds)) & set(repro.tuning_seeds))):
+        parser.error(f"--seeds {args.seeds}: the test seeds {overlap} are {repro.name}'s tuning seeds "
+                     f"({', '.join(map(str, repro.tuning_seeds))}); use at most {min(repro.tuning_seeds)}")
     try:
         return _run(repro, args)
     except (RunInterrupted, KeyboardInterrupt, RunsDidNotFinish) as stop:
@@ -411,11 +422,18 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
         raise SystemExit(130) from None
 
 
+def _earlier_wall_time(out: Path) -> float:
+    """The seconds earlier invocations spent on ``out`` (its ``claims.json``'s, 0 without one): a rerun that adds
+    seeds records the whole run's time, not the rerun's."""
+    path = out / "claims.json"
+    return read_claims_json(path).wall_time_s if path.exists() else 0.0
+
+
 def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
     """:func:`run` once its arguments are parsed."""
     started = time.perf_counter()
     out: Path = args.out or default_out(repro.name, args.quick)
-    placed = place(repro, out, args.quick)
+    placed = place(repro, out, args.quick, args.seeds)
     tunings = _tune(placed, out, args.jobs)
     epsilons = placed.epsilons or (None,)
     tuned = {(label, eps): _tuned_overrides(placed, tunings, label, eps) for label in placed.strategies
@@ -460,10 +478,11 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
                "`sweep.yaml`."), ""]
     write_text_atomic(out / "comparison.md", "\n".join(lines))
     print("\n".join(lines))
-    command = f"python -m fedpub.simulations.reproductions.{repro.name}" + (" --quick" if args.quick else "")
+    command = (f"python -m fedpub.simulations.reproductions.{repro.name}" + (" --quick" if args.quick else "")
+               + (f" --seeds {args.seeds}" if args.seeds is not None else ""))
     write_claims_json(out, ReproductionRecord(
         repro.name, repro.seed_paper, repro.title, repro.paper, command, args.quick, len(placed.seeds),
-        time.perf_counter() - started, tuning,
+        _earlier_wall_time(out) + time.perf_counter() - started, tuning,
         tuple(ClaimRecord.of(c.text, c.better, c.worse, j, c.paper_figure)
               for c, j in zip(repro.claims, judged, strict=True)),
         ("comparison.md", TABLE_FILE), (EPSILON_PLOT, ROUND_PLOT),

@@ -275,6 +275,17 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
     chosen = {label: s["client"]["lr"] for label, s in ran["strategies"].items()}
     assert set(chosen) == {"first_rounds", "last_rounds"} and set(chosen.values()) <= {0.03, 0.1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    if jobs == 1:  # more test seeds later: the tuning and the finished runs are kept, the record says so
+        budget_schedule_table2.main(["--quick", "--out", str(out), "--seeds", "4"])
+        more = read_claims_json(out / "claims.json")
+        assert more.seeds == 4 and more.command.endswith("--quick --seeds 4")
+        assert len(list((out / "tuning").iterdir())) == 8 and len(list((out / "runs").iterdir())) == 8
+        assert more.wall_time_s > record.wall_time_s  # the whole run's time, both invocations
+        for seeds, why in (("101", "the test seeds [100] are budget_schedule_table2's tuning seeds"),
+                           ("2", "at least 3")):
+            with pytest.raises(SystemExit):
+                budget_schedule_table2.main(["--quick", "--out", str(out), "--seeds", seeds])
+            assert why in capsys.readouterr().err
 
 
 QUICK_OTHERS = [dope_table7] + [pytest.param(m, marks=pytest.mark.extended)
