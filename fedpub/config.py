@@ -281,8 +281,8 @@ class PreconditionConfig(Section):
     power: float = Field(1.0, gt=0, description="token_frequency: A_j = max((count_j/mean)^power, floor)")
     floor: float = Field(1e-2, gt=0, description="token_frequency: smallest A_j")
     shuffle: bool = Field(
-        False, description="token_frequency: the control shuffled A, the counts permuted across the vocabulary by a "
-        "permutation seeded from the run's seed (the same values, no information)"
+        False, description="token_frequency: the control shuffled A, the counts of the words that occur permuted "
+        "among them by a permutation seeded from the run's seed (the same values, no information)"
     )
 
     @model_validator(mode="after")

@@ -144,8 +144,12 @@ def token_frequency_preconditioner(
     """Side information for bag-of-words logistic regression (weight ``[num_labels, vocab]``): column j of
     ``weight_name`` gets A = max((count_j / mean count)^power, floor), so rare tokens take larger steps;
     every other parameter gets A = 1. ``word_counts`` follow the model's vocabulary (column) order. With a
-    ``shuffle_seed`` the counts are first permuted across the vocabulary by a permutation drawn from it: the control
-    shuffled A (fedpub issue 36), the same column values with the information of which word has which gone."""
+    ``shuffle_seed`` the counts of the words that occur (count > 0) are first permuted among those words by a
+    permutation drawn from it: the control shuffled A (fedpub issue 36), the same A values on the words training
+    sees, with the information of which word has which gone. A word that never occurs keeps its floor: permuting
+    across the whole vocabulary would instead hand most occurring words the floor of the many words that never
+    occur (a 100× larger step on nearly every word), another step size rather than the same side information
+    shuffled."""
     if weight_name not in params or params[weight_name].dim() != 2:
         raise ValueError(f"weight_name {weight_name!r} must name a 2-d weight among {sorted(params)}")
     if not (floor > 0 and math.isfinite(power)):
@@ -159,8 +163,10 @@ def token_frequency_preconditioner(
     if not bool(torch.isfinite(counts).all() and (counts >= 0).all() and counts.sum() > 0):
         raise ValueError("word_counts must be finite, >= 0 and not all zero")
     if shuffle_seed is not None:
-        order = torch.randperm(counts.numel(), generator=torch_generator(shuffle_seed, "shuffled_side_information"))
-        counts = counts[order]
+        occurring = (counts > 0).nonzero().squeeze(1)
+        order = torch.randperm(len(occurring), generator=torch_generator(shuffle_seed, "shuffled_side_information"))
+        counts = counts.clone()
+        counts[occurring] = counts[occurring[order]]
     column = (counts / counts.mean()).pow(power).clamp_min(floor).to(weight.dtype)
     a = tree.map_tree(torch.ones_like, params)
     a[weight_name] = column.expand_as(weight).clone()

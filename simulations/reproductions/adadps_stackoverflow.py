@@ -39,9 +39,11 @@ ones), where dividing each step by token frequency slows the words that carry th
 DP-FedAvg beats AdaDPS there (probe: DP-FedAvg at lr 10, server lr 3, clip 3: 0.608). A full run: 7 arms × 27
 tuning points + 21 test runs, about 230 runs of 10-40 s on 2 shared cores (about 1-2 hours at ``--jobs 2``).
 
-**Control** (fedpub issue 36): *shuffled A* (``precondition.shuffle: true``), the token counts permuted across the
-vocabulary by a permutation the run's seed draws, so A has the same values (the same spread of step sizes) with
-the information of which word has which gone: what AdaDPS with token frequencies gains over it is the side
+**Control** (fedpub issue 36): *shuffled A* (``precondition.shuffle: true``), the counts of the words that occur
+permuted among them by a permutation the run's seed draws, so A has the same values on the words training sees (the
+same spread of step sizes) with the information of which word has which gone (the first full run permuted across
+the whole vocabulary, most of it never drawn, which gave nearly every drawn word the floor's 100× step: another step
+size, not the same side information shuffled): what AdaDPS with token frequencies gains over it is the side
 information's, not a rescaling's (the paper has no such arm: the claim gives no paper effect). Its tuning is the
 token-frequency arm's (A's strength p included).
 
@@ -152,8 +154,8 @@ REPRODUCTION = FederatedReproduction(
         Claim("AdaDPS with the public users' RMSProp statistic beats DP-FedAvg", "adadps_public_rmsprop", "dp_fedavg",
               "AdaDPS with public data matches the token-frequency run on StackOverflow (Fig. 4): about +5 points",
               paper_effect=0.05),
-        Claim("AdaDPS with token frequencies beats its shuffled-A control (the same A values, permuted across the "
-              "words)", "adadps_token_frequency", "adadps_shuffled_token_frequency",
+        Claim("AdaDPS with token frequencies beats its shuffled-A control (the same A values, permuted among the "
+              "words that occur)", "adadps_token_frequency", "adadps_shuffled_token_frequency",
               "none: a mechanism control the paper does not run (fedpub issue 36)"),
         Claim("On anti-aligned data (the label in the frequent words) DP-FedAvg beats AdaDPS with token "
               "frequencies: the side information is false there", "dp_fedavg_anti_aligned",
