@@ -21,12 +21,12 @@ selected on its outcome. With 2 % in-distribution public users DP-FedAvg did not
 users' mean update is added to the average without recentering the private clipping on it.
 
 **The design and its cost.** ε = 2 only: the probe established the gate at ε = 2 alone, and every further ε
-doubles the cost. Every arm tunes the same 2 × 2 grid (:data:`GRID`: client lr × server lr, the latter scaling
-the noise with the signal, issue 36 item 2) on the validation users (``data.validation``: 10 % of the private
-users held out of N, never trained on), extended once past its edges (``max_extensions=1``: a 2 × 2 grid's best
-is always on an edge, so every arm ends on a 3 × 3 grid: 9 points), each point the mean of two tuning seeds
-(100, 101); the public-only control's learning rate and epochs likewise. Then every arm runs with its tuned values
-on 3 test seeds; the claims are judged on the test users (the first 1,000 test clients, paired by seed) by
+doubles the cost. Every arm tunes the same 2 × 2 grid (:data:`~.federated.GATE_SIZE_RATES`: client lr × server
+lr, the latter scaling the noise with the signal, issue 36 item 2) on the validation users (``data.validation``:
+10 % of the private users held out of N, never trained on), extended once past its edges (``max_extensions=1``: a
+2 × 2 grid's best is always on an edge, so every arm ends on a 3 × 3 grid: 9 points), each point the mean of two
+tuning seeds (100, 101); the public-only control's learning rate and epochs likewise. Then every arm runs with its
+tuned values on 3 test seeds; the claims are judged on the test users (the first 1,000 test clients, paired by seed) by
 :mod:`fedpub.simulations.reproductions.judge`. 3 × 9 × 2 = 54 tuning runs and 9 test runs, not counting the
 control: with ``--jobs 2`` about 40 minutes on 2 cores, up to about an hour shared with other work. The probe runs
 behind these choices (DOPE at ε = 2, full size, two at a time on 2 shared cores: 52–56 s a run, 0.33 s a round,
@@ -48,10 +48,9 @@ from typing import Any
 from fedpub.simulations.tools.compare import deep_merge
 from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.reproductions.federated import QUICK_EMNIST, TUNING_SEEDS, FederatedReproduction, Row, run
-from fedpub.simulations.reproductions.federated import CLIENT_LR, EVALUATION, SERVER_LR, emnist_gates
+from fedpub.simulations.reproductions.federated import GATE_SIZE_EMNIST, GATE_SIZE_RATES, emnist_gates
 from fedpub.simulations.reproductions.judge import Claim
 from fedpub.simulations.reproductions.public_only import control_config, public_only_control
-from fedpub.simulations.reproductions.tuning import Axis
 
 PAPER = (
     "Nasr et al. 2023, Table 7 (EMNIST, 2% public users, user-level δ = 1e-5): DP-SGD (all) 82.2 / 83.4 / 85.0 / "
@@ -59,22 +58,12 @@ PAPER = (
     "ε = 0.5 / 1 / 2 / 4."
 )
 PUBLIC_FRACTION = 0.02
-REGIME: dict[str, Any] = deep_merge(EVALUATION, {
-    "rounds": 150, "eval_every": 50, "checkpoint_every": 50,
-    "model": {"name": "emnist_softmax"},
-    "client": {"epochs": 1},
-    "data": {"path": "data/synthetic_emnist_5000", "synthetic": {"num_writers": 5000},
-             "public": {"fraction": PUBLIC_FRACTION}, "eval_clients": 1000},
-    "strategy": {"sampling": {"clients_per_round": 500}},
-})
-"""The sweep's base config (``public_emnist.yaml``) changed to the gate probe's sizes (the module docstring). Every
-method and the control are evaluated on the same test clients, the first 1,000 by id, private users' included
-(:data:`EVALUATION`; ``dp_fedavg_all`` has no public users to be evaluated on): their pooling and three evaluations
-(``eval_every: 50``) cost a few seconds of a run's minute."""
+REGIME: dict[str, Any] = deep_merge(GATE_SIZE_EMNIST, {"data": {"public": {"fraction": PUBLIC_FRACTION}}})
+"""The gate size (:data:`~.federated.GATE_SIZE_EMNIST`: the module docstring) with 2 % of the writers public. Every
+method and the control are evaluated on the same test clients, private users' included (``dp_fedavg_all`` has no
+public users to be evaluated on)."""
 ARMS = ("dp_fedavg_all", "dp_fedavg_only_private", "dope")
-GRID = (Axis(CLIENT_LR.name, (0.03, 0.1)), Axis(SERVER_LR.name, (0.3, 1.0)))
-"""Every arm's 2 × 2 tuning grid (client lr × server lr), reaching down from the gate probe's 0.1 / 1.0 (the probe
-runs that chose it: the module docstring)."""
+
 
 
 def signal_arithmetic(rows: Sequence[Row], base: Mapping[str, Any]) -> str:
@@ -105,7 +94,7 @@ REPRODUCTION = FederatedReproduction(
         Claim("DP only on the private users beats DP-SGD on all users", "dp_fedavg_only_private", "dp_fedavg_all",
               "83.1 vs 82.2 (ε=0.5) … 86.4 vs 86.2 (ε=4): +0.2 to +1.2 points", paper_effect=0.002),
     ),
-    axes={label: GRID for label in ARMS},
+    axes={label: GATE_SIZE_RATES for label in ARMS},
     gates=emnist_gates(ARMS, private=("dp_fedavg_all", "dp_fedavg_only_private")),
     tuning_seeds=TUNING_SEEDS,
     max_extensions=1,

@@ -118,6 +118,25 @@ trained on), and every test client for the claims (``eval_users: all``: by defau
 evaluated on the public users' test examples only: a few hundred examples, of the very users that
 post-training fits)."""
 
+GATE_SIZE_EMNIST: dict[str, Any] = deep_merge(EVALUATION, {
+    "rounds": 150, "eval_every": 50, "checkpoint_every": 50,
+    "model": {"name": "emnist_softmax"},
+    "client": {"epochs": 1},
+    "data": {"path": "data/synthetic_emnist_5000", "synthetic": {"num_writers": 5000}, "eval_clients": 1000},
+    "strategy": {"sampling": {"clients_per_round": 500}},
+})
+"""The sweeps' base (``public_emnist.yaml``) changed to the sizes at which the regime probe of fedpub issue 36
+(:mod:`.emnist_regime`, ``simulations/configs/public_emnist_gate.yaml``) found the gate passing: the softmax
+``emnist_softmax`` (d = 7,850), 5,000 writers (``data/synthetic_emnist_5000``, generated on first use, about a
+minute and 245 MB; shared by the reproductions at this size, whose public users are a fraction of them), 500
+private users expected a round (Poisson), 150 rounds of one local epoch, evaluated on the first 1,000 test clients
+by id (:data:`EVALUATION`; three evaluations, ``eval_every: 50``, cost a few seconds of a run's minute)."""
+
+GATE_SIZE_RATES = (Axis(CLIENT_LR.name, (0.03, 0.1)), Axis(SERVER_LR.name, (0.3, 1.0)))
+"""A 2 × 2 grid of client lr × server lr at :data:`GATE_SIZE_EMNIST`, reaching down from the gate probe's 0.1 / 1.0
+(DOPE's probe runs that chose it: :mod:`.dope_table7`); extended once it is 3 × 3 (DOPE's DP-FedAvg arms chose
+0.03 / 1.0 inside it)."""
+
 Row = dict[str, Any]
 Control = Callable[[Mapping[str, Any], Sequence[int], bool], tuple[list[Row], str]]
 """(the placed base config, the test seeds, quick) ↦ one row per seed of a method run outside the sweep, once

@@ -90,14 +90,14 @@ def test_each_quick_placement_is_tiny_untuned_and_writes_under_out(module, tmp_p
 
 
 def test_the_full_placement_tunes_at_every_epsilon_with_two_seeds_and_extends_edges(tmp_path):
-    placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False)
-    assert placed.epsilons == (0.5, 2.0, 8.0) and placed.tuning_epsilons == (0.5, 2.0, 8.0)
+    placed = place(budget_schedule_table2.REPRODUCTION, tmp_path, quick=False)
+    assert placed.epsilons == (1.0, 3.0, 8.0) and placed.tuning_epsilons == (1.0, 3.0, 8.0)
     assert placed.max_extensions == 2 and placed.tuning_seeds == (TUNING_SEED, TUNING_SEED + 1)
-    assert place(budget_schedule_table2.REPRODUCTION, tmp_path, quick=False).tuning_epsilons == (1.0, 3.0, 8.0)
+    placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False)
+    assert placed.tuning_epsilons == (2.0,) and placed.tuning_seeds == (TUNING_SEED, TUNING_SEED + 1)
     assert place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=True).tuning_epsilons == (None,)
     # the paper's K is tuned, not the recipe's alpha_floor (not in the paper)
-    assert [a.name for a in placed.axes["pda_dpmd"]] == ["client.lr", "strategy.server_optimizer.lr",
-                                                         "strategy.mirror.decay_rounds"]
+    assert [a.name for a in placed.axes["pda_dpmd"]] == ["strategy.server_optimizer.lr", "strategy.mirror.decay_rounds"]
     assert "alpha_floor" not in pda_dpmd_federated.REPRODUCTION.sweep.read_text().split("strategies:")[1].replace(
         "no alpha_floor", "")
     assert place(adadps_stackoverflow.REPRODUCTION, tmp_path, quick=False).epsilons is None  # fixed σ = 0.3
@@ -175,9 +175,34 @@ def test_a_reproduction_bounds_its_edge_extensions_and_quick_mode_never_extends(
     repro = dope_table7.REPRODUCTION
     assert place(repro, tmp_path, quick=False).max_extensions == repro.max_extensions == 1
     assert place(repro, tmp_path, quick=True).max_extensions == 0
-    assert place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False).max_extensions == 2  # the default
+    assert place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False).max_extensions == 1
+    assert place(public_epochs_figure4.REPRODUCTION, tmp_path, quick=False).max_extensions == 2  # the default
     with pytest.raises(ValueError, match="max_extensions must be ≥ 0"):
         dataclasses.replace(repro, max_extensions=-1)
+
+
+def test_the_gate_size_reproductions_share_one_data_folder_and_differ_in_their_public_share(tmp_path):
+    """DOPE's and PDA-DPMD's runs read the same 5,000 generated writers (one spec: no second generation, no
+    refusal), with 2 % and 5 % of them public."""
+    dope, pda = (place(m.REPRODUCTION, tmp_path, quick=False).base for m in (dope_table7, pda_dpmd_federated))
+    assert dope["data"]["path"] == pda["data"]["path"] == "data/synthetic_emnist_5000"
+    assert dope["data"]["synthetic"] == pda["data"]["synthetic"] and pda["data"]["synthetic"]["num_writers"] == 5000
+    assert (dope["data"]["public"]["fraction"], pda["data"]["public"]["fraction"]) == (0.02, 0.05)
+    assert {k: v for k, v in dope.items() if k != "data"} == {k: v for k, v in pda.items() if k != "data"}
+    assert pda["model"]["name"] == "emnist_softmax" and pda["strategy"]["sampling"]["clients_per_round"] == 500
+
+
+def test_pda_dpmds_k_stays_whole_rounds_wherever_its_grid_is_extended(tmp_path):
+    """K (mirror.decay_rounds) is a whole number of rounds: the tuning grid's one extension, past either edge, must
+    land on one (a K of 37.5 would fail the run, not the search)."""
+    placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False)
+    for label in ("pda_dpmd", "alpha_damped_dp_fedavg"):
+        (k,) = [a for a in placed.axes[label] if a.name == "strategy.mirror.decay_rounds"]
+        for edge in (k.values[0], k.values[-1]):
+            for value in k.extended(edge).values:
+                config = _config(placed, label, {k.name: value}, tmp_path)
+                assert config.strategy.mirror.decay_rounds == value and value >= 1
+    assert placed.strategies["pda_dpmd"]["client"] == placed.strategies["alpha_damped_dp_fedavg"]["client"]
 
 
 def test_budget_schedule_boosts_one_round_of_60_at_the_papers_sigma_squared():
