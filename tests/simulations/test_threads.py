@@ -76,6 +76,22 @@ def test_the_choice_is_in_the_environment_before_torch_loads_openmp():
     assert ("idle threads sleep" in " ".join(reason)) == (chosen == "passive")
 
 
+@pytest.mark.parametrize("package", ["benchmarks", "reproductions"])
+def test_the_benchmarks_and_reproductions_apply_the_choice_before_torch_loads(package):
+    """A fresh process importing the package (as ``python -m fedpub.simulations.<package>.<module>`` does first): the
+    choice is made with torch not yet loaded, and what it chose is in the environment OpenMP reads."""
+    code = (
+        "import os, sys\n"
+        f"from fedpub.simulations.{package} import THREADS\n"
+        "assert 'torch' not in sys.modules, 'the package imports torch'\n"
+        "print(os.environ.get('OMP_WAIT_POLICY', '-'), THREADS.variables.get('OMP_WAIT_POLICY', '-'), THREADS.reason)\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True)
+    in_environment, chosen, *reason = out.stdout.split()
+    assert in_environment == chosen and "torch was imported" not in " ".join(reason)
+
+
 def _stat(busy: int, idle: int) -> str:
     """A ``/proc/stat`` whose all-core line has ``busy`` ticks spread over its busy fields and ``idle`` idle ticks."""
     return f"cpu  {busy // 2} 0 {busy - busy // 2} {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
