@@ -91,7 +91,7 @@ from fedpub.round_driver import PreparedRound, RoundPlan
 from fedpub.step import Chain
 from fedpub.strategy import usable_rows
 from fedpub.types import Params, Updates
-from fedpub.simulations.run.experiment import build_experiment
+from fedpub.simulations.run.experiment import Experiment, build_experiment
 from fedpub.simulations.flower.environment import offline_flower_environment, quiet_flower_logging, without_final_results
 from fedpub.simulations.flower.server_app import simulated_nodes
 from fedpub.simulations.flower.simulation import backend_config
@@ -609,10 +609,14 @@ def make_server_app(
     return app
 
 
-def run_secagg_simulation(config: ExperimentConfig, options: RunOptions = RunOptions()) -> RunResult:
-    """Run (or resume) ``config`` in Flower simulation, one SuperNode per training user, with SecAgg+."""
+def run_secagg_simulation(
+    config: ExperimentConfig, options: RunOptions = RunOptions(), experiment: Experiment | None = None
+) -> RunResult:
+    """Run (or resume) ``config`` in Flower simulation, one SuperNode per training user, with SecAgg+;
+    ``experiment``: ``config``'s, when the caller has built it already."""
     check_supported(config)
-    experiment = build_experiment(config)  # config errors (data, accountant, budget) before Ray starts
+    if experiment is None:
+        experiment = build_experiment(config)  # config errors (data, accountant, budget) before Ray starts
     offline_flower_environment()
     from flwr.simulation import run_simulation
 
@@ -658,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.rounds is not None:
             config = parse_config({**config.model_dump(mode="json"), "rounds": args.rounds}, str(args.config))
         check_supported(config)
-        build_experiment(config)
+        experiment = build_experiment(config)
     except ValueError as error:  # ConfigError and PrivacyError are ValueErrors
         parser.exit(2, f"error: {error}\n")
 
@@ -672,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     started = time.perf_counter()
     settings = SecAggSettings(args.num_shares, args.reconstruction_threshold)
-    result = run_secagg_simulation(config, RunOptions(args.fresh, settings, report))
+    result = run_secagg_simulation(config, RunOptions(args.fresh, settings, report), experiment)
     print(f"{result.rounds_done} rounds in {time.perf_counter() - started:.0f} s; ε = {result.epsilon:.4g} at "
           f"δ = {result.delta:g}; results in {result.run_dir.root}")
 

@@ -45,7 +45,7 @@ def check_backend(backend: str, *, tune_allocator: bool = False, torchrun: bool 
 
 def check_config_for(backend: Backend, config: ExperimentConfig) -> None:
     """Refuse, naming the field, what ``backend`` cannot run of ``config`` (SecAgg+: a part whose per-user map no
-    device runs, Poisson cohorts, an infinite clip norm), before any data is read."""
+    device runs, Poisson cohorts, an infinite clip norm, ``data.preload``), before any data is read."""
     if backend == "secagg":
         check_supported(config)
 
@@ -73,7 +73,7 @@ def run_experiment(
             if on_round is not None:
                 on_round(outcome.record)
 
-        return run_secagg_simulation(config, RunOptions(fresh=fresh, on_round=report))
+        return run_secagg_simulation(config, RunOptions(fresh=fresh, on_round=report), experiment)
     if backend == "flower":
         return run_flower_simulation(config, simulated_nodes(experiment), fresh=fresh, on_round=on_round)
     return run_in_process(
