@@ -94,7 +94,7 @@ from fedpub.types import Params, Updates
 from fedpub.simulations.run.experiment import Experiment, build_experiment
 from fedpub.simulations.flower.environment import offline_flower_environment, quiet_flower_logging, without_final_results
 from fedpub.simulations.flower.server_app import simulated_nodes
-from fedpub.simulations.flower.simulation import backend_config
+from fedpub.simulations.flower.simulation import backend_config, refuse_preload
 from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.flower.server_app import server_public_pool
 from fedpub.simulations.run.session import RunResult, RunSession
@@ -177,9 +177,7 @@ def check_supported(config: ExperimentConfig) -> None:
         )
     if not math.isfinite(config.strategy.clip_norm):
         raise ValueError("the SecAgg+ transport needs a finite strategy.clip_norm (clients clip, SecAgg+ quantises)")
-    if config.data.preload:
-        raise ValueError("data.preload fills the in-process engine's cache; with SecAgg+ each user trains on its own "
-                         "node, which reads its own data: set data.preload: false, or run in process")
+    refuse_preload(config, "with SecAgg+ each user trains on its own node")
 
 
 # -- what a device is sent ------------------------------------------------------------------------

@@ -78,6 +78,13 @@ def _log(what: str) -> None:
     log(INFO, "fedpub: Flower simulation on %s", what)
 
 
+def refuse_preload(config: ExperimentConfig, where: str) -> None:
+    """Refuse ``data.preload`` on a backend whose users train ``where`` (a process that reads its own data)."""
+    if config.data.preload:
+        raise ValueError(f"data.preload fills the in-process engine's cache; {where} that reads its own data: set "
+                         "data.preload: false, or run in process")
+
+
 def run_flower_simulation(
     config: ExperimentConfig,
     num_supernodes: int,
@@ -86,11 +93,7 @@ def run_flower_simulation(
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
     """Run ``config`` in Flower simulation with ``num_supernodes`` virtual nodes (one per user)."""
-    if config.data.preload:
-        raise ValueError(
-            "data.preload fills the in-process engine's cache; in Flower simulation each user trains in a Ray "
-            "worker that reads its own data: set data.preload: false, or run in process"
-        )
+    refuse_preload(config, "in Flower simulation each user trains in a Ray worker")
     offline_flower_environment()
     quiet_flower_logging(in_process_simulation=True)
     backend = backend_config(config.flower)  # an unreachable cluster refused before the apps are built
