@@ -217,17 +217,19 @@ class Workers:
         self, total: Updates, users: int, tallies: Mapping[str, float], round_index: int
     ) -> tuple[Updates, int, dict[str, float]]:
         """The sum over the ranks of each rank's per-user sum ``total``, its ``users`` and its summed ``tallies``:
-        one all-reduce per dtype of the model's tensors, one of the counts (float64: exact below 2**53)."""
+        one all-reduce per dtype of the model's tensors, one of the counts (float64: exact below 2**53). The reduction
+        runs on this rank's device (NCCL reduces CUDA tensors only; the round may hold its sum on the CPU) and each
+        summed tensor is returned on the device its ``total`` was on."""
         names = sorted(tallies)
         counts = torch.tensor([float(users), *(tallies[n] for n in names)], dtype=torch.float64, device=self.device)
         summed: dict[str, torch.Tensor] = {}
         with self._collective(f"the all-reduce of round {round_index}'s sum"):
             for dtype in dict.fromkeys(t.dtype for t in total.values()):
                 keys = [k for k, t in total.items() if t.dtype == dtype]
-                flat = torch.cat([total[k].reshape(-1) for k in keys])
+                flat = torch.cat([total[k].reshape(-1) for k in keys]).to(self.device)
                 dist.all_reduce(flat)
                 for key, part in zip(keys, flat.split([total[k].numel() for k in keys]), strict=True):
-                    summed[key] = part.view(total[key].shape)
+                    summed[key] = part.view(total[key].shape).to(total[key].device)
             dist.all_reduce(counts)
         values = counts.tolist()
         return {k: summed[k] for k in total}, round(values[0]), dict(zip(names, values[1:], strict=True))
@@ -281,7 +283,7 @@ class Workers:
              [dict(r.metrics) for r in private.values()], sum(r.num_examples for r in private.values())),
             f"gathering round {plan.round}'s public updates",
         )
-        public_replies = {cid: _moved(u, self.device) for replies, _, _ in gathered for cid, u in replies.items()}
+        public_replies = {cid: u for replies, _, _ in gathered for cid, u in replies.items()}  # on the CPU, as trained
         metrics = [m for _, rank_metrics, _ in gathered for m in rank_metrics]
         examples = sum(n for _, _, n in gathered)
         prepared = driver.prepare(plan, params, session.state, public_replies)
