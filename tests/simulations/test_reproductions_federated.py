@@ -90,9 +90,16 @@ def test_each_quick_placement_is_tiny_untuned_and_writes_under_out(module, tmp_p
 
 
 def test_the_full_placement_tunes_at_every_epsilon_with_two_seeds_and_extends_edges(tmp_path):
-    placed = place(budget_schedule_table2.REPRODUCTION, tmp_path, quick=False)
-    assert placed.epsilons == (1.0, 3.0, 8.0) and placed.tuning_epsilons == (1.0, 3.0, 8.0)
-    assert placed.max_extensions == 2 and placed.tuning_seeds == (TUNING_SEED, TUNING_SEED + 1)
+    repro = budget_schedule_table2.REPRODUCTION
+    placed = place(repro, tmp_path, quick=False)
+    assert placed.epsilons == placed.tuning_epsilons == (3.0,)
+    assert place(repro, tmp_path, quick=False, seeds=5).seeds == (0, 1, 2, 3, 4)
+    assert placed.max_extensions == 1 and placed.tuning_seeds == (TUNING_SEED, TUNING_SEED + 1)
+    sweep = yaml.safe_load(repro.sweep.read_text())
+    sweep["base"] = str(repro.sweep.parent / sweep["base"])
+    (tmp_path / "table2.yaml").write_text(yaml.safe_dump({**sweep, "epsilons": [1, 3, 8]}))
+    placed = place(dataclasses.replace(repro, sweep=tmp_path / "table2.yaml"), tmp_path, quick=False)
+    assert placed.epsilons == placed.tuning_epsilons == (1.0, 3.0, 8.0)
     placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False)
     assert placed.tuning_epsilons == (2.0,) and placed.tuning_seeds == (TUNING_SEED, TUNING_SEED + 1)
     assert place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=True).tuning_epsilons == (None,)
@@ -176,20 +183,27 @@ def test_a_reproduction_bounds_its_edge_extensions_and_quick_mode_never_extends(
     assert place(repro, tmp_path, quick=False).max_extensions == repro.max_extensions == 1
     assert place(repro, tmp_path, quick=True).max_extensions == 0
     assert place(pda_dpmd_federated.REPRODUCTION, tmp_path, quick=False).max_extensions == 1
-    assert place(public_epochs_figure4.REPRODUCTION, tmp_path, quick=False).max_extensions == 2  # the default
+    assert place(public_epochs_figure4.REPRODUCTION, tmp_path, quick=False).max_extensions == 1
+    assert place(adadps_stackoverflow.REPRODUCTION, tmp_path, quick=False).max_extensions == 2  # the default
     with pytest.raises(ValueError, match="max_extensions must be ≥ 0"):
         dataclasses.replace(repro, max_extensions=-1)
 
 
 def test_the_gate_size_reproductions_share_one_data_folder_and_differ_in_their_public_share(tmp_path):
-    """DOPE's and PDA-DPMD's runs read the same 5,000 generated writers (one spec: no second generation, no
-    refusal), with 2 % and 5 % of them public."""
-    dope, pda = (place(m.REPRODUCTION, tmp_path, quick=False).base for m in (dope_table7, pda_dpmd_federated))
-    assert dope["data"]["path"] == pda["data"]["path"] == "data/synthetic_emnist_5000"
-    assert dope["data"]["synthetic"] == pda["data"]["synthetic"] and pda["data"]["synthetic"]["num_writers"] == 5000
+    """DOPE's, PDA-DPMD's and Table 2's runs read the same 5,000 generated writers (one spec: no second generation,
+    no refusal), with 2 %, 5 % and none of them public; Figure 4's public writers are off-distribution, generated
+    beside another copy of them (a second spec in one folder would be refused)."""
+    dope, pda, table2, figure4 = (place(m.REPRODUCTION, tmp_path, quick=False).base for m in (
+        dope_table7, pda_dpmd_federated, budget_schedule_table2, public_epochs_figure4))
+    assert dope["data"]["path"] == pda["data"]["path"] == table2["data"]["path"] == "data/synthetic_emnist_5000"
+    assert dope["data"]["synthetic"] == pda["data"]["synthetic"] == table2["data"]["synthetic"]
+    assert pda["data"]["synthetic"]["num_writers"] == 5000
     assert (dope["data"]["public"]["fraction"], pda["data"]["public"]["fraction"]) == (0.02, 0.05)
     assert {k: v for k, v in dope.items() if k != "data"} == {k: v for k, v in pda.items() if k != "data"}
     assert pda["model"]["name"] == "emnist_softmax" and pda["strategy"]["sampling"]["clients_per_round"] == 500
+    assert figure4["data"]["path"] == "data/synthetic_emnist_5000_public"
+    assert figure4["data"]["synthetic"]["public"] == {"num_writers": 100}
+    assert figure4["data"]["public"]["pool"] == "heldout" and figure4["model"] == pda["model"]
 
 
 def test_pda_dpmds_k_stays_whole_rounds_wherever_its_grid_is_extended(tmp_path):
@@ -264,7 +278,7 @@ def test_a_declaration_tuning_unfairly_or_without_validation_users_is_refused():
         dataclasses.replace(repro, changes={})
     with pytest.raises(ValueError, match=r"\['last_rounds'\] have no axes"):
         dataclasses.replace(repro, axes={"first_rounds": repro.axes["first_rounds"]})
-    with pytest.raises(ValueError, match="one size .*'first_rounds': 9, 'last_rounds': 3"):
+    with pytest.raises(ValueError, match="one size .*'first_rounds': 4, 'last_rounds': 3"):
         dataclasses.replace(repro, axes={**repro.axes, "last_rounds": (CLIENT_LR,)})
     with pytest.raises(ValueError, match=r"\['first_rounds', 'last_rounds'\] tune none of"):
         dataclasses.replace(repro, axes={label: (CLIENT_LR, Axis("client.epochs", (1, 2, 3))) for label in repro.axes})
