@@ -65,7 +65,7 @@ def noise_beyond_signal(noise_multiplier: float, expected_cohort: float, rounds:
     if per_round <= math.sqrt(rounds):
         return None
     return (
-        f"noise multiplier z = {noise_multiplier:.4g} on a model of d = {dimension} parameters with an expected "
+        f"noise multiplier z = {noise_multiplier:.4g} in d = {dimension} dimensions with an expected "
         f"cohort m = {expected_cohort:g}: each round's noise on the mean has norm about z·√d/m·C = "
         f"{per_round:.3g}·C, and over the {rounds} planned rounds the noise "
         f"(≈ {per_round * math.sqrt(rounds):.3g}·C) "
@@ -298,6 +298,8 @@ class RoundDriver:
             return
         self._noise_checked = True
         dimension = sum(p.numel() for p in params.values())
+        if self.core.noise_dimensions is not None:
+            dimension = min(dimension, self.core.noise_dimensions)
         why = noise_beyond_signal(self.noise_multiplier, self.core.expected_cohort, self.planned_rounds, dimension)
         if why is not None:
             warnings.warn(why, NoisyBeyondSignal, stacklevel=3)

@@ -82,7 +82,9 @@ class StrategyCore:
     the cohort rule over the ``population`` private users; ``public_cohort`` public users per round (sampled apart, costing no privacy) provide its
     ``public_updates`` and ``public_mean`` inputs; the round driver refuses a public update whose norm exceeds
     ``public_update_bound``. ``client_payloads`` are what a round sends its clients besides the model (from
-    the state: :mod:`fedpub.payloads`)."""
+    the state: :mod:`fedpub.payloads`). ``noise_dimensions``: how many dimensions the released noise lies in when
+    a step confines it (public-subspace projection with ``noise_space: subspace``: k), None for the model's d; the
+    round driver's :class:`~fedpub.round_driver.NoisyBeyondSignal` check reads it."""
 
     name: str
     aggregator: Chain
@@ -92,6 +94,7 @@ class StrategyCore:
     public_cohort: int = 0
     client_payloads: tuple[ClientPayload, ...] = ()
     public_update_bound: float = math.inf
+    noise_dimensions: int | None = None
 
     def __post_init__(self) -> None:
         check_declared(self.client_payloads)

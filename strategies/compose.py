@@ -81,4 +81,6 @@ def build_strategy(
         config.public_clients_per_round,
         client_payloads=client_payloads(config),
         public_update_bound=config.public_update_limit * config.clip_norm,
+        noise_dimensions=(config.projection.k if config.projection and config.projection.noise_space == "subspace"
+                          else None),
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import re
 
+import warnings
+
 import pytest
 import torch
 
@@ -41,11 +43,36 @@ def test_noise_that_buries_the_signal_warns_at_the_first_round_whatever_the_entr
     driver = RoundDriver(built.core, built.new_accountant(), private_ids=[f"u{i}" for i in range(100)],
                          delta=1e-5, planned_rounds=2, noise_multiplier=built.noise_multiplier)
     state = built.core.init(params)
-    with pytest.warns(NoisyBeyondSignal, match=r"d = 10000 parameters .* over the 2 planned rounds") as caught:
+    with pytest.warns(NoisyBeyondSignal, match=r"d = 10000 dimensions .* over the 2 planned rounds") as caught:
         outcome = driver.finish(driver.plan(0, state), params, state, {})
         driver.finish(driver.plan(1, outcome.state), outcome.params, outcome.state, {})
     assert len([w for w in caught if w.category is NoisyBeyondSignal]) == 1  # once a run
     assert noise_beyond_signal(1.0, 100, 1000, 1_000_000) is None  # z·√d/m = 10 < √T ≈ 31.6: a normal run
+
+
+def test_noise_confined_to_the_public_subspace_is_weighed_in_its_k_dimensions():
+    """Projection with ``noise_space: subspace`` releases noise in k dimensions, not the model's d: the check
+    that warned for d = 10,000 above stays silent for k = 2 (z·√2/m < √T) and warns where k is large enough."""
+    def first_round_warnings(k: int, noise_space: str) -> list[str]:
+        strategy = StrategyConfig(name="pdp", target_epsilon=4.0, public_clients_per_round=k,
+                                  projection={"k": k, "noise_space": noise_space},
+                                  sampling={"kind": "poisson", "clients_per_round": 10})
+        built = build_private_strategy(strategy, PrivacyConfig(), population=100, rounds=2, seed=0, reproducible=True)
+        assert built.core.noise_dimensions == (k if noise_space == "subspace" else None)
+        params = {"w": torch.zeros(100, 100)}
+        driver = RoundDriver(built.core, built.new_accountant(), private_ids=[f"u{i}" for i in range(100)],
+                             public_ids=[f"p{i}" for i in range(k)], delta=1e-5, planned_rounds=2,
+                             noise_multiplier=built.noise_multiplier)
+        with warnings.catch_warnings(record=True) as caught:  # the public users give nothing: DP-FedAvg's round
+            warnings.simplefilter("always")
+            state = built.core.init(params)
+            driver.finish(driver.plan(0, state), params, state, {})
+        return [str(w.message) for w in caught if w.category is NoisyBeyondSignal]
+
+    assert first_round_warnings(2, "subspace") == []
+    assert first_round_warnings(2, "ambient") and "d = 10000 dimensions" in first_round_warnings(2, "ambient")[0]
+    (said,) = first_round_warnings(5000, "subspace")
+    assert "d = 5000 dimensions" in said
 
 
 def test_a_delta_not_below_one_over_n_is_refused_naming_the_rule_and_the_fix():
