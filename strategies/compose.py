@@ -23,6 +23,7 @@ from fedpub.payloads import ClientPayload
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
 from fedpub.strategies.build_context import BuildContext
+from fedpub.strategies.projection import noise_dimensions
 
 
 def strategy_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
@@ -81,6 +82,5 @@ def build_strategy(
         config.public_clients_per_round,
         client_payloads=client_payloads(config),
         public_update_bound=config.public_update_limit * config.clip_norm,
-        noise_dimensions=(config.projection.k if config.projection and config.projection.noise_space == "subspace"
-                          else None),
+        noise_dimensions=noise_dimensions(config),
     )

@@ -38,16 +38,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from fedpub.simulations.tools.compare import deep_merge
-from fedpub.simulations.reproductions.federated import GATE_SIZE_EMNIST, GATE_SIZE_RATES, TUNING_SEEDS, run
+from fedpub.simulations.reproductions.federated import GATE_SIZE_60_ROUNDS, GATE_SIZE_RATES, TUNING_SEEDS, run
 from fedpub.simulations.reproductions.federated import FederatedReproduction, emnist_gates
 from fedpub.simulations.reproductions.judge import Claim
 
 ARMS = ("first_rounds", "last_rounds")
-REGIME: dict[str, Any] = deep_merge(GATE_SIZE_EMNIST, {"eval_every": 20, "checkpoint_every": 20})
-"""The gate size with the sweep's 60 rounds (the module docstring), evaluated every 20 rounds."""
 
 REPRODUCTION = FederatedReproduction(
     name="budget_schedule_table2",
@@ -60,7 +56,7 @@ REPRODUCTION = FederatedReproduction(
                   "more budget in the first epoch 46.7 / 49.6 / 54.0% vs in the last epoch 46.3 / 48.0 / 52.0% "
                   "at ε = 1 / 3 / 8 (± 0.5–0.6 each)", paper_effect=0.016),),  # ε = 3's gap, the ε run here
     axes={label: GATE_SIZE_RATES for label in ARMS},
-    changes=REGIME,
+    changes=GATE_SIZE_60_ROUNDS,
     gates=emnist_gates(ARMS),
     tuning_seeds=TUNING_SEEDS,
     max_extensions=1,

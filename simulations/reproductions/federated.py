@@ -132,6 +132,10 @@ minute and 245 MB; shared by the reproductions at this size, whose public users 
 private users expected a round (Poisson), 150 rounds of one local epoch, evaluated on the first 1,000 test clients
 by id (:data:`EVALUATION`; three evaluations, ``eval_every: 50``, cost a few seconds of a run's minute)."""
 
+GATE_SIZE_60_ROUNDS: dict[str, Any] = deep_merge(GATE_SIZE_EMNIST, {"eval_every": 20, "checkpoint_every": 20})
+""":data:`GATE_SIZE_EMNIST` for sweeps of 60 rounds (seed 001's reproductions, the paper's 60 epochs; their sweep
+files set the rounds), evaluated and checkpointed every 20 rounds."""
+
 GATE_SIZE_RATES = (Axis(CLIENT_LR.name, (0.03, 0.1)), Axis(SERVER_LR.name, (0.3, 1.0)))
 """A 2 × 2 grid of client lr × server lr at :data:`GATE_SIZE_EMNIST`, reaching down from the gate probe's 0.1 / 1.0
 (DOPE's probe runs that chose it: :mod:`.dope_table7`); extended once it is 3 × 3 (DOPE's DP-FedAvg arms chose

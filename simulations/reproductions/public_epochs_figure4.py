@@ -2,7 +2,7 @@
 federated form: a fixed budget of T_pub epochs on the public data, t of them spent pre-training (before the
 private rounds: fedpub's ``warm_start``) and T_pub − t post-training (after them: ``model_reuse`` with λ = 0,
 plain fine-tuning of the private model on the public data), at the same user-level ε.
-``python -m fedpub.simulations.reproductions.public_epochs_figure4 [--quick] [--out DIR]``.
+``python -m fedpub.simulations.reproductions.public_epochs_figure4 [--quick] [--seeds 10] [--out DIR]``.
 
 The paper (CIFAR-10, 2,000 in-distribution public images, T_pub = 200; CINIC-10 out-of-distribution, T_pub = 30)
 finds test accuracy highest when every public epoch is spent pre-training, rising with t and flattening after
@@ -21,11 +21,11 @@ probe on this data (validation accuracy, tuning seed 100) gave 0.40 / 0.63 / 0.6
 nearly to its plateau and the split still matters. Each arm tunes the client lr × server lr grid
 (:data:`~.federated.GATE_SIZE_RATES`, extended once: 9 points) on validation users (10 % of the private users held
 out of N), each point the mean of two tuning seeds, by the one runner,
-:mod:`fedpub.simulations.reproductions.federated`; then 3 test seeds, paired. A cell is testable only where an arm
-beats the public-only control (:mod:`.public_only`, its lr and epochs tuned) by a point, no arm sits at chance and
-no tuning landscape is flat. Every arm is evaluated on every test client (``eval_users: all``; fedpub's default
-for runs with public users, the public users' test examples, would favour post-training, which fits the public
-users last).
+:mod:`fedpub.simulations.reproductions.federated`; then 10 test seeds (``--seeds 10``; 3 left every claim
+inconclusive), paired. A cell is testable only where an arm beats the public-only control (:mod:`.public_only`, its
+lr and epochs tuned) by a point, no arm sits at chance and no tuning landscape is flat. Every arm is evaluated on
+every test client (``eval_users: all``; fedpub's default for runs with public users, the public users' test
+examples, would favour post-training, which fits the public users last).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpub.simulations.tools.compare import deep_merge
-from fedpub.simulations.reproductions.federated import GATE_SIZE_EMNIST, GATE_SIZE_RATES, QUICK_EMNIST, TUNING_SEEDS
+from fedpub.simulations.reproductions.federated import GATE_SIZE_60_ROUNDS, GATE_SIZE_RATES, QUICK_EMNIST, TUNING_SEEDS
 from fedpub.simulations.reproductions.federated import FederatedReproduction, emnist_gates, run
 from fedpub.simulations.reproductions.judge import Claim
 from fedpub.simulations.reproductions.public_only import public_only_control
@@ -43,8 +43,7 @@ from fedpub.simulations.reproductions.public_only import public_only_control
 ARMS = ("pre_40_post_0", "pre_20_post_20", "pre_0_post_40")
 PUBLIC_WRITERS = {"synthetic": {"public": {"num_writers": 100}}, "public": {"pool": "heldout", "fraction": 0.0}}
 """100 public writers of the synthetic generator's distinct public spec (off-distribution), none of the private."""
-REGIME: dict[str, Any] = deep_merge(GATE_SIZE_EMNIST, {
-    "eval_every": 20, "checkpoint_every": 20,
+REGIME: dict[str, Any] = deep_merge(GATE_SIZE_60_ROUNDS, {
     "data": {"path": "data/synthetic_emnist_5000_public", **PUBLIC_WRITERS},
 })
 """The gate size with off-distribution public writers and the sweep's 60 rounds (the module docstring)."""
