@@ -15,7 +15,19 @@ from fedpub.data.remote_files import tff_file
 from fedpub.data.spec import Dataset, ModelDeclaration, Source, TaskDeclaration
 
 
-class SyntheticEmnistPublicConfig(Section):
+class WriterStyle(Section):
+    """How generated writers write (:class:`~fedpub.data.synthetic_emnist.SyntheticEmnistSpec`); the defaults are the
+    quick start's private writers. A harder style (more ambiguous and noisy writers, more skewed class mixes) leaves
+    more for more data to teach, the regime where private users can add to a few public ones (fedpub issue 36)."""
+
+    class_concentration: float = Field(1.0, gt=0, description="Dirichlet concentration of each writer's class mix "
+                                       "(smaller: more skewed)")
+    ambiguous_fraction: float = Field(0.25, ge=0, le=1, description="share of writers who warp and jitter strongly")
+    pixel_noise: float = Field(0.08, ge=0, le=0.5, description="largest standard deviation of a writer's pixel noise")
+    noisy_fraction: float = Field(0.25, ge=0, le=1, description="share of writers with pixel noise")
+
+
+class SyntheticEmnistPublicConfig(WriterStyle):
     """The public writers of ``data.public.pool: heldout``: another generator spec than the private writers', by
     default an off-distribution style (every writer ambiguous and noisy), for controls where public data should
     help less (fedpub issue 36)."""
@@ -24,7 +36,6 @@ class SyntheticEmnistPublicConfig(Section):
     num_writers: int = Field(100, ge=1, le=10_000)
     min_examples: int = Field(20, ge=2)
     max_examples: int = Field(80, ge=2)
-    class_concentration: float = Field(1.0, gt=0, description="Dirichlet concentration of each writer's class mix")
     ambiguous_fraction: float = Field(1.0, ge=0, le=1, description="share of writers who warp and jitter strongly")
     pixel_noise: float = Field(0.3, ge=0, le=0.5, description="largest standard deviation of a writer's pixel noise")
     noisy_fraction: float = Field(1.0, ge=0, le=1, description="share of writers with pixel noise")
@@ -60,10 +71,11 @@ PublicWriters = Annotated[
 ]
 
 
-class SyntheticEmnistConfig(Section):
-    """The offline quick-start data: synthetic handwritten digits in TFF's EMNIST HDF5 layout."""
+class SyntheticEmnistConfig(WriterStyle):
+    """The offline quick-start data: synthetic handwritten digits in TFF's EMNIST HDF5 layout, the writers in the
+    style of :class:`WriterStyle`'s fields."""
 
-    num_writers: int = Field(500, ge=2)
+    num_writers: int = Field(500, ge=2, le=10_000)
     min_examples: int = Field(20, ge=2)
     max_examples: int = Field(80, ge=2)
     test_fraction: float = Field(0.15, gt=0, lt=1)

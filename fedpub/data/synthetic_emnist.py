@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ PURPOSE, PUBLIC_PURPOSE = "synthetic_emnist", "synthetic_emnist_public"
 
 GLYPH_HEIGHT_PX = 19.0
 RENDER_CHUNK = 256
+RENDER_THREADS = min(8, os.cpu_count() or 1)
+"""Threads that render chunks at once (each holds about 200 MB of temporaries)."""
 AMBIGUOUS_SPREAD = 2.5  # how much more an ambiguous writer warps and jitters
 MAX_CUT = 0.2  # largest fraction of a glyph's strokes a (non-ambiguous) writer leaves out at either end
 
@@ -324,12 +327,19 @@ def _render(plans: list[_WriterPlan]) -> np.ndarray:
     half_width = np.concatenate([p.half_width for p in plans])
     cut = np.concatenate([p.cut for p in plans])
     pixels = np.empty((len(labels), SIZE, SIZE), dtype=np.float32)
+    jobs = []
     for digit, glyph_variants in enumerate(GLYPHS):
         for variant, glyph in enumerate(glyph_variants):
             idx = np.flatnonzero((labels == digit) & (variants == variant))
-            for chunk in np.array_split(idx, max(1, -(-len(idx) // RENDER_CHUNK))):
-                if len(chunk):
-                    pixels[chunk] = _ink(glyph, affine[chunk], warp[chunk], half_width[chunk], cut[chunk])
+            chunks = np.array_split(idx, max(1, -(-len(idx) // RENDER_CHUNK)))
+            jobs += [(glyph, chunk) for chunk in chunks if len(chunk)]
+
+    def draw(glyph: _Glyph, chunk: np.ndarray) -> None:  # chunks are disjoint: the same pixels in any order
+        pixels[chunk] = _ink(glyph, affine[chunk], warp[chunk], half_width[chunk], cut[chunk])
+
+    with ThreadPoolExecutor(RENDER_THREADS) as pool:  # numpy's large array operations release the GIL
+        for done in [pool.submit(draw, glyph, chunk) for glyph, chunk in jobs]:
+            done.result()
     # In place, to keep the peak memory near one copy of the pixels: 1 - darkness * ink + noise, then clip and
     # quantise to 1/255 steps like 8-bit scans.
     darkness = np.concatenate([np.full(len(p.labels), p.darkness, dtype=np.float32) for p in plans])

@@ -15,7 +15,9 @@ the largest signal C. Seconds are wall time on this machine (``--threads`` torch
 private arm's. The data are generated under ``--data`` once per spec and reused (generation time printed).
 
 ``python -m fedpub.simulations.reproductions.emnist_regime --models emnist_softmax --writers 5000 --cohorts 500
---rounds 30 [--public heldout|sklearn_digits]``; ``--quick`` is a seconds-long smoke run (40 writers).
+--rounds 30 [--public heldout|sklearn_digits] [--style YAML] [--device cuda]``; ``--quick`` is a seconds-long smoke run
+(40 writers). ``--style`` sets the private writers' style (``data.synthetic``'s style fields): a harder task leaves more
+for the private users to teach beyond a few public ones.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -34,6 +37,7 @@ import torch
 import yaml
 
 from fedpub.config import PublicTrainingConfig
+from fedpub.data.emnist_dataset import WriterStyle
 from fedpub.data.emnist_sources import generate_synthetic
 from fedpub.models import build_model
 from fedpub.simulations.reproductions.federated import BEATS_MARGIN
@@ -47,26 +51,28 @@ PUBLIC_GRID = tuple((lr, epochs) for lr in (0.01, 0.03, 0.1, 0.3) for epochs in 
 HELDOUT = {"heldout": {}, "sklearn_digits": {"source": "sklearn_digits"}}
 """``--public`` values that take the public users from ``data.synthetic.public``, and its section: the generated
 off-distribution writers, or scikit-learn's real digits (the ``reproductions`` extra)."""
-HEADER = ("model", "d", "public", "writers", "m", "rounds", "z", "z·√d/m", "private", "public-only", "non-private",
-          "gate", "headroom", "s private", "s/round", "s public-only", "s non-private")
+HEADER = ("model", "d", "public", "style", "writers", "m", "rounds", "z", "z·√d/m", "private", "public-only",
+          "non-private", "gate", "headroom", "s private", "s/round", "s public-only", "s non-private")
 
 
 def setting(model: str, writers: int, cohort: int, rounds: int, epsilon: float, public: str, data: Path,
-            quick: bool) -> dict[str, Any]:
-    """The probe's config for one setting: the reproductions' base with these sizes."""
+            quick: bool, style: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
+    """The probe's config for one setting: the reproductions' base with these sizes, the private writers in
+    ``style`` (``data.synthetic``'s style fields; the default style when None), trained on ``device``."""
     base = yaml.safe_load(BASE.read_text(encoding="utf-8"))
     heldout = public in HELDOUT
     public_section: dict[str, Any] = {"pool": "heldout", "fraction": 0.0} if heldout else \
         {"pool": "train_fraction", "fraction": float(public)}
     small = {"min_examples": 6, "max_examples": 10} if quick else {}
-    synthetic: dict[str, Any] = {"num_writers": writers, **small}
+    synthetic: dict[str, Any] = {"num_writers": writers, **small, **(style or {})}
     if heldout:
         quick_size = {"num_writers": 4, **(small if public == "heldout" else {})}
         synthetic["public"] = HELDOUT[public] | (quick_size if quick else {})
+    styled = f"w{writers}" + "".join(f"_{k}{v:g}" for k, v in sorted((style or {}).items()))
     return deep_merge(base, {
-        "name": "emnist_regime", "rounds": rounds, "eval_every": rounds, "checkpoint_every": rounds,
+        "name": "emnist_regime", "device": device, "rounds": rounds, "eval_every": rounds, "checkpoint_every": rounds,
         "model": {"name": model},
-        "data": {"path": str(data / f"w{writers}" / ("quick" if quick else "full")), "synthetic": synthetic,
+        "data": {"path": str(data / styled / ("quick" if quick else "full")), "synthetic": synthetic,
                  "public": public_section, "validation": {"fraction": 0.05}, "eval_users": "all",
                  "eval_clients": 40 if quick else 1000},
         "client": {"epochs": 1},
@@ -85,10 +91,12 @@ def probe(config: dict[str, Any], quick: bool) -> dict[str, Any]:
     private = run(dict(config), output_dir=None)
     private_s = time.perf_counter() - start
     z = float(private.metrics[-1]["noise/noise_multiplier"])
+    _progress(f"private {private.final_metrics['eval_accuracy']:.4f} (z {z:.3g}, {private_s:.0f} s)")
     start = time.perf_counter()
     grid = PUBLIC_GRID[:1] if quick else PUBLIC_GRID
     public = max(public_only(config, 0, PublicTrainingConfig(lr=lr, epochs=e))["eval_accuracy"] for lr, e in grid)
     public_s = time.perf_counter() - start
+    _progress(f"public-only {public:.4f} ({public_s:.0f} s)")
     open_config = deep_merge(config, {"strategy": {"target_epsilon": None, "noise_multiplier": 0.0,
                                                    "clip_norm": math.inf}})
     start = time.perf_counter()
@@ -100,13 +108,25 @@ def probe(config: dict[str, Any], quick: bool) -> dict[str, Any]:
     pool, synthetic = config["data"]["public"], config["data"]["synthetic"]
     pool_name = synthetic["public"].get("source", "heldout") if pool["pool"] == "heldout" else f"{pool['fraction']:g}"
     return {
-        "model": model, "d": d, "public": pool_name,
+        "model": model, "d": d, "public": pool_name, "style": style_text(synthetic),
         "writers": synthetic["num_writers"], "m": cohort, "rounds": rounds, "z": z,
         "z·√d/m": z * math.sqrt(d) / cohort, "private": acc, "public-only": public, "non-private": open_acc,
         "gate": "pass" if acc - public >= BEATS_MARGIN else "fail", "headroom": open_acc - acc,
         "s private": private_s, "s/round": private_s / rounds, "s public-only": public_s,
         "s non-private": non_private_s, "generation_s": generation,
     }
+
+
+def style_text(synthetic: dict[str, Any]) -> str:
+    """The private writers' style fields that differ from the default style, or ``default``."""
+    default = WriterStyle().model_dump()
+    changed = {k: synthetic[k] for k in default if k in synthetic and synthetic[k] != default[k]}
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(changed.items())) or "default"
+
+
+def _progress(line: str) -> None:
+    """An arm's result as soon as it is known (on stderr: stdout holds the table), so that a cut run keeps it."""
+    print(f"  {line}", file=sys.stderr, flush=True)
 
 
 def _cell(value: Any) -> str:
@@ -134,6 +154,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                              "off-distribution public writers of data.synthetic.public) or sklearn_digits "
                              "(scikit-learn's real digits)")
     parser.add_argument("--data", default="data/emnist_regime", help="where the generated data are kept")
+    parser.add_argument("--style", type=yaml.safe_load, default=None, metavar="YAML",
+                        help="the private writers' style, data.synthetic's style fields as a YAML mapping, e.g. "
+                             "'{ambiguous_fraction: 0.6, pixel_noise: 0.35}' (default: the quick start's style)")
+    parser.add_argument("--device", default="cpu", help="the torch device the arms train on (cpu, cuda, ...)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 40 writers, 5 a round, 2 rounds")
     args = parser.parse_args(argv)
@@ -146,7 +170,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                                   map(int, args.cohorts.split(",")))
         for model, writers, cohort in sizes:
             writers, cohort, rounds = (40, 5, 2) if args.quick else (writers, cohort, args.rounds)
-            config = setting(model, writers, cohort, rounds, args.epsilon, args.public, data, args.quick)
+            config = setting(model, writers, cohort, rounds, args.epsilon, args.public, data, args.quick, args.style,
+                             args.device)
             row = probe(config, args.quick)
             rows.append(row)
             print("| " + " | ".join(_cell(row[k]) for k in HEADER) + f" |  (generation {row['generation_s']:.1f} s)",

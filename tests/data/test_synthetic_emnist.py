@@ -73,6 +73,18 @@ def test_same_spec_same_bytes(generated: tuple[Path, Path], tmp_path: Path) -> N
             assert a[cid][1].tobytes() == b[cid][1].tobytes()
 
 
+def test_rendering_threads_do_not_change_a_pixel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks render on several threads (fedpub.data.synthetic_emnist.RENDER_THREADS): one thread writes the same
+    bytes."""
+    monkeypatch.setattr(synthetic_emnist, "RENDER_CHUNK", 4)  # many chunks, so that threads share the work
+    threaded = {}
+    for threads in (1, 3):
+        monkeypatch.setattr(synthetic_emnist, "RENDER_THREADS", threads)
+        threaded[threads] = _all_pixels(write_synthetic_emnist(tmp_path / str(threads), SPEC)[0])
+    assert threaded[1].keys() == threaded[3].keys()
+    assert all(threaded[1][c][1].tobytes() == threaded[3][c][1].tobytes() for c in threaded[1])
+
+
 def test_other_seed_other_data(generated: tuple[Path, Path], tmp_path: Path) -> None:
     other = write_synthetic_emnist(tmp_path, dataclasses.replace(SPEC, seed=4))
     assert _all_pixels(generated[0])["f0000_00"][1].tobytes() != _all_pixels(other[0])["f0000_00"][1].tobytes()

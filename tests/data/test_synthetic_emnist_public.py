@@ -1,8 +1,10 @@
 """The synthetic EMNIST public writers (``data.synthetic.public`` with ``data.public.pool: heldout``): their own
-generator streams and ids, deterministic, another style by default, and the configs that cannot use them refused."""
+generator streams and ids, deterministic, another style by default, and the configs that cannot use them refused;
+and the private writers' style, set in the same section."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from fedpub.config import ConfigError, parse_config
 from fedpub.data.emnist import EmnistH5
 from fedpub.data.emnist_dataset import SyntheticEmnistPublicConfig
+from fedpub.data.generated import SPEC_ATTR
 from fedpub.data.synthetic_emnist import (
     PUBLIC_NAME,
     TRAIN_NAME,
@@ -55,11 +58,13 @@ def test_default_public_style_is_off_distribution(tmp_path: Path) -> None:
     public = _examples(write_synthetic_emnist_public(tmp_path, SyntheticEmnistSpec(**defaults)))
     private = _examples(tmp_path / TRAIN_NAME)
 
-    def grey(examples: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
-        pixels = np.concatenate([x.reshape(-1) for _, x in examples.values()])
-        return float(((pixels > 0.05) & (pixels < 0.95)).mean())
+    assert _grey(public) > 2 * _grey(private)
 
-    assert grey(public) > 2 * grey(private)
+
+def _grey(examples: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
+    """The share of grey pixels (neither ink nor background)."""
+    pixels = np.concatenate([x.reshape(-1) for _, x in examples.values()])
+    return float(((pixels > 0.05) & (pixels < 0.95)).mean())
 
 
 SMALL = {"num_writers": 10, "min_examples": 4, "max_examples": 6}
@@ -108,3 +113,22 @@ def test_public_writers_need_the_heldout_pool_and_it_them(
 def test_public_spec_validation_names_the_field(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=rf"data.synthetic.public.*{field}"):
         parse_config({"data": {"synthetic": {"public": {field: value}}, "public": {"pool": "heldout"}}})
+
+
+def test_private_writers_style_comes_from_the_config(tmp_path: Path) -> None:
+    """``data.synthetic``'s style fields reach the private writers' generator (a harder task for the regime studies
+    of issue 36): the file records that spec, and an all-noisy, all-ambiguous style greys many more pixels."""
+    hard = {"ambiguous_fraction": 1.0, "pixel_noise": 0.4, "noisy_fraction": 1.0, "class_concentration": 0.3}
+    for name, style in (("default", {}), ("hard", hard)):
+        load_data(parse_config({"data": {"path": str(tmp_path / name), "synthetic": SMALL | style,
+                                          "eval_users": "all"}}))
+    with h5py.File(tmp_path / "hard" / TRAIN_NAME, "r") as f:
+        assert json.loads(f.attrs[SPEC_ATTR]) == json.loads(SyntheticEmnistSpec(**SMALL, **hard).to_json())
+    default, harder = (_examples(tmp_path / name / TRAIN_NAME) for name in ("default", "hard"))
+    assert _grey(harder) > 2 * _grey(default)
+
+
+@pytest.mark.parametrize(("field", "value"), [("pixel_noise", 0.6), ("noisy_fraction", -0.1), ("num_writers", 10_001)])
+def test_private_style_validation_names_the_field(field: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=rf"data.synthetic.{field}"):
+        parse_config({"data": {"synthetic": {field: value}}})

@@ -1,4 +1,5 @@
-"""The EMNIST regime probe's smoke mode: every public pool gives a full table row (arms, noise arithmetic, timings)."""
+"""The EMNIST regime probe's smoke mode: every public pool gives a full table row (arms, noise arithmetic, timings),
+and a style of the private writers is taken and named."""
 
 from __future__ import annotations
 
@@ -19,4 +20,11 @@ def test_quick_probe_prints_a_row_per_setting(public: str, capsys: pytest.Captur
     for arm in ("private", "public-only", "non-private"):
         assert 0.0 <= row[arm] <= 1.0
     assert row["gate"] == ("pass" if row["private"] - row["public-only"] >= 0.01 else "fail")
+    assert row["style"] == "default"
     assert "| emnist_softmax | 7850 |" in capsys.readouterr().out
+
+
+@pytest.mark.extended
+def test_quick_probe_takes_the_private_writers_style() -> None:
+    (row,) = main(["--quick", "--style", "{ambiguous_fraction: 1.0, pixel_noise: 0.08, noisy_fraction: 0.5}"])
+    assert row["style"] == "ambiguous_fraction 1, noisy_fraction 0.5"  # pixel_noise 0.08 is the default
