@@ -455,8 +455,8 @@ def _earlier_wall_time(out: Path) -> float:
 def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
     """:func:`run` once its arguments are parsed."""
     started = time.perf_counter()
-    out: Path = (args.out or default_out(repro.name, args.quick)).resolve()  # one spelling for every rerun: the
-    # runs record their output_dir, and a resumed run refuses a changed one
+    out: Path = (args.out or default_out(repro.name, args.quick)).resolve()  # the runs record where they are
+    # written; a folder moved elsewhere resumes there (output_dir is not part of what a run computes)
     placed = place(repro, out, args.quick, args.seeds)
     tunings = _tune(placed, out, args.jobs)
     epsilons = placed.epsilons or (None,)

@@ -75,9 +75,10 @@ def changed_keys(stored: Any, resolved: Any, prefix: str = "") -> list[str]:
 def run_changes(stored: str, resolved: str) -> list[str]:
     """How a run directory's ``config.yaml`` (``stored``) differs from the config resolved now in what the run
     computes: the changed dotted keys, or ``["its layout"]`` when only the text differs; empty for the same run.
-    Not part of it: ``tracking`` (where the released records are also sent may change when a run resumes), and the
-    ``data`` sections of the datasets other than the run's (a ``config.yaml`` written before the resolved config
-    left them out holds them)."""
+    Not part of it: ``tracking`` (where the released records are also sent may change when a run resumes),
+    ``output_dir`` (where the runs are written: a folder of runs moved elsewhere resumes there, a reproduction's
+    too), and the ``data`` sections of the datasets other than the run's (a ``config.yaml`` written before the
+    resolved config left them out holds them)."""
     if stored == resolved:
         return []
     now = yaml.safe_load(resolved)
@@ -86,7 +87,8 @@ def run_changes(stored: str, resolved: str) -> list[str]:
         return ["its layout"]
     own = registry.source(now["data"]["source"])[0].config_fields
     others = {f"data.{name}" for name in registry.data_fields() if name not in own}
-    return [key for key in changed if key.split(".")[0] != "tracking" and ".".join(key.split(".")[:2]) not in others]
+    return [key for key in changed
+            if key.split(".")[0] not in ("tracking", "output_dir") and ".".join(key.split(".")[:2]) not in others]
 
 
 CHECKPOINT_FIELDS = ("rounds_done", "params", "strategy_state", "accountant", "privacy_randomness", "population",

@@ -23,7 +23,7 @@ from fedpub.simulations.tools.cli import app
 from fedpub.simulations.tools.compare import load_sweep
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import build_experiment
-from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.run.run_dir import RunDirectory, RunDirectoryError
 from fedpub.simulations.run.run_lock import RunDirectoryLocked, RunLock
 from tests.conftest import tiny_config
 
@@ -97,6 +97,31 @@ def test_a_run_cut_short_mid_round_keeps_no_record_past_its_checkpoint(tiny_emni
     assert run_dir.load_checkpoint()["rounds_done"] == 2
     assert _rounds(run_dir.metrics_path) == _rounds(run_dir.diagnostics_path) == [0, 1]
     assert json.loads(run_dir.ledger_path.read_text())["rounds"] == 2
+
+
+def test_a_run_directory_moved_with_its_folder_resumes_at_its_new_place(tiny_emnist_dir, tmp_path):
+    """``output_dir`` is where the runs are written, not what they compute: a folder of runs (a reproduction's)
+    moved elsewhere resumes there, and the run equals one never stopped nor moved."""
+    def config(where: Path, rounds: int = 4):
+        return tiny_config(tiny_emnist_dir, where, rounds=rounds, checkpoint_every=1)
+
+    def stop_after_round_2(record):
+        if record["round"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_in_process(build_experiment(config(tmp_path / "before")), RunDirectory(tmp_path / "before" / "tiny"),
+                       on_round=stop_after_round_2)
+    (tmp_path / "before").rename(tmp_path / "after")
+    moved = RunDirectory(tmp_path / "after" / "tiny")
+    assert moved.load_checkpoint()["rounds_done"] == 2
+    result = run_in_process(build_experiment(config(tmp_path / "after")), moved)
+    assert _rounds(moved.metrics_path) == [0, 1, 2, 3] and json.loads(moved.ledger_path.read_text())["rounds"] == 4
+    assert yaml.safe_load(moved.config_path.read_text())["output_dir"] == str(tmp_path / "after")
+    whole = run_in_process(build_experiment(config(tmp_path / "whole")), RunDirectory(tmp_path / "whole" / "tiny"))
+    assert result.final_metrics == whole.final_metrics
+    with pytest.raises(RunDirectoryError, match=r"changed: rounds\)"):  # what the run computes is still checked
+        run_in_process(build_experiment(config(tmp_path / "after", rounds=5)), moved)
 
 
 def test_ctrl_c_stops_at_the_round_end_checkpointed_and_the_rerun_resumes(tiny_emnist_dir, tmp_path):
