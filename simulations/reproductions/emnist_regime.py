@@ -124,6 +124,15 @@ def style_text(synthetic: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in sorted(changed.items())) or "default"
 
 
+def _style(text: str) -> dict[str, Any]:
+    """``--style``'s YAML mapping (its keys and values are checked with the config: ``data.synthetic.<field>``)."""
+    style = yaml.safe_load(text)
+    if not isinstance(style, dict):
+        raise argparse.ArgumentTypeError(f"a YAML mapping of data.synthetic's style fields is needed, e.g. "
+                                         f"'{{ambiguous_fraction: 0.6}}'; got {text!r}")
+    return style
+
+
 def _progress(line: str) -> None:
     """An arm's result as soon as it is known (on stderr: stdout holds the table), so that a cut run keeps it."""
     print(f"  {line}", file=sys.stderr, flush=True)
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                              "off-distribution public writers of data.synthetic.public) or sklearn_digits "
                              "(scikit-learn's real digits)")
     parser.add_argument("--data", default="data/emnist_regime", help="where the generated data are kept")
-    parser.add_argument("--style", type=yaml.safe_load, default=None, metavar="YAML",
+    parser.add_argument("--style", type=_style, default=None, metavar="YAML",
                         help="the private writers' style, data.synthetic's style fields as a YAML mapping, e.g. "
                              "'{ambiguous_fraction: 0.6, pixel_noise: 0.35}' (default: the quick start's style)")
     parser.add_argument("--device", default="cpu", help="the torch device the arms train on (cpu, cuda, ...)")

@@ -28,3 +28,9 @@ def test_quick_probe_prints_a_row_per_setting(public: str, capsys: pytest.Captur
 def test_quick_probe_takes_the_private_writers_style() -> None:
     (row,) = main(["--quick", "--style", "{ambiguous_fraction: 1.0, pixel_noise: 0.08, noisy_fraction: 0.5}"])
     assert row["style"] == "ambiguous_fraction 1, noisy_fraction 0.5"  # pixel_noise 0.08 is the default
+
+
+def test_a_style_that_is_no_mapping_is_refused_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--quick", "--style", "hard"])
+    assert "--style: a YAML mapping of data.synthetic's style fields is needed" in capsys.readouterr().err
