@@ -58,9 +58,10 @@ class SklearnDigitsPublicConfig(Section):
     seed: int = Field(0, description="seed of the shuffle that deals the images to the writers")
 
 
-def _public_source(value: Any) -> str:
-    """Which public writers ``data.synthetic.public`` asks for: its ``source``, by default the generator's."""
-    return str(value.get("source", "generator") if isinstance(value, dict) else value.source)
+def _public_source(value: Any) -> str | None:
+    """Which public writers ``data.synthetic.public`` asks for: its ``source``, by default the generator's; None
+    (refused, the field named) for a value that is no mapping."""
+    return str(value.get("source", "generator")) if isinstance(value, dict) else getattr(value, "source", None)
 
 
 PublicWriters = Annotated[

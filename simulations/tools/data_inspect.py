@@ -82,7 +82,7 @@ def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
         else:
             report.layout = "TFF SQLite"
             known = "; ".join(f"{d.name}: {', '.join(d.sqlite_splits)}" for d in registry.DATASETS if d.sqlite_splits)
-            report.problems.append(f"splits {sorted(names)} are no registered dataset's ({known})")
+            report.problems.append(f"splits {sorted(map(str, names))} are no registered dataset's ({known})")
         for split, clients, examples in splits:
             note = describers.sqlite_split_note(split) if describers is not None else ""
             report.add(f"split {split}", f"{clients} clients, {examples} examples{note}")

@@ -132,3 +132,9 @@ def test_private_writers_style_comes_from_the_config(tmp_path: Path) -> None:
 def test_private_style_validation_names_the_field(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=rf"data.synthetic.{field}"):
         parse_config({"data": {"synthetic": {field: value}}})
+
+
+@pytest.mark.parametrize("value", [[], "generator", 3])
+def test_public_writers_that_are_no_mapping_are_refused_naming_the_field(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"data.synthetic.public"):
+        parse_config({"data": {"synthetic": {"public": value}, "public": {"pool": "heldout"}}})
