@@ -68,7 +68,7 @@ def setting(model: str, writers: int, cohort: int, rounds: int, epsilon: float, 
     if heldout:
         quick_size = {"num_writers": 4, **(small if public == "heldout" else {})}
         synthetic["public"] = HELDOUT[public] | (quick_size if quick else {})
-    styled = f"w{writers}" + "".join(f"_{k}{v:g}" for k, v in sorted((style or {}).items()))
+    styled = f"w{writers}" + "".join(f"_{k}{v}" for k, v in sorted((style or {}).items()))  # checked by the config
     return deep_merge(base, {
         "name": "emnist_regime", "device": device, "rounds": rounds, "eval_every": rounds, "checkpoint_every": rounds,
         "model": {"name": model},

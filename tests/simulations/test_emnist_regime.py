@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from fedpub.config import ConfigError
 from fedpub.simulations.reproductions.emnist_regime import HEADER, main
 
 
@@ -34,3 +35,8 @@ def test_a_style_that_is_no_mapping_is_refused_naming_the_option(capsys: pytest.
     with pytest.raises(SystemExit):
         main(["--quick", "--style", "hard"])
     assert "--style: a YAML mapping of data.synthetic's style fields is needed" in capsys.readouterr().err
+
+
+def test_a_style_value_the_generator_cannot_take_is_refused_naming_the_field(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"data\.synthetic\.pixel_noise"):
+        main(["--quick", "--style", "{pixel_noise: high}", "--data", str(tmp_path)])
