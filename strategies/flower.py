@@ -494,6 +494,13 @@ class Replies:
     other_failures: int = 0
 
 
+def _check_flag(name: str, value: object) -> None:
+    """Refuse an operator's flag that is not a boolean (``"false"`` is a truthy string: it would turn on what it
+    names)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}= takes True or False, got a {type(value).__name__}")
+
+
 class FedpubStrategy(Strategy):
     """Runs ``driver``'s rounds over Flower nodes; ``on_round`` receives each released round.
 
@@ -537,6 +544,9 @@ class FedpubStrategy(Strategy):
         public_trainer: PublicTrainer | None = None,
     ) -> None:
         core = driver.core
+        _check_flag("public_nodes", public_nodes)
+        if diagnostics is not None:
+            _check_flag("diagnostics", diagnostics)
         if phases.public_sections and public_trainer is None:
             raise ValueError(
                 f"strategy.{', strategy.'.join(phases.public_sections)} train the model on the public users' pooled "
@@ -570,6 +580,8 @@ class FedpubStrategy(Strategy):
             raise ValueError("the public pool's users are not the run's public users")
         self.driver, self.state, self.public_pool, self.public_nodes = driver, state, public_pool, public_nodes
         self.first_round, self.node_wait_timeout, self.on_round = first_round, node_wait_timeout, on_round
+        self._next_round = first_round
+        """The round index the next :meth:`start` begins at: a second start continues the ledger."""
         default_public = core.public_cohort if public_population is None else public_population
         self.public_population = default_public if public_nodes else 0
         """Public nodes to wait for when the users are not known in advance."""
@@ -627,6 +639,7 @@ class FedpubStrategy(Strategy):
         public users' pooled data with ``public_trainer``. ``options``: the constructor's ``evaluate``,
         ``fraction_evaluate`` and ``diagnostics``. Then ``strategy.start(grid, initial_arrays, num_rounds=rounds)``.
         """
+        _check_flag("public_nodes", public_nodes)  # before the calibration, as every check of the input
         strategy_cfg = StrategyConfig.model_validate(strategy) if isinstance(strategy, Mapping) else strategy
         privacy_cfg = PrivacyConfig.model_validate(privacy or {}) if not isinstance(privacy, PrivacyConfig) else privacy
         recipe_registry.check_transport(strategy_cfg, "flower_strategy")
@@ -693,6 +706,8 @@ class FedpubStrategy(Strategy):
 
     # -- training ---------------------------------------------------------------------------
     def round_index(self, server_round: int) -> int:
+        """fedpub's round index (from 0, continued across :meth:`start` calls) of Flower's ``server_round`` (from
+        1 in each start)."""
         return self.first_round + server_round - 1
 
     def configure_train(
@@ -704,13 +719,13 @@ class FedpubStrategy(Strategy):
         if self.driver.stopped_by_budget:
             return []
         if not self.driver.admit(self.round_index(server_round)):
-            log(WARNING, "fedpub: %s", self.driver.refusal)
+            log(WARNING, "fedpub [ROUND %d]: %s", server_round, self.driver.refusal)
             return []
         self._params = to_tensors(arrays)
         if self.state is None:
             self.state = self.core.init(self._params)
         plan = self._plan = self.driver.plan(self.round_index(server_round), self.state)
-        self._log_cohort(plan)
+        self._log_cohort(server_round, plan)
         sends = [(cid, False) for cid in plan.private_cohort]
         if self.public_nodes:
             sends += [(cid, True) for cid in plan.public_cohort]
@@ -786,7 +801,7 @@ class FedpubStrategy(Strategy):
         outcome = self.driver.finish(plan, self._params, self.state, read.private, public)
         self._plan = None
         if outcome is None:
-            log(WARNING, "fedpub: %s", self.driver.refusal)
+            log(WARNING, "fedpub [ROUND %d]: %s", server_round, self.driver.refusal)
             return None, None
         self.state, self._global = outcome.state, outcome.params
         self.average = self.phases.update_average(self.average, outcome.params)
@@ -813,10 +828,17 @@ class FedpubStrategy(Strategy):
     ) -> Result:
         """Flower's rounds (``Strategy.start``) with the recipe's run phases around them: the rounds start from
         the warm-started ``initial_arrays`` (a fresh run), and the result's ``arrays`` is the released model (model
-        reuse of the last round's model, or that model)."""
+        reuse of the last round's model, or that model).
+
+        ``num_rounds`` must fit in the rounds the strategy was built for (its noise calibrated over them): more is
+        refused before anything runs. A second ``start`` continues the first: its rounds are the next ones (fresh
+        cohorts), composed into the same accountant, so :meth:`epsilon` prices everything the mechanism ran; a
+        strategy that has used its rounds, or was stopped by its budget, refuses to start again."""
+        self._check_rounds_left(num_rounds)
         params = to_tensors(initial_arrays)
-        if self.first_round == 0:
+        if self._next_round == 0:
             params, self.phase_metrics = self.phases.before_rounds(params, self.public_trainer)
+        self.first_round, self._next_round = self._next_round, self._next_round + num_rounds
         self._global = params
         result = super().start(grid, to_array_record(params), num_rounds, timeout, train_config, evaluate_config,
                                self._with_average(evaluate_fn))
@@ -826,6 +848,25 @@ class FedpubStrategy(Strategy):
             log(INFO, "fedpub: run phases: %s", self.phase_metrics)
         result.arrays = to_array_record(released)
         return result
+
+    def _check_rounds_left(self, num_rounds: int) -> None:
+        """Refuse, before anything runs, a start of more rounds than the strategy has left (or of none)."""
+        if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
+            raise ValueError(f"start(num_rounds=...): give a whole number of rounds >= 1 (got a "
+                             f"{type(num_rounds).__name__})")
+        if self.driver.stopped_by_budget:
+            raise ValueError(f"this strategy has stopped ({self.driver.refusal}); build a new one for a new run")
+        planned = self.driver.planned_rounds
+        if planned is None:
+            return
+        left = planned - self._next_round
+        if num_rounds > left:
+            ran = f"{self._next_round} already run, " if self._next_round else ""
+            raise ValueError(
+                f"start(num_rounds={num_rounds}): the strategy was built for rounds={planned} (its noise calibrated "
+                f"over them; {ran}{left} left, ε = {self.epsilon():.4g} spent): give num_rounds <= {left}, or build "
+                "the strategy with more rounds"
+            )
 
     def averaged_arrays(self) -> ArrayRecord | None:
         """The model average (``strategy.model_average``) of the released rounds (None before the first or when
@@ -909,7 +950,7 @@ class FedpubStrategy(Strategy):
             log(INFO, "fedpub: no federated evaluation (no public nodes; private nodes evaluate only with "
                 "evaluate='all', as a diagnostic): evaluate centrally with start(evaluate_fn=...)")
 
-    def _log_cohort(self, plan: RoundPlan) -> None:
+    def _log_cohort(self, server_round: int, plan: RoundPlan) -> None:
         """The round's cohort size where it is not private (a fixed-size cohort; a Poisson cohort's realised size
         only as a diagnostic)."""
         core = self.core
@@ -920,7 +961,7 @@ class FedpubStrategy(Strategy):
             realised = f"; diagnostic: {len(plan.private_cohort)} sampled" if self.diagnostics else ""
             size = f"a Poisson cohort of expected size {core.expected_cohort:g} of {core.population} private users" \
                    f" (its size is private{realised})"
-        log(INFO, "fedpub round %d: %s%s", plan.round, size, public)
+        log(INFO, "fedpub [ROUND %d]: %s%s", server_round, size, public)
 
     def round_diagnostics(self, outcome: RoundOutcome, client_metrics: Sequence[Mapping[str, float]]) -> dict:
         """``diagnostic/``-prefixed round statistics for the round's metrics when diagnostics are on (else none):

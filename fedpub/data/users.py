@@ -43,6 +43,10 @@ class FederatedData:
     evaluation_ids: list[str] = field(default_factory=list)
     """Training users held out of N for evaluation (``data.evaluation``): never sampled nor trained on; their test
     examples evaluate the model."""
+    test_is_train: bool = False
+    """Whether the source has no test split of its own (a table, a Hugging Face folder without ``test_split``):
+    a user's "test" rows are then its training rows, so only users no training touches (held out of N and never
+    public) can be evaluated as a test."""
 
 
 EvaluatedOn = Literal["public", "evaluation", "private"]
@@ -69,13 +73,20 @@ class EvaluationUsers:
         }[self.kind]
 
 
+NO_TEST_SPLIT = ("the data has no test split, so every user's rows are its training rows and a test needs users "
+                 "that no training touches")
+
+
 def holds_out_evaluation_users(
-    setting: str, public_ids: Sequence[str], train_ids: Sequence[str], test_ids: Sequence[str]
+    setting: str, public_ids: Sequence[str], train_ids: Sequence[str], test_ids: Sequence[str], *,
+    test_is_train: bool = False,
 ) -> bool:
     """Whether ``data.eval_users`` ``setting`` needs evaluation users held out of N: it evaluates outside N
-    (``evaluation``, or ``auto`` when no public user has test examples) and every test client is a training user
-    (a test client that is none, as in a dataset whose test users are others, is outside N already)."""
-    outside = setting == "evaluation" or (setting == "auto" and set(public_ids).isdisjoint(test_ids))
+    (``evaluation``, or ``auto`` when no public user has test examples of its own, which without a test split
+    (``test_is_train``) none has) and every test client is a training user (a test client that is none, as in a
+    dataset whose test users are others, is outside N already)."""
+    no_public_test = test_is_train or set(public_ids).isdisjoint(test_ids)
+    outside = setting == "evaluation" or (setting == "auto" and no_public_test)
     return outside and set(test_ids) <= set(train_ids)
 
 
@@ -83,10 +94,15 @@ def evaluation_users(data: FederatedData, setting: str, limit: int | None) -> Ev
     """The first ``limit`` test clients (all: None) of ``data`` among the public users (``setting`` ``public``, or
     ``auto`` when some public user has test examples), among the users outside N (``evaluation``, or ``auto``
     otherwise: the held-out evaluation users and test users who are no training user; never a validation user), or
-    among every test client (``all``, private users' included: only when asked)."""
+    among every test client (``all``, private users' included: only when asked). Without a test split
+    (:attr:`FederatedData.test_is_train`) only the users outside N are a test: ``auto`` evaluates on them and
+    ``public`` and ``all``, which would call training rows test examples, are refused naming the field."""
     test_ids = data.test.client_ids
     public, private = set(data.public_ids), set(data.private_ids)
-    public_test = [c for c in test_ids if c in public]
+    if data.test_is_train and setting in ("public", "all"):
+        raise ValueError(f"data.eval_users `{setting}`: {NO_TEST_SPLIT}; set data.eval_users: evaluation (users "
+                         "held out of N, never trained on), or give the data a test split (data.table.test_split)")
+    public_test = [] if data.test_is_train else [c for c in test_ids if c in public]
     if setting == "public" or (setting == "auto" and public_test):
         if not public_test:
             raise ValueError("data.eval_users `public`: no public user has test examples (set data.public, or "
@@ -149,20 +165,25 @@ def load_data(config: ExperimentConfig, splits: Splits | None = None) -> Federat
     else:
         private_ids, public_ids = split_public(train.client_ids, public.fraction, public.seed)
         public_data = train
+    test_is_train = splits.test is splits.train
     if nodes:
-        return FederatedData(train, splits.test, public_data, [], public_ids)
+        return FederatedData(train, splits.test, public_data, [], public_ids, test_is_train=test_is_train)
     validation = config.data.validation
     private_ids, validation_ids = split_validation(private_ids, validation.fraction, validation.seed)
     evaluation_ids: list[str] = []
-    if holds_out_evaluation_users(config.data.eval_users, public_ids, train.client_ids, splits.test.client_ids):
+    if holds_out_evaluation_users(config.data.eval_users, public_ids, train.client_ids, splits.test.client_ids,
+                                  test_is_train=test_is_train):
         evaluation = config.data.evaluation
         before = len(private_ids)
         private_ids, evaluation_ids = split_evaluation(private_ids, evaluation.fraction, evaluation.seed)
         if not evaluation_ids:
+            why, fix = (NO_TEST_SPLIT, "raise data.evaluation.fraction") if test_is_train else (
+                "no public user has test examples", "raise data.evaluation.fraction, set data.public, or set "
+                "data.eval_users: all to evaluate on private users' test examples (not covered by DP)")
             raise ValueError(
                 f"data.eval_users `{config.data.eval_users}` evaluates on users held out of the private population, "
-                f"but data.evaluation.fraction {evaluation.fraction:g} of {before} private users holds out none (no "
-                "public user has test examples): raise data.evaluation.fraction, set data.public, or set "
-                "data.eval_users: all to evaluate on private users' test examples (not covered by DP)"
+                f"but data.evaluation.fraction {evaluation.fraction:g} of {before} private users holds out none "
+                f"({why}): {fix}"
             )
-    return FederatedData(train, splits.test, public_data, private_ids, public_ids, validation_ids, evaluation_ids)
+    return FederatedData(train, splits.test, public_data, private_ids, public_ids, validation_ids, evaluation_ids,
+                         test_is_train)

@@ -109,7 +109,7 @@ def public_schedule(
         public_mean: Updates | None = None,
     ) -> Prepared:
         c, z = state["clip_norm"], state["noise_multiplier"]
-        next_c, next_z, public_norm = c, z, math.nan
+        next_c, next_z, public_norm = c, z, None
         if public_mean is not None:
             public_norm = float(tree.global_norm(public_mean))
             d = sum(v.numel() for v in public_mean.values())
@@ -123,7 +123,8 @@ def public_schedule(
             "noise_multiplier": z,
             "next_clip_norm": next_c,
             "next_noise_multiplier": next_z,
-            "public_norm": public_norm,
+            # a round without a usable public update has no public norm: left out rather than released as NaN
+            **({} if public_norm is None else {"public_norm": public_norm}),
         }
         return Prepared(
             ScheduleState(clip_norm=next_c, noise_multiplier=next_z),

@@ -146,8 +146,15 @@ def check_checkpoint_params(run_dir: RunDirectory, stored: Mapping[str, Any], pa
         )
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
+def _means(metrics: Sequence[Mapping[str, float]], keys: Sequence[str]) -> dict[str, float]:
+    """The mean of each of ``keys`` over the ``metrics`` that hold it; a key none holds (every user failed) is left
+    out, never written as NaN."""
+    out = {}
+    for k in keys:
+        values = [m[k] for m in metrics if k in m]
+        if values:
+            out[k] = sum(values) / len(values)
+    return out
 
 
 class RunSession:
@@ -336,7 +343,7 @@ class RunSession:
         diagnostics = {
             "round": round_index,
             **outcome.diagnostics,
-            **{k: _mean([m[k] for m in client_metrics if k in m]) for k in ("train_loss", f"train_{headline}")},
+            **_means(client_metrics, ("train_loss", f"train_{headline}")),
             "examples": examples,
             "wall_time": time.perf_counter() - self._round_started,
             **self._groups_timed(),

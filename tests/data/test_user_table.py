@@ -124,7 +124,7 @@ def _parquet(path: Path, users: int = 10) -> Path:
 
 def test_a_parquet_table_with_a_user_column_trains_with_dope(tmp_path):
     data = {"source": "table", "path": str(_parquet(tmp_path)), "table": {"user": "uid", "x": "pixels"},
-            "public": {"fraction": 0.2}, "eval_users": "public", "eval_clients": 4}
+            "public": {"fraction": 0.2}, "eval_users": "auto", "evaluation": {"fraction": 0.3}, "eval_clients": 4}
     raw = tiny_config(Path("unused"), tmp_path).model_dump(mode="json")
     raw.update(data=data, model={"factory": "fedpub.models.emnist:Mlp", "kwargs": {"num_classes": 62}},
                strategy={"name": "dope", "clip_norm": 0.5, "noise_multiplier": 0.8, "public_clients_per_round": 2,
@@ -191,9 +191,11 @@ def test_public_users_are_given_by_a_column_or_a_list(tmp_path):
     flags = pa.array([u in ("u1", "u4") for u in table.column("uid").to_pylist()])
     pq.write_table(table.append_column("opted_out", flags), path / "part-0.parquet")
     factory = {"factory": "fedpub.models.emnist:Mlp", "kwargs": {"num_classes": 62}}
-    base = {"source": "table", "path": str(path), "table": {"user": "uid", "x": "pixels", "public": "opted_out"}}
+    base = {"source": "table", "path": str(path), "table": {"user": "uid", "x": "pixels", "public": "opted_out"},
+            "evaluation": {"fraction": 0.3}}  # no test split: the test is of held-out users
     data = load_data(fedpub.parse_config({"data": base, "model": factory}))
-    assert data.public_ids == ["u1", "u4"] and "u1" not in data.private_ids and len(data.private_ids) == 8
+    assert data.public_ids == ["u1", "u4"] and "u1" not in data.private_ids
+    assert len(data.private_ids) + len(data.evaluation_ids) == 8 and data.evaluation_ids
     listed = {**base, "table": {"user": "uid", "x": "pixels"}, "public": {"users": ["u2", "u7"]}}
     assert load_data(fedpub.parse_config({"data": listed, "model": factory})).public_ids == ["u2", "u7"]
     with pytest.raises(ValueError, match="data.public.users: 1 listed public user.* no training user: nobody"):

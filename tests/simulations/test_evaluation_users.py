@@ -64,3 +64,38 @@ def test_evaluation_users_with_private_users_as_nodes_are_refused(tiny_emnist_di
     with pytest.raises(ConfigError, match="data.eval_users `evaluation`"):
         tiny_config(tiny_emnist_dir, tmp_path, data={"source": "emnist_h5", "eval_users": "evaluation"},
                     flower={"private_users": "nodes", "expected_private_nodes": 4})
+
+
+def _users_without_test_split(users: int = 20) -> dict:
+    """Users handed over from Python (no test split: a user's rows are its training rows), a quarter public."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return {f"u{i:02d}": (torch.rand(4, 1, 28, 28, generator=g), torch.randint(0, 10, (4,), generator=g))
+            for i in range(users)}
+
+
+def _without_test_split(tmp_path, eval_users: str):
+    raw = tiny_config(tmp_path / "unused", tmp_path).model_dump(mode="json")
+    raw["data"] = {"source": "python", "public": {"fraction": 0.25}, "eval_users": eval_users,
+                   "evaluation": {"fraction": 0.3}}
+    raw["model"] = {"factory": "fedpub.models.emnist:Mlp", "kwargs": {"num_classes": 10}}
+    return parse_config(raw)
+
+
+def test_without_a_test_split_the_public_users_training_rows_are_never_called_test(tmp_path):
+    """A source with no test split (a table, a Hugging Face folder, users from Python): the public users' rows are
+    rows they train on, so ``auto`` evaluates on held-out users instead, and ``public`` and ``all`` are refused
+    naming data.eval_users (issue 44, item 3)."""
+    from fedpub.data.base import Splits
+    from fedpub.data.python_users import PythonUsers
+
+    users = PythonUsers(_users_without_test_split())
+    experiment = build_experiment(_without_test_split(tmp_path, "auto"), splits=Splits(users, users))
+    evaluated = set(experiment.eval_users.ids)
+    assert experiment.eval_users.kind == "evaluation" and experiment.eval_users.label == HELD_OUT
+    assert evaluated and evaluated <= set(experiment.evaluation_ids)
+    assert not evaluated & (set(experiment.public_ids) | set(experiment.private_ids))
+    for setting in ("public", "all"):
+        with pytest.raises(ValueError, match=f"data.eval_users `{setting}`: the data has no test split"):
+            build_experiment(_without_test_split(tmp_path, setting), splits=Splits(users, users))

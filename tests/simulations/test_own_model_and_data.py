@@ -75,7 +75,7 @@ def _own(out: Path, data: dict[str, Any], **overrides: Any) -> dict[str, Any]:
 
 
 def _python_data() -> dict[str, Any]:
-    return {"source": "python", "public": {"fraction": 0.25}, "eval_users": "public"}
+    return {"source": "python", "public": {"fraction": 0.25}, "eval_users": "auto"}
 
 
 def test_a_model_and_task_named_by_import_path_train_with_dope(tmp_path):

@@ -94,6 +94,14 @@ def test_clips_to_c_t_and_hands_c_t_and_z_t_to_the_noise_step(params, stacked, c
     assert result.diagnostics["clipped_fraction"] == float((cohort(stacked).norms() > 2.0).double().mean())
 
 
+def test_a_round_without_a_public_mean_releases_no_public_norm_rather_than_nan(params, stacked, ctx):
+    """Every public update refused: the round has no public norm; it is left out, never released as NaN."""
+    step = public_schedule(2.0, 1.5, **ARGS)
+    result = step.update(cohort(stacked), step.init(params), ctx=ctx, public_mean=None)
+    assert "public_norm" not in result.metrics
+    assert all(math.isfinite(v) for v in result.metrics.values())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [({"budget_growth": 0.0}, "budget_growth"), ({"clip_decay": 1.0}, "clip_decay"),

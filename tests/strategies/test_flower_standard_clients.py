@@ -94,20 +94,23 @@ class Run:
 
 
 def run_in_simulation(
-    make_strategy: Callable[[Callable], FedpubStrategy], client_app: ClientApp, *, num_supernodes: int, rounds: int
+    make_strategy: Callable[[Callable], FedpubStrategy], client_app: ClientApp, *, num_supernodes: int,
+    rounds: int | Sequence[int],
 ) -> Run:
     """Run the strategy ``make_strategy(on_round)`` builds from :func:`initial_model` for ``rounds`` rounds
-    (``strategy.start(num_rounds=rounds)``)."""
+    (``strategy.start(num_rounds=rounds)``; a sequence: one start after the other, each from the last result's
+    model, until one raises)."""
     run = Run()
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         run.strategy = make_strategy(lambda t, outcome, _, examples: run.rounds.append((t, {**outcome.metrics, **outcome.diagnostics}, examples)))
+        arrays = ArrayRecord(initial_model())
         try:
-            run.result = run.strategy.start(
-                grid, initial_arrays=ArrayRecord(initial_model()), num_rounds=rounds, timeout=120
-            )
+            for count in [rounds] if isinstance(rounds, int) else rounds:
+                run.result = run.strategy.start(grid, initial_arrays=arrays, num_rounds=count, timeout=120)
+                arrays = run.result.arrays
         except Exception as error:  # noqa: BLE001 (run_simulation would only log it)
             run.error = error
 
@@ -219,32 +222,41 @@ def test_pda_dpmd_pretrains_by_default_so_the_drop_in_strategy_asks_for_a_public
     assert cold.core.name == "pda_dpmd"
 
 
-def test_start_past_the_planned_rounds_of_a_target_is_refused_at_the_first_extra_round_within_the_target():
-    """from_config(rounds=2, target_epsilon=4) without a budget takes the target as the budget: start(num_rounds=4)
-    releases rounds 1 and 2 and refuses round 3 before sending it (nothing of it trained, priced or released)."""
-    target, epsilons = 4.0, []
-    strategy = {"name": "dp_fedavg", "clip_norm": 1.0, "target_epsilon": target,
+def test_a_start_of_more_rounds_than_the_strategy_was_built_for_is_refused_before_anything_runs():
+    """from_config(rounds=2): start(num_rounds=4) is refused at once, naming both numbers (the noise was calibrated
+    over 2 rounds); nothing is sent, trained or priced (issue 44: check before spending)."""
+    strategy = {"name": "dp_fedavg", "clip_norm": 1.0, "target_epsilon": 4.0,
                 "sampling": {"kind": "poisson", "sampling_rate": 1.0}}
+    run = run_in_simulation(
+        lambda on_round: FedpubStrategy.from_config(strategy, population=3, rounds=2, seed=0, on_round=on_round),
+        shifting_app, num_supernodes=3, rounds=4,
+    )
+    assert isinstance(run.error, ValueError), run.error
+    assert str(run.error).startswith("start(num_rounds=4): the strategy was built for rounds=2 (its noise calibrated "
+                                     "over them; 2 left, ε = 0 spent): give num_rounds <= 2")
+    assert run.rounds == [] and run.strategy.epsilon() == 0
+
+
+def test_a_second_start_continues_the_ledger_with_fresh_cohorts_and_a_used_up_strategy_refuses_a_third():
+    """Two starts of 2 rounds run what one start of 4 runs: the round indices continue (the cohorts are the next
+    rounds', not the first rounds' again: the same sizes as one start's), ε composes all four; a third start is
+    refused before it runs (issue 44, item 4: a second start() re-ran rounds 0 and 1 and under-reported ε). The
+    models are not compared: each simulation gives its nodes other ids, so other users hold other shifts."""
+    strategy = {"name": "dp_fedavg", "clip_norm": 1.0, "noise_multiplier": 1.0,
+                "sampling": {"kind": "poisson", "sampling_rate": 0.5}}
 
     def make(on_round):
-        def record(t, outcome, metrics, examples):
-            epsilons.append(built.epsilon())
-            on_round(t, outcome, metrics, examples)
-        built = FedpubStrategy.from_config(strategy, population=3, rounds=2, seed=0, on_round=record)
-        return built
+        return FedpubStrategy.from_config(strategy, population=4, rounds=4, seed=3, on_round=on_round)
 
-    run = run_in_simulation(make, shifting_app, num_supernodes=3, rounds=4)
-    assert run.error is None, run.error
-    assert [t for t, _, _ in run.rounds] == [0, 1]
-    assert run.strategy.driver.budget_epsilon == target and run.strategy.stopped_by_budget
-    assert epsilons[0] < epsilons[1] <= target
-    assert run.strategy.epsilon() == epsilons[1]
-    assert run.strategy.driver.refusal.startswith(
-        f"round 2 is past the 2 planned rounds (0 to 1: the noise was calibrated and the recipe laid out over them), "
-        f"ε = {epsilons[1]:.6g} spent of the budget ε = 4"
-    )
-    assert sorted(run.result.train_metrics_clientapp) == [1, 2]
-    print(f"ε after each released round: {epsilons}; {run.strategy.driver.refusal}")
+    once = run_in_simulation(make, shifting_app, num_supernodes=4, rounds=4)
+    twice = run_in_simulation(make, shifting_app, num_supernodes=4, rounds=[2, 2, 1])
+    assert once.error is None, once.error
+    assert isinstance(twice.error, ValueError) and "rounds=4 (its noise calibrated over them; 4 already run, 0 left" \
+        in str(twice.error)
+    assert [t for t, _, _ in twice.rounds] == [t for t, _, _ in once.rounds] == [0, 1, 2, 3]
+    assert [m["cohort_sampled"] for _, m, _ in twice.rounds] == [m["cohort_sampled"] for _, m, _ in once.rounds]
+    assert twice.strategy.epsilon() == pytest.approx(once.strategy.epsilon(), rel=1e-12)
+    assert twice.strategy.accountant.rounds == once.strategy.accountant.rounds == 4
 
 
 @pytest.mark.parametrize("client_app, says", [
