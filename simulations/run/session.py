@@ -117,6 +117,38 @@ def check_checkpoint_config(run_dir: RunDirectory, checkpoint: Mapping[str, Any]
         )
 
 
+def checkpoint_accountant(
+    run_dir: RunDirectory, checkpoint: Mapping[str, Any], fresh: UserLevelAccountant, planned: Callable[[int], Any],
+    delta: float,
+) -> UserLevelAccountant:
+    """The accountant a checkpoint holds, refused (RunDirectoryError, naming the file) unless it can be the one
+    this run composed: the same kind, neighbouring relation and discretisation as ``fresh`` (the config's), one
+    round composed per round done, and ε at ``delta`` at least what the planned events of those rounds cost
+    (``planned(rounds)``: their composed event). An emptied or edited accountant would make every ε from then on
+    under-report what the mechanism ran, so it is never resumed."""
+    path = run_dir.checkpoint_path
+    fix = "remove it (the run restarts from round 0) or use --fresh"
+    try:
+        stored = UserLevelAccountant.from_dict(checkpoint["accountant"])
+    except (KeyError, TypeError, ValueError) as error:  # PrivacyError is a ValueError
+        raise RunDirectoryError(f"{path}: its accountant cannot be read ({type(error).__name__}): {fix}") from None
+    kind = (stored.accountant, stored.neighboring_relation, stored.pld_discretization)
+    if kind != (fresh.accountant, fresh.neighboring_relation, fresh.pld_discretization):
+        raise RunDirectoryError(f"{path}: its accountant is not this run's (privacy.accountant and its settings "
+                                f"differ): {fix}")
+    done = checkpoint["rounds_done"]
+    if isinstance(done, bool) or not isinstance(done, int) or stored.rounds != done:
+        raise RunDirectoryError(f"{path}: its accountant composed {stored.rounds} rounds but the checkpoint says "
+                                f"{done} were run: the file was edited; {fix}")
+    spent, floor = stored.epsilon(delta), (fresh.epsilon_if(planned(done), delta) if done else 0.0)
+    if spent < floor * (1 - 1e-6):
+        raise RunDirectoryError(
+            f"{path}: its accountant prices the {done} rounds run at ε = {spent:.6g}, below the ε = {floor:.6g} their "
+            f"planned events cost: it was emptied or edited, and resuming would under-report ε; {fix}"
+        )
+    return stored
+
+
 _NAMED_PARAMS = 8
 """How many differing parameters a refused checkpoint's error names (a model has hundreds)."""
 
@@ -227,7 +259,8 @@ class RunSession:
         if checkpoint is not None:
             check_checkpoint_params(run_dir, checkpoint["params"], self.params)
             self.params, self.state = checkpoint["params"], checkpoint["strategy_state"]
-            self.accountant = UserLevelAccountant.from_dict(checkpoint["accountant"])
+            self.accountant = checkpoint_accountant(run_dir, checkpoint, self.accountant,
+                                                    experiment.strategy.planned_event, cfg.privacy.delta)
             self.rounds_done = checkpoint["rounds_done"]
             self.average = checkpoint.get("model_average", self.average)
             self._unreleased = checkpoint.get("record")

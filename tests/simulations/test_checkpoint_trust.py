@@ -148,3 +148,46 @@ def _saved(value) -> bytes:
     buffer = io.BytesIO()
     torch.save(value, buffer)
     return buffer.getvalue()
+
+
+class _Stop(Exception):
+    pass
+
+
+def _cut_after_two_rounds(tiny_emnist_dir: Path, tmp_path: Path):
+    """A 4-round run stopped after its second round's checkpoint: its config and checkpoint file."""
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=4, checkpoint_every=1)
+
+    def stop(record):
+        if record["round"] == 1:  # round 2's record: written and checkpointed
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        run_in_process(build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), on_round=stop)
+    path = tmp_path / "tiny" / "checkpoint.pt"
+    return cfg, path
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda a: a.update(groups=[], rounds=0), "composed 0 rounds but the checkpoint says 2"),
+    (lambda a: a["groups"][0].update(count=1), "prices the 2 rounds run at ε = .*, below the ε = "),
+    (lambda a: a.update(accountant="rdp"), "its accountant is not this run's"),
+    (lambda a: a.pop("groups"), "its accountant cannot be read"),
+])
+def test_an_emptied_or_edited_accountant_in_a_checkpoint_is_refused_never_resumed(tiny_emnist_dir, tmp_path, edit,
+                                                                                   says):
+    """Issue 44, item 9: a mid-run checkpoint whose accountant was emptied resumed silently and the ledger then
+    under-reported ε; now the accountant must be the config's kind, count the rounds done and cost at least their
+    planned events."""
+    cfg, path = _cut_after_two_rounds(tiny_emnist_dir, tmp_path)
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["rounds_done"] == 2  # the edit below is of a real mid-run checkpoint
+    edit(checkpoint["accountant"])
+    torch.save(checkpoint, path)
+    with pytest.raises(RunDirectoryError, match=says):
+        _run(cfg)
+
+
+def test_the_untouched_checkpoint_of_that_cut_run_resumes(tiny_emnist_dir, tmp_path):
+    cfg, _ = _cut_after_two_rounds(tiny_emnist_dir, tmp_path)
+    assert _run(cfg).rounds_done == 4
