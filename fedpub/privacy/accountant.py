@@ -10,13 +10,13 @@ prices the next round without composing it, so a run can stop before its budget 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Literal
 
-import absl.logging
 import attr
 import dp_accounting
 from dp_accounting import dp_event
@@ -36,9 +36,14 @@ from fedpub.privacy.events import (
     round_event,
 )
 
-# At small noise multipliers the RDP accountant drops fractional orders it cannot evaluate and logs
-# an absl warning for each; the result is still a valid upper bound.
-absl.logging.set_verbosity(absl.logging.ERROR)
+# At small noise multipliers the RDP accountant drops fractional orders it cannot evaluate and warns for each; the
+# result is still a valid upper bound, so the warnings are dropped. They went through absl, whose every call (even
+# one its verbosity drops) first runs logging.basicConfig() when the root logger has no handler: a process that
+# accounted once then printed every record reaching the root (Flower's DEBUG lines, its INFO lines a second time).
+# So dp-accounting's RDP module logs through a standard logger instead, which adds no handler anywhere.
+_RDP_LOG = logging.getLogger("dp_accounting.rdp")
+_RDP_LOG.setLevel(logging.ERROR)
+rdp_privacy_accountant.logging = _RDP_LOG
 
 AccountantKind = Literal["pld", "rdp"]
 ACCOUNTANTS: tuple[AccountantKind, ...] = ("pld", "rdp")

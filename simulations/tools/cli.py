@@ -24,6 +24,7 @@ from rich.table import Table
 from fedpub.config import ExperimentConfig, load_config
 from fedpub.simulations.configs import quickstart_config_path
 from fedpub.simulations.tools.data_cli import data_app
+from fedpub.simulations.tools.error_report import report_unexpected
 from fedpub.simulations.run.progress import RoundDisplay
 from fedpub.simulations.tools.threads import ThreadChoice, apply_thread_choice, choose_threads, thread_line
 
@@ -35,18 +36,26 @@ if TYPE_CHECKING:
     from fedpub.simulations.run.experiment import Experiment
     from fedpub.simulations.run.run_dir import RunDirectory
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="User-level DP federated learning with public users.",
+    pretty_exceptions_enable=False, pretty_exceptions_show_locals=False,  # main() reports errors, with no locals
+)
 app.add_typer(data_app, name="data", help=data_app.info.help)
 console = Console()
+errors = Console(stderr=True)
 USER_ERRORS = (ValueError, FileNotFoundError)
 """What a user's input can cause, shown as one line: fedpub's ConfigError, DatasetError and PrivacyError are
 ValueErrors (named here through their base, so that `fedpub --help` imports neither torch nor dp-accounting)."""
 
 
+def _rank() -> str:
+    """``rank R: `` in a torchrun worker, whose every rank says its own error; else nothing."""
+    return f"rank {os.environ['RANK']}: " if "RANK" in os.environ and "WORLD_SIZE" in os.environ else ""
+
+
 def _fail(error: Exception) -> None:
     console.quiet = False  # a rank other than torchrun's rank 0 says its own error
-    rank = f"rank {os.environ['RANK']}: " if "RANK" in os.environ and "WORLD_SIZE" in os.environ else ""
-    console.print(f"[bold red]error:[/] {rank}{escape(str(error))}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {_rank()}{escape(str(error))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -487,6 +496,17 @@ _threads: list[ThreadChoice] = []
 
 
 def main() -> None:
+    """The ``fedpub`` command. An error no command turned into an ``error:`` line (exit 2) is reported in a few
+    lines on stderr, its full traceback written to a file, with no local variable and no data (error_report.py),
+    and exits 1."""
     _threads.append(apply_thread_choice())  # before any command imports torch
-    app()
+    try:
+        app()
+    except Exception as error:  # SystemExit (typer.Exit, the end of every command) and KeyboardInterrupt go on
+        first, *rest = report_unexpected(error)
+        errors.print(f"[bold red]error:[/] {_rank()}{escape(first.removeprefix('error: '))}", highlight=False,
+                     soft_wrap=True)
+        for line in rest:
+            errors.print(line, highlight=False, soft_wrap=True, markup=False)
+        raise SystemExit(1) from None
 

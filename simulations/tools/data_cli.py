@@ -33,6 +33,7 @@ DATASETS_HELP = ", ".join(registry.DATASET_NAMES)
 data_app = typer.Typer(
     name="data", add_completion=False, no_args_is_help=True,
     help=f"Datasets ({DATASETS_HELP}) and their files: describe, inspect, verify, download.",
+    pretty_exceptions_enable=False, pretty_exceptions_show_locals=False,  # cli.main() reports errors, with no locals
 )
 console = Console()
 
