@@ -56,7 +56,9 @@ def ray_init_args(flower: FlowerConfig, environ: Mapping[str, str]) -> dict[str,
 
 
 def check_ray_head(address: str, field: str) -> None:
-    """A ValueError naming ``field`` unless ``address`` is a ``host:port`` that accepts a connection."""
+    """A ValueError naming ``field`` unless ``address`` is a ``host:port`` where a Ray head's GCS answers: the port
+    accepts a connection and a GCS request for the cluster id (:func:`gcs_refusal`) is answered within
+    :data:`RAY_CONNECT_TIMEOUT` (something else listening there made ``ray.init`` hang for minutes)."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(
@@ -70,6 +72,30 @@ def check_ray_head(address: str, field: str) -> None:
             f"{field}: no Ray cluster answers at {address} ({error}); start its head with `ray start --head "
             f"--port {port}`, or correct {field}"
         ) from None
+    why = gcs_refusal(address, RAY_CONNECT_TIMEOUT)
+    if why is not None:
+        raise ValueError(
+            f"{field}: something listens at {address}, but no Ray head answered a GCS request there within "
+            f"{RAY_CONNECT_TIMEOUT:g} s ({why}): give the address `ray start --head` prints (its GCS port, 6379 by "
+            f"default), or correct {field}"
+        )
+
+
+def gcs_refusal(address: str, timeout: float) -> str | None:
+    """None when a Ray GCS at ``address`` answers its cluster id over gRPC within ``timeout`` seconds, else the
+    gRPC status it failed with."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    channel = grpc.insecure_channel(address)
+    try:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout)
+    except grpc.RpcError as error:
+        return error.code().name
+    finally:
+        channel.close()
+    return None
 
 
 def _log(what: str) -> None:

@@ -45,9 +45,18 @@ def check_backend(backend: str, *, tune_allocator: bool = False, torchrun: bool 
 
 def check_config_for(backend: Backend, config: ExperimentConfig) -> None:
     """Refuse, naming the field, what ``backend`` cannot run of ``config`` (SecAgg+: a part whose per-user map no
-    device runs, Poisson cohorts, an infinite clip norm, ``data.preload``), before any data is read."""
+    device runs, Poisson cohorts, an infinite clip norm, ``data.preload``; torchrun's ranks: OpenDP's noise), before
+    any data is read."""
     if backend == "secagg":
         check_supported(config)
+    from fedpub.simulations.run.distributed import launched
+
+    if config.privacy.noise_sampler == "opendp" and launched() is not None:
+        # every rank draws the round's noise itself (distributed.py): from OpenDP, which reads the OS's randomness,
+        # each would add other noise and the ranks' models would part after round 0
+        raise ValueError("privacy.noise_sampler `opendp` draws from each process's own OS randomness, so torchrun's "
+                         "ranks would add different noise: use privacy.noise_sampler: torch under torchrun, or run "
+                         "the OpenDP sampler in one process")
 
 
 def run_experiment(
