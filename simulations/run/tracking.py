@@ -4,7 +4,10 @@
 A tracker receives only what the run releases: the resolved config (less ``tracking``) as hyperparameters, each
 ``metrics.jsonl`` record at its round, and the final figures (the released model's final evaluation, ε, δ).
 Diagnostics never reach a tracker: they are about private users and not covered by DP (docs/privacy.md); W&B's
-console capture is off for the same reason (the run's log may name users whose training failed).
+console capture is off for the same reason (the run's log may name users whose training failed). Nor does the
+time: a round's duration grows with its realised cohort size, which DP does not cover, so TensorBoard's events and
+MLflow's metrics are stamped with their round (as seconds, or milliseconds, after the epoch), never the clock. W&B
+stamps each record itself when it arrives; the run says so when it starts (a labelled diagnostic, as the docs do).
 
 The libraries are optional (``pip install 'fedpub[tracking]'``): :func:`check_trackers` refuses a configured
 tracker whose library is missing when the experiment is built, before any training. A tracker that fails during a
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -105,9 +107,9 @@ class TensorBoardTracker:
 
     def log(self, step: int, values: Values) -> None:
         for key, value in _numbers(values).items():
-            self._writer.add_scalar(key, value, step)
+            self._writer.add_scalar(key, value, step, walltime=float(step))  # the round, never the clock
         for key, label in _labels(values).items():
-            self._writer.add_text(key, label, step)
+            self._writer.add_text(key, label, step, walltime=float(step))
         self._writer.flush()
 
     def finish(self, final: Values | None) -> None:
@@ -115,8 +117,17 @@ class TensorBoardTracker:
 
         if final is not None:  # the hyperparameters, with the final figures as their metrics, in this run's events
             for summary in hparams(self._run.params(), _numbers(final)):
-                self._writer.file_writer.add_summary(summary)
+                self._writer.file_writer.add_summary(summary, walltime=0.0)
         self._writer.close()
+
+
+class TrackerTiming(UserWarning):
+    """A tracker learns when each round's record arrives: a diagnostic outside the DP guarantee."""
+
+
+WANDB_TIMES = ("tracking.wandb: W&B stamps each round's record with the time it arrives, and a round's duration "
+               "grows with its realised cohort size, which DP does not cover: the times W&B shows are a diagnostic "
+               "outside the DP guarantee (TensorBoard and MLflow are stamped with the round instead)")
 
 
 class WandbTracker:
@@ -132,6 +143,7 @@ class WandbTracker:
         import wandb
 
         section = self._section
+        warnings.warn(WANDB_TIMES, TrackerTiming, stacklevel=2)
         self._run = wandb.init(
             project=section.project, entity=section.entity, mode=section.mode, tags=list(section.tags),
             dir=run.root, name=run.name, config=run.config, id=resume_id, resume="allow",
@@ -177,10 +189,9 @@ class MlflowTracker:
     def log(self, step: int, values: Values) -> None:
         from mlflow.entities import Metric, RunTag
 
-        now = int(time.time() * 1000)
         self._client.log_batch(
-            self._run_id,
-            metrics=[Metric(k, v, now, step) for k, v in _numbers(values).items()],
+            self._run_id,  # each metric stamped with its round (ms after the epoch), never the clock
+            metrics=[Metric(k, v, step, step) for k, v in _numbers(values).items()],
             tags=[RunTag(k, v) for k, v in _labels(values).items()],
         )
 
