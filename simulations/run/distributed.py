@@ -78,6 +78,17 @@ class Launch:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int | None = None
+    """The ranks on this machine (torchrun's ``LOCAL_WORLD_SIZE``; None: not said)."""
+
+    def trust_statement(self) -> str | None:
+        """What a run whose ranks span several machines must say at its start: who it trusts (None on one
+        machine)."""
+        if self.local_world_size is None or self.local_world_size >= self.world_size:
+            return None
+        return (f"the {self.world_size} ranks span several machines: the privacy seed, each round's model and the "
+                "clipped sums cross their network unencrypted (gloo and NCCL do not encrypt), so every rank's machine "
+                "and the network between them are inside the server's trust boundary")
 
 
 def launched(environ: Mapping[str, str] = os.environ) -> Launch | None:
@@ -90,7 +101,15 @@ def launched(environ: Mapping[str, str] = os.environ) -> Launch | None:
     if missing:
         raise ValueError(f"the environment sets {', '.join(present)} but not {', '.join(missing)}: start many "
                          "workers with torchrun (it sets them all), or unset them to run in one process")
-    return Launch(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ["LOCAL_RANK"]))
+    restarts = environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if restarts != "0":
+        # a restarted rank cannot rejoin the others' process group mid-run (gloo failed with "connectFullMesh")
+        raise ValueError(f"torchrun --max-restarts {restarts}: fedpub's ranks cannot be restarted within a run; start "
+                         "torchrun with --max-restarts 0 and run the same command again after a failure: it resumes "
+                         "from the last checkpoint")
+    local = environ.get("LOCAL_WORLD_SIZE")
+    return Launch(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ["LOCAL_RANK"]),
+                  int(local) if local is not None and local.isdigit() else None)
 
 
 def rank_device(launch: Launch, device: torch.device, configured: str) -> torch.device:

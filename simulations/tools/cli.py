@@ -247,6 +247,8 @@ def run(
         try:
             if launch is not None:
                 workers, experiment = Workers.open(launch, experiment)
+                if launch.trust_statement() is not None:
+                    display.log(f"trust: {launch.trust_statement()}")
             result = run_experiment(
                 experiment, backend, fresh=fresh, on_round=display.on_round, tune_allocator=tune_allocator,
                 log=display.log, on_resume=display.on_resume, workers=workers,

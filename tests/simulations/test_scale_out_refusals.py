@@ -40,3 +40,25 @@ def test_fedpub_run_under_torchrun_refuses_it_in_one_line_before_reading_data(tm
     assert result.output.startswith("error: rank 0: privacy.noise_sampler `opendp`") and \
         len(result.output.strip().splitlines()) <= 3
     assert not (tmp_path / "data").exists() and not (tmp_path / "tiny").exists()  # no data read, nothing written
+
+
+def test_torchrun_restarts_are_refused_with_the_command_that_resumes():
+    """``torchrun --max-restarts 1``: a restarted rank failed to rejoin ("Gloo connectFullMesh failed"); now the
+    run is refused before it starts, saying how to resume instead."""
+    from fedpub.simulations.run.distributed import launched
+
+    assert launched({**TORCHRUN, "TORCHELASTIC_MAX_RESTARTS": "0"}) is not None
+    with pytest.raises(ValueError, match=r"^torchrun --max-restarts 1: fedpub's ranks cannot be restarted .* run the "
+                                         r"same command again after a failure: it resumes from the last checkpoint"):
+        launched({**TORCHRUN, "TORCHELASTIC_MAX_RESTARTS": "1"})
+
+
+def test_ranks_on_several_machines_say_who_is_inside_the_trust_boundary():
+    from fedpub.simulations.run.distributed import launched
+
+    one_machine = launched({**TORCHRUN, "LOCAL_WORLD_SIZE": "2"})
+    two_machines = launched({**TORCHRUN, "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"})
+    assert one_machine is not None and one_machine.trust_statement() is None
+    assert two_machines is not None and two_machines.trust_statement().startswith(
+        "the 4 ranks span several machines: the privacy seed, each round's model and the clipped sums cross their "
+        "network unencrypted")
