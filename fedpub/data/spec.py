@@ -3,15 +3,19 @@ public-user pools, config sections, downloadable files and the describers ``fedp
 
 A declaration is plain data: the code it names (readers, writers, models, task scores) is a reference
 ``"package.module:attribute"`` imported on first use (:func:`resolve`), so the config schema, which reads the
-declarations' names, loads neither torch nor h5py (``tests/test_layers.py``). :mod:`fedpub.data.registry` lists
-the declared datasets; nothing else in fedpub names one.
+declarations' names, loads neither torch nor h5py (``tests/test_layers.py``). A reference to a module in the current
+folder imports as under ``python -m`` (the folder appended to ``sys.path``, after fedpub's own packages).
+:mod:`fedpub.data.registry` lists the declared datasets; nothing else in fedpub names one.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
+import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -34,7 +38,23 @@ def resolve(ref: str) -> Any:
     if not _REFERENCE.fullmatch(ref):
         raise ValueError(f"a reference is 'package.module:attribute', got {ref!r}")
     module, _, attribute = ref.partition(":")
-    return functools.reduce(getattr, attribute.split("."), importlib.import_module(module))
+    return functools.reduce(getattr, attribute.split("."), _import(module))
+
+
+def _import(module: str) -> Any:
+    """``module`` imported; one whose top-level package is nowhere on ``sys.path`` but in the current folder (a
+    ``fedpub`` command run beside the user's ``models.py``, which ``python -m`` would find) is imported from there,
+    the folder appended to ``sys.path`` (never first: a user's ``strategies.py`` cannot shadow an installed
+    package) and only when it holds the package."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as missing:
+        top = module.partition(".")[0]
+        here = os.getcwd()
+        if missing.name != top or here in sys.path or importlib.machinery.PathFinder.find_spec(top, [here]) is None:
+            raise
+    sys.path.append(here)
+    return importlib.import_module(module)
 
 
 def importable(ref: str) -> str:
@@ -46,7 +66,7 @@ def importable(ref: str) -> str:
         target = resolve(ref)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"{ref!r} does not import ({type(exc).__name__}: {exc}); it must be importable on this "
-                         "Python path, and on every node that trains") from None
+                         "Python path (or from the current folder), and on every node that trains") from None
     if not callable(target):
         raise ValueError(f"{ref!r} is a {type(target).__name__}, not a callable")
     return ref

@@ -9,6 +9,7 @@ model. ``num_classes`` is the model's output size (classes, tags, or token ids, 
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedpub.config import ConfigError
 from fedpub.data import registry
 from fedpub.data.spec import resolve
 
@@ -77,15 +79,20 @@ def build_factory_model(
     """The model ``model.factory`` ``ref`` builds from ``kwargs``, its parameters initialised as the factory
     initialises them, with torch's global RNG seeded from ``generator`` (default: seed 0) for the call and restored
     after. A model with running statistics (batch norm tracking them) is refused: they are state no aggregation
-    averages, computed from private examples outside DP."""
+    averages, computed from private examples outside DP. ``kwargs`` the factory's signature does not take (an
+    unknown name, a required one missing) and a factory returning no module are refused naming the field
+    (:class:`~fedpub.config.ConfigError`)."""
     if generator is None:
         generator = torch.Generator().manual_seed(0)
+    factory = resolve(ref)
+    _check_factory_kwargs(ref, factory, kwargs)
     seed = int(torch.randint(2**62, (1,), generator=generator))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = resolve(ref)(**kwargs)
+        model = factory(**kwargs)
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model.factory {ref!r} returned a {type(model).__name__}, not a torch.nn.Module")
+        raise ConfigError(f"model.factory {ref!r} returned a {type(model).__name__}, not a torch.nn.Module: make it "
+                          "return the model")
     for name, module in model.named_modules():
         if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats:
             raise ValueError(
@@ -94,6 +101,33 @@ def build_factory_model(
                 "LayerNorm, or track_running_stats=False"
             )
     return model
+
+
+def _check_factory_kwargs(ref: str, factory: Any, kwargs: Mapping[str, Any]) -> None:
+    """Refuse, naming ``model.kwargs``, keyword arguments that ``factory``'s signature cannot bind (an unknown name,
+    a required argument missing), before it is called; a callable without a readable signature is called as is."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # some builtins and extension types have none
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as error:
+        parameters = signature.parameters.values()
+        open_ended = any(p.kind is p.VAR_KEYWORD for p in parameters)
+        named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        unknown = [] if open_ended else sorted(set(kwargs) - set(named))
+        missing = [p.name for p in parameters if p.kind is not p.VAR_POSITIONAL and p.kind is not p.VAR_KEYWORD
+                   and p.default is p.empty and p.name not in kwargs]
+        problems = []
+        if unknown:
+            problems.append(f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among its arguments")
+        if missing:
+            problems.append(f"it needs {', '.join(missing)}")
+        if not problems:  # e.g. a positional-only argument, which no keyword can give
+            problems.append(str(error))
+        raise ConfigError(f"model.kwargs do not fit model.factory {ref!r}: {'; '.join(problems)} (it takes: "
+                          f"{', '.join(named) or 'no keyword arguments'})") from None
 
 
 __all__ = ["NORMALIZATION_LAYERS", "build_factory_model", "build_model", "init_parameters"]

@@ -3,8 +3,9 @@
 strategy with its noise and planned event (:mod:`fedpub.strategies.build`) and the local training.
 
 Both backends start here, so the same config gives the same data, model, strategy and noise.
-Failures (missing data, an unreachable ε target, a budget smaller than one round, a tracker whose library is not
-installed) surface here, before a run directory exists.
+Failures (missing data, a model that does not fit the data or the task (:mod:`~fedpub.simulations.run.preflight`,
+before the noise is calibrated), an unreachable ε target, a budget smaller than one round, a tracker whose library
+is not installed) surface here, before a run directory exists.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fedpub.round_driver import RoundDriver
 from fedpub.strategy import StrategyCore
 from fedpub.tasks import Task, get_task
 from fedpub.strategies.build import build_experiment_strategy, new_accountant
+from fedpub.simulations.run.preflight import preflight
 from fedpub.simulations.run.tracking import check_trackers
 
 
@@ -112,14 +114,17 @@ def build_experiment(
     None) users found as nodes (``flower.private_users: nodes``), replacing the data's (None public: the data's,
     the server's pool); the strategy is built for their number, and refused when it sends clients a payload local
 training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracker whose library is missing is
-    refused first (:func:`~fedpub.simulations.run.tracking.check_trackers`). ``splits``: the users of ``data.source:
-    python``, given from Python."""
+    refused first (:func:`~fedpub.simulations.run.tracking.check_trackers`), then a model that cannot train on the
+    data (:func:`~fedpub.simulations.run.preflight.preflight`), before any noise is calibrated or drawn. ``splits``:
+    the users of ``data.source: python``, given from Python."""
     check_trackers(config.tracking)
     data = load_data(config, splits)
     if node_users is not None:
         private, public = node_users
         data = replace(data, private_ids=list(private), public_ids=data.public_ids if public is None else list(public))
     device = resolve_device(config.device)
+    task = get_task(config.task)
+    preflight(config, data.train, task)
     randomness = resolve_randomness(
         config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name
     )
@@ -140,7 +145,7 @@ training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracke
         planned_event=built.planned_event,
         budget_epsilon=built.budget_epsilon,
         local_training=LocalTrainingConfig(**config.client.local_training_fields()),
-        task=get_task(config.task),
+        task=task,
         device=device,
         randomness=randomness,
         diagnostics=config.privacy.diagnostics == "on" or (config.privacy.diagnostics == "auto" and not deployment),
