@@ -58,10 +58,17 @@ def describe_tag_count(path: Path, report: FileReport, deep: bool) -> None:
     report.add("most frequent", ", ".join(f"{t!r} {c}" for t, c in list(tags.items())[:3]))
 
 
+HF_METADATA = frozenset({"state.json", "dataset_info.json", "dataset_dict.json"})
+"""The JSON files of a Hugging Face ``save_to_disk`` folder: JSON objects, but no tag counts."""
+
+
 def side_file(path: Path) -> Describer | None:
-    """The vocabulary files: ``*word_count`` by name, ``*tag_count`` by name or a JSON object's opening brace."""
+    """The vocabulary files: ``*word_count`` by name, ``*tag_count`` by name or a JSON object's opening brace
+    (not a Hugging Face folder's metadata, :data:`HF_METADATA`)."""
     if path.name.endswith("word_count"):
         return describe_word_count
+    if path.name in HF_METADATA:
+        return None
     with open(path, "rb") as f:
         head = f.read(16)
     if path.name.endswith("tag_count") or head.lstrip().startswith(b"{"):

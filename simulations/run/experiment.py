@@ -124,6 +124,7 @@ training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracke
         data = replace(data, private_ids=list(private), public_ids=data.public_ids if public is None else list(public))
     device = resolve_device(config.device)
     task = get_task(config.task)
+    eval_users = evaluation_users(data, config.data.eval_users, config.data.eval_clients)
     preflight(config, data.train, task)
     randomness = resolve_randomness(
         config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name
@@ -139,7 +140,7 @@ training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracke
         public_data=data.public,
         validation_ids=data.validation_ids,
         evaluation_ids=data.evaluation_ids,
-        eval_users=evaluation_users(data, config.data.eval_users, config.data.eval_clients),
+        eval_users=eval_users,
         strategy=built.core,
         noise_multiplier=built.noise_multiplier,
         planned_event=built.planned_event,

@@ -5,6 +5,7 @@ public files. Every dataset-specific answer comes from the dataset registry (:mo
                                         clients, examples, classes and size
     fedpub data verify PATH_OR_DIR      registry checksums (where published), every example read as a run reads it;
                                         exit 1 on a problem
+    fedpub data verify --config CFG     the config's data opened and every user read by `fedpub run`'s readers
     fedpub data download NAME [--dir]   resumable, verified download of a file of the registry, or of a dataset's one
                                         file (fedpub.data.download)
     fedpub data export-user FILE ID OUT one user of a TFF HDF5 file as a device's data: a folder or a one-user file
@@ -92,15 +93,34 @@ def info(
 
 
 @data_app.command()
-def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a directory of them")]) -> None:
-    """Registry checksums where published, and every example of every dataset file read as a run reads it (so a
-    file that verifies is one a run accepts; TFF's largest database takes hours); exit 1 on any problem.
+def verify(
+    path: Annotated[Optional[Path], typer.Argument(help="a dataset file, or a directory of them")] = None,
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", help="verify this experiment's data as `fedpub run` reads it (every user read)")] = None,
+) -> None:
+    """Registry checksums where published, and every example of every dataset file read as a run reads it (TFF's
+    largest database takes hours); with --config, the config's data opened and every user read by the readers
+    `fedpub run` uses, the model's preflight included (so a config that verifies is one a run accepts). Exit 1 on
+    any problem.
 
     PATH: a dataset file, or a directory of them."""
-    from fedpub.simulations.tools.data_inspect import inspect_path
+    if config is not None:
+        _verify_config(config, path)
+        return
+    if path is None:
+        _fail(ValueError("give a PATH (a dataset file or a directory of them) or --config CONFIG.yaml"))
+    from fedpub.simulations.tools.data_inspect import describe_hf_folder, hf_folder, inspect_path
 
     if not path.exists():
         _fail(FileNotFoundError(f"{path} does not exist"))
+    if path.is_dir() and hf_folder(path):  # one dataset, not a folder of dataset files
+        with console.status(f"opening {path}"):
+            report = describe_hf_folder(path)
+        _print_report(report)
+        console.print("  [bold red]FAILED[/]" if report.problems else "  [bold green]ok[/]", highlight=False)
+        if report.problems:
+            raise typer.Exit(1)
+        return
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")) if path.is_dir() else [path]
     checked = failed = 0
     for file in files:
@@ -129,6 +149,28 @@ def verify(path: Annotated[Path, typer.Argument(help="a dataset file, or a direc
     console.print(f"{checked - failed} of {checked} file(s) ok", highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _verify_config(config: Path, path: Optional[Path]) -> None:
+    """``verify --config``: the config's data read by the run's readers (:mod:`fedpub.simulations.tools.data_verify`);
+    exit 1, with the run's one-line refusal, when a run would refuse it."""
+    from fedpub.simulations.tools.data_verify import verify_config
+
+    if path is not None:
+        _fail(ValueError("give a PATH or --config, not both: the config names its data (data.path)"))
+    if not config.is_file():
+        _fail(FileNotFoundError(f"--config {config}: no such file"))
+    try:
+        with console.status(f"reading the data of {config} as a run does") as status:
+            facts = verify_config(config, lambda line: status.update(line))
+    except (ValueError, FileNotFoundError) as error:
+        console.print(f"[bold]{escape(str(config))}[/]: [bold red]FAILED[/]: {escape(str(error))}", highlight=False,
+                      soft_wrap=True)
+        raise typer.Exit(1) from None
+    console.print(f"[bold]{escape(str(config))}[/]: its data as `fedpub run` reads it", highlight=False, soft_wrap=True)
+    for label, value in facts:
+        console.print(f"  {label}: {escape(value)}", highlight=False, soft_wrap=True)
+    console.print("  [bold green]ok[/]", highlight=False, soft_wrap=True)
 
 
 def _remote_file(name: str) -> str:

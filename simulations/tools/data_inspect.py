@@ -235,6 +235,37 @@ def _checksum(path: Path, report: FileReport) -> None:
         report.problems.append(f"SHA-256 {digest} does not match the registry's {entry.sha256}")
 
 
+def hf_folder(path: Path) -> bool:
+    """Whether the directory ``path`` is a Hugging Face ``save_to_disk`` folder (one split's, or a DatasetDict's)."""
+    return (path / "dataset_dict.json").is_file() or (
+        (path / "state.json").is_file() and (path / "dataset_info.json").is_file())
+
+
+def describe_hf_folder(path: Path) -> FileReport:
+    """A Hugging Face ``save_to_disk`` folder as ``datasets.load_from_disk`` opens it (as ``data.source
+    huggingface`` does): its splits, rows and columns; which columns are a run's is the config's (``verify
+    --config``)."""
+    report = FileReport(path)
+    report.layout = "a Hugging Face dataset folder (save_to_disk)"
+    try:
+        import datasets
+
+        loaded = datasets.load_from_disk(str(path))
+    except ImportError:
+        report.problems.append("reading it needs the `datasets` library: pip install 'fedpub[hf]'")
+        return report
+    except (OSError, ValueError, KeyError) as error:  # what load_from_disk raises on a damaged folder
+        report.problems.append(f"datasets.load_from_disk cannot open it ({type(error).__name__})")
+        return report
+    splits = dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"(one split)": loaded}
+    for name, split in splits.items():
+        columns = ", ".join(f"{column}: {feature}" for column, feature in split.features.items())
+        report.add(f"split {name}", f"{split.num_rows} rows; columns {columns}")
+    report.add("read as", "data.source huggingface with data.table's user, x and y columns; `fedpub data verify "
+               "--config CONFIG.yaml` reads every user as a run does")
+    return report
+
+
 def inspect_path(path: Path, *, deep: bool) -> FileReport | None:
     """Describe one file (None when it is no dataset file fedpub knows).
 

@@ -109,7 +109,7 @@ def _users(n: int = 8) -> dict[Any, tuple[torch.Tensor, torch.Tensor]]:
 def _python_config(out: Path, **model: Any) -> dict[str, Any]:
     raw = tiny_config(Path("unused"), out).model_dump(mode="json")
     raw.update(model={"factory": f"{HERE}:make_model", "kwargs": model},
-               data={"source": "python", "eval_users": "all"})
+               data={"source": "python", "evaluation": {"fraction": 0.5}})  # no test split: held-out users
     return raw
 
 
