@@ -22,6 +22,7 @@ config and the population, as short as Flower's ``FedAvg``; ``start`` then runs 
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,6 +47,7 @@ from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.events import PoissonSampling
 from fedpub.run_phases import PublicTrainer, RunPhases
+from fedpub.safe_text import safe_message
 from fedpub.seeding import numpy_generator
 from fedpub.strategy import RoundOutcome, StrategyCore
 from fedpub.types import Params, StepState, Updates
@@ -88,8 +90,9 @@ def weighted_mean(metrics: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return {**means, key.NUM_EXAMPLES: sum(float(m.get(key.NUM_EXAMPLES, 0.0)) for m in metrics)}
 
 
-class NodeDiscoveryError(RuntimeError):
-    """Not enough nodes connected, or they do not hold the users the server expects."""
+class NodeDiscoveryError(ValueError):
+    """Not enough nodes connected, or they do not hold the users the server expects, or cannot say which (the
+    message starts with the fix)."""
 
 
 class MalformedReply(ValueError):
@@ -208,6 +211,31 @@ def has_no_query_handler(reply: Message) -> bool:
     return error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION and "No query function registered" in error.reason
 
 
+_REASON = re.compile(r"<class '([^']*)'>:<'(.*)'>", re.S)
+"""Flower's form of a failed node's reason: ``<class 'ZeroDivisionError'>:<'division by zero'>``."""
+_HEADLINE = re.compile(r"^([A-Za-z_][\w.]*(?:\([\w.]+\))?):(?: (.*))?$", re.M)
+"""A traceback's exception line: ``module.Type: message`` at the start of a line."""
+WRAPPERS = ("RayTaskError", "ClientAppException")
+"""What Ray and Flower wrap a ClientApp's exception in, in a simulation (the ClientApp's own type comes first)."""
+
+
+def failure_summary(reason: str) -> str:
+    """``Type: message`` of a failed node's error ``reason`` (Flower's ``<class '...'>:<'...'>``, or an
+    exception's text, which in a simulation is Ray's traceback of the ClientApp's exception): the ClientApp's own
+    exception type (not Ray's or Flower's wrapper, when the traceback names it) and its message through
+    :func:`~fedpub.safe_text.safe_message` (one short line, withheld when it may hold data). The reason is the
+    ClientApp's exception text, which can hold anything, a user's data included: nothing else of it is kept."""
+    wrapped = _REASON.fullmatch(reason)
+    kind, text = (wrapped[1], wrapped[2]) if wrapped else ("", reason)
+    if '\n  File "' in text or "Traceback (most recent call last)" in text:
+        lines = [(m[1], m[2] or "") for m in _HEADLINE.finditer(text)]
+        own = [line for line in lines if not line[0].rsplit(".", 1)[-1].startswith(WRAPPERS)]
+        kind, text = (own or lines or [(kind, "")])[0]
+    name = kind.rsplit(".", 1)[-1] or "an error"
+    message = safe_message(text)
+    return f"{name}: {message}" if message else name
+
+
 class RefusedNode(ValueError):
     """A node's claim the server does not accept (the message names the node and the user)."""
 
@@ -293,8 +321,10 @@ def discover_nodes(
     ``population`` private nodes (more at once is an error), or at least ``min_population`` of them (default:
     ``population``) when the timeout passes, and at least ``public_population`` public ones; nodes that connect
     later are not users of the run. A node whose ClientApp has no query handler (a standard Flower ClientApp) is a
-    private user named by its node id; a node that fails otherwise (gone, or its query handler raised) is asked
-    again. ``known_public``: the public users of the server's own split (with ``private_ids``).
+    private user named by its node id, unless discovery needs an answer from it (a user id, a signature, a public
+    declaration): then discovery stops at once, its error starting with the fix (:func:`no_query_handler_fix`); a
+    node that fails otherwise (gone, or its query handler raised) is asked again. ``known_public``: the public
+    users of the server's own split (with ``private_ids``).
 
     Without ``query`` (no split, no registry, no public nodes: every node is a private user named by its node id)
     no QUERY is sent, so a standard ClientApp is never asked what it cannot answer. While it waits, discovery logs
@@ -321,11 +351,16 @@ def discover_nodes(
         )
         for node, reply in replies:
             if reply is None or reply.has_error():
-                if reply is None or (private_ids is None and registry is None and has_no_query_handler(reply)):
+                standard = reply is not None and has_no_query_handler(reply)
+                if standard:
+                    fix = no_query_handler_fix(node, private_ids=private_ids, registry=registry,
+                                               public_population=public_population)
+                    if fix is not None:
+                        raise NodeDiscoveryError(fix)
+                    no_handler.add(node)
+                if reply is None or standard:
                     found.private[str(node)] = node
                     answered.add(node)
-                    if reply is not None:
-                        no_handler.add(node)
                 continue
             answered.add(node)
             try:
@@ -363,7 +398,7 @@ def discover_nodes(
                 f"{len(missing)} expected users have no node after {node_wait_timeout:g} s (first: {missing[:3]}); "
                 f"{connected} nodes connected, answering for {len(found.private)} private and "
                 f"{len(found.public)} public users, {len(found.refused)} refused. "
-                + _missing_fix(private_ids, public_population, found, no_handler)
+                + _missing_fix(private_ids)
             )
         if time.monotonic() >= next_report:
             expected = len(private_ids) + len(public_ids) if private_ids is not None else population + public_population
@@ -379,18 +414,38 @@ def discover_nodes(
     return found
 
 
-def _missing_fix(
-    private_ids: Sequence[str] | None, public_population: int, found: NodeMap, no_handler: set[int]
-) -> str:
+def _missing_fix(private_ids: Sequence[str] | None) -> str:
     """What to do when discovery timed out short of users."""
     if private_ids is not None:
         return ("Start a node for each of them (node config `client-id` or `partition-id`), or check the nodes' "
                 "logs for why they do not answer")
-    fix = ("Start the missing nodes (a local simulation: flwr run --federation-config \"num-supernodes=N\"), or "
-           "build the strategy for the nodes you have (population, public_population)")
-    if len(found.public) < public_population and no_handler:
-        fix += f"; {len(no_handler)} nodes have no query handler: {STANDARD_CLIENT_APP}"
-    return fix
+    return ("Start the missing nodes (a local simulation: flwr run --federation-config \"num-supernodes=N\"), or "
+            "build the strategy for the nodes you have (population, public_population)")
+
+
+def no_query_handler_fix(
+    node: int, *, private_ids: Sequence[str] | None, registry: UserRegistry | None, public_population: int
+) -> str | None:
+    """The error, its fix first, when ``node`` has no query handler (a standard ClientApp) and discovery needs an
+    answer it cannot give: its user's id (``private_ids``), a signature (``registry``) or a public declaration
+    (``public_population``). Every node of a Flower run runs the same ClientApp, so no node can: discovery stops at
+    the first such reply instead of waiting for nodes that never answer. None when the node can be a private user
+    named by its node id."""
+    standard = f"node {node} has no query handler (a standard ClientApp)"
+    if private_ids is not None:
+        return ("run fedpub's ClientApp, or add a query handler answering with the node's user id (`@app.query()` "
+                "returning `query_reply(msg, client_id=..., public=...)`, fedpub.clients.flower_protocol): "
+                f"{standard}, so no node can say which of the {len(private_ids)} expected users it holds")
+    if registry is not None:
+        return ("run fedpub's ClientApp with node config `private-key`, or add a query handler that signs the "
+                "node's user id (`query_reply(..., signature=sign_identity(...))`, fedpub.clients.flower_protocol "
+                f"and fedpub.node_identity): {standard}, so no node can prove its user to the registry")
+    if public_population:
+        return ("add `answer_discovery(app)` (fedpub.clients.flower_protocol) to your ClientApp and declare its "
+                "public nodes (node config public=true, or public= a function of partition-id), or build the "
+                f"strategy without public nodes: {standard}, so none can be one of the {public_population} public "
+                "nodes it waits for")
+    return None
 
 
 def _prefix_rule(extra: Sequence[str], missing: Sequence[str]) -> str | None:
@@ -499,6 +554,14 @@ def _check_flag(name: str, value: object) -> None:
     names)."""
     if not isinstance(value, bool):
         raise TypeError(f"{name}= takes True or False, got a {type(value).__name__}")
+
+
+def _log_phase(ran: bool, name: str, metrics: Mapping[str, float]) -> None:
+    """One line saying that the run phase ``strategy.<name>`` ran on the public users' pooled data, with its
+    metrics (a trainer may report none); nothing when the recipe has no such phase."""
+    if ran:
+        reported = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())) or "its trainer reported none"
+        log(INFO, "fedpub: run phase %s ran on the public users' pooled data; metrics: %s", name, reported)
 
 
 class FedpubStrategy(Strategy):
@@ -749,7 +812,7 @@ class FedpubStrategy(Strategy):
         for reply in replies:
             cid, is_public = self._user_of.get(reply.metadata.src_node_id, (None, False))
             if reply.has_error():
-                log(WARNING, "fedpub: a node failed in round %d: %s", plan.round, reply.error.reason)
+                log(WARNING, "fedpub: a node failed in round %d: %s", plan.round, failure_summary(reply.error.reason))
                 read.other_failures += not is_public
                 continue
             if cid not in (plan.public_cohort if is_public else plan.private_cohort):
@@ -760,7 +823,8 @@ class FedpubStrategy(Strategy):
                 )
             except Exception as exc:  # noqa: BLE001 (a reply that cannot be read is a failed reply)
                 log(WARNING, "fedpub: a malformed reply of %s user %s in round %d: %s: %s",
-                    "public" if is_public else "private", cid, plan.round, type(exc).__name__, exc)
+                    "public" if is_public else "private", cid, plan.round, type(exc).__name__,
+                    exc if isinstance(exc, MalformedReply) else safe_message(str(exc)))
                 if not is_public and isinstance(exc, ProtocolMismatch):
                     read.mismatched[cid] = str(exc)
                 elif not is_public:
@@ -828,7 +892,9 @@ class FedpubStrategy(Strategy):
     ) -> Result:
         """Flower's rounds (``Strategy.start``) with the recipe's run phases around them: the rounds start from
         the warm-started ``initial_arrays`` (a fresh run), and the result's ``arrays`` is the released model (model
-        reuse of the last round's model, or that model).
+        reuse of the last round's model, or that model). Each phase that runs logs one line with its metrics (a
+        user's own trainer, :class:`TrainFnPublicTrainer`, reports none); a start that continues at a later round
+        says that it skips the warm start.
 
         ``num_rounds`` must fit in the rounds the strategy was built for (its noise calibrated over them): more is
         refused before anything runs. A second ``start`` continues the first: its rounds are the next ones (fresh
@@ -838,14 +904,17 @@ class FedpubStrategy(Strategy):
         params = to_tensors(initial_arrays)
         if self._next_round == 0:
             params, self.phase_metrics = self.phases.before_rounds(params, self.public_trainer)
+            _log_phase(self.phases.warm_start is not None, "warm_start", self.phase_metrics)
+        elif self.phases.warm_start is not None:
+            log(INFO, "fedpub: run phase warm_start skipped: this start begins at round %d, not from a first model",
+                self._next_round)
         self.first_round, self._next_round = self._next_round, self._next_round + num_rounds
         self._global = params
         result = super().start(grid, to_array_record(params), num_rounds, timeout, train_config, evaluate_config,
                                self._with_average(evaluate_fn))
         released, metrics = self.phases.after_rounds(self._global, self.public_trainer)
+        _log_phase(self.phases.model_reuse is not None, "model_reuse", metrics)
         self.phase_metrics.update(metrics)
-        if self.phase_metrics:
-            log(INFO, "fedpub: run phases: %s", self.phase_metrics)
         result.arrays = to_array_record(released)
         return result
 
@@ -925,7 +994,8 @@ class FedpubStrategy(Strategy):
         private: list[Mapping[str, float]] = []
         for reply in replies:
             if reply.has_error():
-                log(WARNING, "fedpub: a node failed to evaluate in round %d: %s", server_round, reply.error.reason)
+                log(WARNING, "fedpub: a node failed to evaluate in round %d: %s", server_round,
+                    failure_summary(reply.error.reason))
                 continue
             _, is_public = self._user_of.get(reply.metadata.src_node_id, (None, False))
             (public if is_public else private).append(numeric_metrics(reply))

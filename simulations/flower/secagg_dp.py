@@ -92,6 +92,7 @@ from fedpub.step import Chain
 from fedpub.strategy import usable_rows
 from fedpub.types import Params, Updates
 from fedpub.simulations.run.experiment import Experiment, build_experiment
+from fedpub.simulations.flower.app_errors import run_main, run_result
 from fedpub.simulations.flower.environment import offline_flower_environment, quiet_flower_logging, without_final_results
 from fedpub.simulations.flower.server_app import simulated_nodes
 from fedpub.simulations.flower.simulation import backend_config, refuse_preload
@@ -591,18 +592,19 @@ def run_on_grid(
 
 
 def make_server_app(
-    config: ExperimentConfig | None = None, results: list[RunResult] | None = None, options: RunOptions = RunOptions()
+    config: ExperimentConfig | None = None, results: list[RunResult | Exception] | None = None,
+    options: RunOptions = RunOptions(),
 ) -> ServerApp:
     """A ServerApp running ``config`` with SecAgg+ (a simulation), or the config the run config names (``flwr run``:
-    a deployment); its result is appended to ``results`` when given."""
+    a deployment); its result, or the error a user fixes that stopped it, is appended to ``results`` when given
+    (:func:`~fedpub.simulations.flower.app_errors.run_main`)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         quiet_flower_logging()
-        result = run_on_grid(grid, context, config or experiment_config(context), options, deployment=config is None)
-        if results is not None:
-            results.append(result)
+        run_main(lambda: run_on_grid(grid, context, config or experiment_config(context), options,
+                                     deployment=config is None), results)
 
     return app
 
@@ -618,16 +620,14 @@ def run_secagg_simulation(
     offline_flower_environment()
     from flwr.simulation import run_simulation
 
-    results: list[RunResult] = []
+    results: list[RunResult | Exception] = []
     run_simulation(
         server_app=make_server_app(config, results, options),
         client_app=make_client_app(config),
         num_supernodes=simulated_nodes(experiment),
         backend_config=backend_config(config.flower),
     )
-    if not results:
-        raise RuntimeError("the SecAgg+ simulation ended without a result; see the log above")
-    return results[0]
+    return run_result(results, "SecAgg+ simulation")
 
 
 server_app = make_server_app()

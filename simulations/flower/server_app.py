@@ -29,6 +29,7 @@ from fedpub.config import ExperimentConfig
 from fedpub.config import ConfigError
 from fedpub.data.base import FederatedDataset
 from fedpub.simulations.run.experiment import Experiment, build_experiment
+from fedpub.simulations.flower.app_errors import run_main
 from fedpub.simulations.flower.environment import quiet_flower_logging, without_final_results
 from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunResult, RunSession
@@ -181,21 +182,19 @@ def make_server_app(
     *,
     fresh: bool = False,
     on_round: Callable[[dict[str, Any]], None] | None = None,
-    results: list[RunResult] | None = None,
+    results: list[RunResult | Exception] | None = None,
 ) -> ServerApp:
     """A ServerApp bound to ``config`` (a simulation) or reading it from the run config (``flwr run``: a
-    deployment, see :func:`run_on_grid`); the run's result is appended to ``results`` when given (run_simulation
-    returns nothing)."""
+    deployment, see :func:`run_on_grid`); the run's result, or the error a user fixes that stopped it, is appended
+    to ``results`` when given (run_simulation returns nothing; :func:`fedpub.simulations.flower.app_errors.run_main`
+    says what is logged)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         quiet_flower_logging()
-        result = run_on_grid(
-            grid, config or experiment_config(context), fresh=fresh, on_round=on_round, deployment=config is None
-        )
-        if results is not None:
-            results.append(result)
+        run_main(lambda: run_on_grid(grid, config or experiment_config(context), fresh=fresh, on_round=on_round,
+                                     deployment=config is None), results)
 
     return app
 

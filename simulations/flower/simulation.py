@@ -15,6 +15,7 @@ from typing import Any
 
 from fedpub.config import ExperimentConfig, FlowerConfig
 from fedpub.simulations.flower.environment import offline_flower_environment, quiet_flower_logging
+from fedpub.simulations.flower.app_errors import run_result
 from fedpub.simulations.flower.server_app import make_server_app
 from fedpub.simulations.run.session import RunResult
 
@@ -118,7 +119,9 @@ def run_flower_simulation(
     fresh: bool = False,
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
-    """Run ``config`` in Flower simulation with ``num_supernodes`` virtual nodes (one per user)."""
+    """Run ``config`` in Flower simulation with ``num_supernodes`` virtual nodes (one per user). An error a user
+    fixes that stopped the ServerApp (the nodes, the ClientApp's replies, the config) is raised here, its traceback
+    left out of Flower's log (:mod:`~fedpub.simulations.flower.app_errors`)."""
     refuse_preload(config, "in Flower simulation each user trains in a Ray worker")
     offline_flower_environment()
     quiet_flower_logging(in_process_simulation=True)
@@ -127,13 +130,11 @@ def run_flower_simulation(
 
     from fedpub.clients.client_app import make_client_app
 
-    results: list[RunResult] = []
+    results: list[RunResult | Exception] = []
     run_simulation(
         server_app=make_server_app(config, fresh=fresh, on_round=on_round, results=results),
         client_app=make_client_app(config),
         num_supernodes=num_supernodes,
         backend_config=backend,
     )
-    if not results:
-        raise RuntimeError("the Flower simulation ended without a result; see the log above")
-    return results[0]
+    return run_result(results, "Flower simulation")

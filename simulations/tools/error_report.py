@@ -4,15 +4,14 @@ Why: a traceback that prints each frame's local variables (rich's and Typer's de
 labels and model weights those frames hold, the data the framework protects, by the thousand lines. DESIGN §2:
 nothing we print contains a user's data. So a report holds the exception's type and the traceback's frames (file,
 line, function and source line) only: never a local variable, never an object's ``repr``. An exception's message is
-kept only as one line of at most :data:`MESSAGE_LIMIT` characters, and withheld when it looks as if it holds data (a
-tensor's or array's repr, a bytes value, many numbers). The full traceback goes to a file of its own (mode 0600)
-under ``${XDG_STATE_HOME:-~/.local/state}/fedpub/errors/``, since the run directory is not always known.
+kept only as :func:`fedpub.safe_text.safe_message` keeps it (one short line, withheld when it looks as if it holds
+data). The full traceback goes to a file of its own (mode 0600) under
+``${XDG_STATE_HOME:-~/.local/state}/fedpub/errors/``, since the run directory is not always known.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 import traceback
@@ -25,18 +24,10 @@ import fedpub
 import fedpub.clients
 import fedpub.simulations
 import fedpub.strategies
+from fedpub.safe_text import WITHHELD, safe_message
 
-MESSAGE_LIMIT = 200
-"""The most characters of an exception's message a report shows."""
-MAX_NUMBERS = 20
-"""A message with more numbers than this is taken for data (a tensor, a list of values) and withheld."""
-WITHHELD = "(message withheld: it may hold data)"
 SHORT_FRAMES = 3
 """The innermost frames the short report lists."""
-
-_DATA = re.compile(r"tensor\(|array\(|Parameter containing|\bb['\"]")
-"""What a tensor's, an array's or a bytes value's repr starts with."""
-_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
 
 @dataclass(frozen=True)
@@ -90,16 +81,6 @@ def type_name(error: BaseException) -> str:
     """The exception's class, with its module unless it is a built-in (``torch.OutOfMemoryError``, ``ValueError``)."""
     kind = type(error)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-
-
-def safe_message(message: str) -> str:
-    """``message`` as a report may print it: its first line, at most :data:`MESSAGE_LIMIT` characters, or
-    :data:`WITHHELD` when the whole of it looks as if it holds data (a tensor's or array's repr, a bytes value, more
-    than :data:`MAX_NUMBERS` numbers)."""
-    if _DATA.search(message) or len(_NUMBER.findall(message)) > MAX_NUMBERS:
-        return WITHHELD
-    first = message.strip().split("\n", 1)[0].strip()
-    return first if len(first) <= MESSAGE_LIMIT else first[:MESSAGE_LIMIT - 1] + "…"
 
 
 def error_message(error: BaseException) -> str:
