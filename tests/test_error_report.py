@@ -153,3 +153,23 @@ def test_accounting_adds_no_root_log_handler() -> None:
         rdp_log.removeHandler(handler)
         rdp_log.setLevel(level)
     assert kept  # the warnings were given, to a logger of dp-accounting's own
+
+
+def _raised(raise_it):
+    try:
+        raise_it()
+    except ValueError as error:
+        return error
+    raise AssertionError("nothing raised")
+
+
+def test_an_expected_error_from_a_library_is_filtered_and_fedpubs_own_is_whole() -> None:
+    """A ValueError a library raised (numpy, torch, pyarrow) may quote the values it refused: its ``error:`` line
+    goes through the filter; fedpub's own messages name fields and sizes and are printed whole."""
+    from fedpub.config import ConfigError, parse_config
+    from fedpub.simulations.tools.error_report import expected_message
+
+    planted = _raised(lambda: float(f"{MARKER} tensor([31337.25])"))
+    assert expected_message(planted) == WITHHELD
+    ours = _raised(lambda: parse_config({"rounds": 0}))
+    assert isinstance(ours, ConfigError) and expected_message(ours) == str(ours) and "\n" in str(ours)

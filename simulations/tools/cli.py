@@ -24,7 +24,7 @@ from rich.table import Table
 from fedpub.config import ExperimentConfig, load_config
 from fedpub.simulations.configs import quickstart_config_path
 from fedpub.simulations.tools.data_cli import data_app
-from fedpub.simulations.tools.error_report import report_unexpected
+from fedpub.simulations.tools.error_report import expected_message, report_unexpected
 from fedpub.simulations.run.progress import RoundDisplay
 from fedpub.simulations.tools.threads import ThreadChoice, apply_thread_choice, choose_threads, thread_line
 
@@ -55,7 +55,7 @@ def _rank() -> str:
 
 def _fail(error: Exception) -> None:
     console.quiet = False  # a rank other than torchrun's rank 0 says its own error
-    console.print(f"[bold red]error:[/] {_rank()}{escape(str(error))}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {_rank()}{escape(expected_message(error))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -40,7 +40,9 @@ console = Console()
 
 
 def _fail(error: Exception) -> None:
-    console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    from fedpub.simulations.tools.error_report import expected_message
+
+    console.print(f"[bold red]error:[/] {escape(expected_message(error))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -155,6 +157,7 @@ def _verify_config(config: Path, path: Optional[Path]) -> None:
     """``verify --config``: the config's data read by the run's readers (:mod:`fedpub.simulations.tools.data_verify`);
     exit 1, with the run's one-line refusal, when a run would refuse it."""
     from fedpub.simulations.tools.data_verify import verify_config
+    from fedpub.simulations.tools.error_report import expected_message
 
     if path is not None:
         _fail(ValueError("give a PATH or --config, not both: the config names its data (data.path)"))
@@ -164,7 +167,7 @@ def _verify_config(config: Path, path: Optional[Path]) -> None:
         with console.status(f"reading the data of {config} as a run does") as status:
             facts = verify_config(config, lambda line: status.update(line))
     except (ValueError, FileNotFoundError) as error:
-        console.print(f"[bold]{escape(str(config))}[/]: [bold red]FAILED[/]: {escape(str(error))}", highlight=False,
+        console.print(f"[bold]{escape(str(config))}[/]: [bold red]FAILED[/]: {escape(expected_message(error))}", highlight=False,
                       soft_wrap=True)
         raise typer.Exit(1) from None
     console.print(f"[bold]{escape(str(config))}[/]: its data as `fedpub run` reads it", highlight=False, soft_wrap=True)

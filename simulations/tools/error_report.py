@@ -159,6 +159,17 @@ def short_report(error: BaseException, log: Path | str) -> list[str]:
     return lines
 
 
+def expected_message(error: BaseException) -> str:
+    """What the one-line ``error:`` of an expected error (a ValueError a user's input caused) prints: the message
+    in full when fedpub's own code raised it (fedpub's messages name fields, types and sizes, never values), else,
+    raised inside a library (numpy, torch, pyarrow: its message may quote the values), through
+    :func:`safe_message`."""
+    shown = frames(error.__traceback__)
+    if not shown or shown[-1].ours:
+        return str(error)
+    return error_message(error)
+
+
 def report_unexpected(error: BaseException) -> list[str]:
     """Write the full traceback of ``error`` (:func:`write_full_report`) and return its :func:`short_report`."""
     try:
