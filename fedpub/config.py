@@ -21,6 +21,7 @@ from fedpub import recipe_registry
 from fedpub.config_section import Section
 from fedpub.data import registry
 from fedpub.data.spec import PUBLIC_POOLS, Reference
+from fedpub.strict_yaml import load_yaml
 
 class ConfigError(ValueError):
     """A configuration that cannot be run; the message names the file and the field."""
@@ -612,7 +613,10 @@ def _task_form(value: Any) -> str:
 
 
 class ExperimentConfig(Section):
-    name: str = Field("quickstart", pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(
+        "quickstart", pattern=r"^[A-Za-z0-9_.-]+$", description="the run's folder under output_dir: letters, digits, "
+        "_ . - (no / or \\), neither . nor ..",
+    )
     seed: int = 0
     rounds: int = Field(40, ge=1)
     eval_every: int = Field(5, ge=1)
@@ -640,6 +644,14 @@ class ExperimentConfig(Section):
     privacy: PrivacyConfig = PrivacyConfig()
     flower: FlowerConfig = FlowerConfig()
     tracking: TrackingConfig = TrackingConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _one_folder(cls, name: str) -> str:
+        if name in (".", ".."):
+            raise ValueError(f"the run's folder is output_dir/name: `{name}` is not a folder of its own (the run "
+                             "would write outside its run directory); give a name of letters, digits, _ . -")
+        return name
 
     @field_validator("device")
     @classmethod
@@ -797,7 +809,7 @@ def apply_overrides(raw: Any, overrides: Sequence[str]) -> dict[str, Any]:
         if not sep or not all(parts):
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted KEY, e.g. strategy.clip_norm=0.5")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = load_yaml(text) if text.strip() else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {item!r}: the value is not valid YAML: {exc}") from None
         section = result
@@ -822,7 +834,7 @@ def load_config(path: Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:  # also text that is not UTF-8
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except RecursionError:

@@ -23,6 +23,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from fedpub.strict_yaml import load_yaml
+
 DOMAIN = b"fedpub node identity\0"
 """Prefixed to what a node signs, so the signature means nothing to any other protocol using the same key."""
 
@@ -75,7 +77,7 @@ class UserRegistry:
     def load(cls, path: str | Path) -> UserRegistry:
         path = Path(path)
         try:
-            raw = yaml.safe_load(path.read_text())
+            raw = load_yaml(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise IdentityError(f"the user registry {path} cannot be read: {exc}") from None
         if not isinstance(raw, dict) or not isinstance(raw.get("users"), dict):
@@ -92,6 +94,9 @@ class UserRegistry:
                 raise IdentityError(f"{path}: user {cid}: `key` is not an OpenSSH public key line: {exc}") from None
             if not isinstance(key, ec.EllipticCurvePublicKey):
                 raise IdentityError(f"{path}: user {cid}: `key` is not an EC (ecdsa-sha2-*) key")
+            if str(cid) in users:
+                raise IdentityError(f"{path}: two entries of `users` are one user id once read as text (such as 7 "
+                                    "and '7'): give each user once")
             users[str(cid)] = RegisteredUser(entry["public"], key)
         return cls(path, users)
 

@@ -1,6 +1,7 @@
 """Errors that name what to change: a recipe without public users, a budget smaller than one round, a target ε
 that buries the signal in noise, δ not below 1/N, a non-finite hyper-parameter, a run directory holding another
-config, a replaced key."""
+config, a replaced key, a key given twice, a scalar of another kind (a boolean for a number, a number or text for a
+boolean), a run name that is not one folder."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import warnings
 import pytest
 import torch
 
-from fedpub.config import ConfigError, PrivacyConfig, StrategyConfig, parse_config
+from fedpub.config import ConfigError, PrivacyConfig, StrategyConfig, load_config, parse_config
 from fedpub.privacy.errors import BudgetExceededError, PrivacyError
 from fedpub.simulations.run.session import changed_keys
 from fedpub.round_driver import NoisyBeyondSignal, RoundDriver, noise_beyond_signal
+from fedpub.strict_yaml import load_yaml
 from fedpub.strategies.build import build_private_strategy
 
 
@@ -121,3 +123,54 @@ def test_the_replaced_client_vectorise_is_refused_naming_client_path():
     with pytest.raises(ConfigError, match="client.path"):
         parse_config({"client": {"path": "gpu"}})
     assert parse_config({}).client.path == "auto"
+
+
+def test_a_key_given_twice_is_refused_naming_the_file_the_key_and_the_lines(tmp_path):
+    """Issue 44.2: ``noise_multiplier: 0.8`` then ``noise_multiplier: 0.05`` ran at z = 0.05."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("rounds: 3\nrounds: 4\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml: not valid YAML: duplicate key `rounds` \(line 2; first given "
+                                          r"on line 1\)"):
+        load_config(path)
+    path.write_text("strategy:\n  noise_multiplier: 0.8\n  clip_norm: 1\n  noise_multiplier: 0.05\n")
+    with pytest.raises(ConfigError, match=r"duplicate key `strategy.noise_multiplier` \(line 4; first given on line 2"):
+        load_config(path)
+    path.write_text("strategy: {noise_multiplier: 0.8}\n")
+    with pytest.raises(ConfigError, match=r"--set .*duplicate key `sampling.kind`"):
+        load_config(path, ["strategy={sampling: {kind: poisson, kind: fixed}}"])
+    path.write_text("base: &b {noise_multiplier: 0.8, clip_norm: 1}\nstrategy:\n  <<: *b\n  noise_multiplier: 0.5\n")
+    raw = load_yaml(path.read_text())  # a merge key's mapping is overridden, as YAML means it
+    assert raw["strategy"] == {"noise_multiplier": 0.5, "clip_norm": 1}
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("strategy.noise_multiplier", True, "a boolean is not a number"),
+    ("strategy.clip_norm", False, "a boolean is not a number"),
+    ("rounds", True, "a boolean is not a number"),
+    ("strategy.clip_norm", "yes", "valid number"),
+    ("tracking.tensorboard", 1, "give true or false"),
+    ("tracking.tensorboard", "yes", "give true or false"),
+    ("data.preload", "1", "give true or false"),
+    ("data.preload", 0.0, "give true or false"),
+])
+def test_a_scalar_of_another_kind_is_refused_naming_the_field(field, value, says):
+    """pydantic's lax mode read true as z = 1.0 and "yes", "on", 1 or "1" as a boolean."""
+    section, _, key = field.rpartition(".")
+    raw: dict = {"strategy": {"noise_multiplier": 1.0}}
+    (raw.setdefault(section, {}) if section else raw)[key] = value
+    with pytest.raises(ConfigError, match=rf"field `{re.escape(field)}`: .*{says}"):
+        parse_config(raw)
+
+
+def test_numbers_and_yaml_booleans_stay_legal(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("strategy: {clip_norm: 1, noise_multiplier: 1e-1}\ntracking: {tensorboard: yes}\n")
+    config = load_config(path)  # an int for a float, a number PyYAML reads as text, YAML 1.1's yes
+    assert config.strategy.clip_norm == 1.0 and config.strategy.noise_multiplier == 0.1
+    assert config.tracking.tensorboard is True
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "a\\b", "/tmp"])
+def test_a_run_name_that_is_not_one_folder_is_refused(name):
+    with pytest.raises(ConfigError, match="field `name`"):
+        parse_config({"name": name})

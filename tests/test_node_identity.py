@@ -131,3 +131,17 @@ def test_a_public_declaration_counts_only_when_the_split_the_registry_or_the_ope
     assert node_is_public(4, declared, NodeMap(), nonce=NONCE, registry=None, known_public=["u1"]) == ("u1", True)
     bob = claim("bob", keys["bob"], **{key.IS_PUBLIC: True})  # the registry says bob is public
     assert node_is_public(4, bob, NodeMap(), nonce=NONCE, registry=registry, known_public=None) == ("bob", True)
+
+
+def test_a_user_given_twice_in_the_registry_is_refused(tmp_path: Path) -> None:
+    """Issue 44.2: the last of two entries won silently, so a second `public: true` could make a user public."""
+    new_key(tmp_path / "alice")
+    line = (tmp_path / "alice.pub").read_text().strip()
+    (tmp_path / "r.yaml").write_text(f"users:\n  alice: {{public: false, key: '{line}'}}\n"
+                                     f"  alice: {{public: true, key: '{line}'}}\n")
+    with pytest.raises(IdentityError, match=r"r.yaml cannot be read: duplicate key `users.alice` \(line 3; first"):
+        UserRegistry.load(tmp_path / "r.yaml")
+    (tmp_path / "r.yaml").write_text(f"users:\n  7: {{public: false, key: '{line}'}}\n"
+                                     f"  '7': {{public: true, key: '{line}'}}\n")
+    with pytest.raises(IdentityError, match="r.yaml: two entries of `users` are one user id once read as text"):
+        UserRegistry.load(tmp_path / "r.yaml")

@@ -22,6 +22,7 @@ import torch
 from fedpub.data.base import ClientData, DatasetError
 from fedpub.data.spec import resolve
 from fedpub.data.user_table_dataset import TableConfig
+from fedpub.flags import FlagError, privacy_column
 
 Rows = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 """The inputs and labels of the given rows (numpy arrays, first axis = rows)."""
@@ -78,9 +79,13 @@ class UserTable:
         return self._locate(client_id)[1]
 
     def marked(self, flags: pa.ChunkedArray | pa.Array, column: str) -> list[str]:
-        """The users whose every row ``flags`` (a boolean column, row-aligned with the user column) marks true;
-        a user whose rows disagree is refused, naming the column."""
-        values = np.asarray(pc.fill_null(pc.cast(flags, pa.bool_()), False).to_numpy(zero_copy_only=False))
+        """The users whose every row ``flags`` (row-aligned with the user column, read by
+        :func:`fedpub.flags.privacy_column`: only an explicit true is public) marks true; a column that is not
+        flags, and a user whose rows disagree, are refused naming the column."""
+        try:
+            values = privacy_column(flags, key="data.table.public", name=column, source=self._where)
+        except FlagError as error:
+            raise DatasetError(str(error)) from None
         public = []
         for user in self.client_ids:
             start, count = self._span[user]

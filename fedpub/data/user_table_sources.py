@@ -78,6 +78,16 @@ def open_huggingface(config: ExperimentConfig) -> Splits:
 _FORMATS = {".parquet": "parquet", ".arrow": "ipc", ".feather": "ipc", ".ipc": "ipc", ".csv": "csv"}
 
 
+def _csv_format() -> Any:
+    """CSV read with only the words true/false as booleans: pyarrow's default also reads 1 and 0 as booleans in a
+    column that mixes them with true (a row of 1 made public through ``data.table.public``)."""
+    import pyarrow.csv as pcsv
+    import pyarrow.dataset as ds
+
+    words = pcsv.ConvertOptions(true_values=["true", "True", "TRUE"], false_values=["false", "False", "FALSE"])
+    return ds.CsvFileFormat(convert_options=words)
+
+
 def read_table(path: Path) -> Any:
     """The rows of the Parquet, Arrow (IPC file or stream) or CSV file(s) at ``path`` (a folder: its files of one
     format, in name order)."""
@@ -96,7 +106,7 @@ def read_table(path: Path) -> Any:
     fmt = formats.pop()
     if fmt == "ipc":
         return pa.concat_tables([_open_arrow(f) for f in files])
-    return ds.dataset([str(f) for f in files], format=fmt).to_table()
+    return ds.dataset([str(f) for f in files], format=_csv_format() if fmt == "csv" else fmt).to_table()
 
 
 def table_users(path: Path, table: TableConfig) -> tuple[UserTable, Any]:

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from fedpub.config import PublicTrainingConfig
 from fedpub.data.emnist_dataset import WriterStyle
 from fedpub.data.emnist_sources import generate_synthetic
 from fedpub.models import build_model
+from fedpub.strict_yaml import load_yaml
 from fedpub.simulations.reproductions.federated import BEATS_MARGIN
 from fedpub.simulations.reproductions.public_only import control_config, public_only
 from fedpub.simulations.run.api import run
@@ -59,7 +59,7 @@ def setting(model: str, writers: int, cohort: int, rounds: int, epsilon: float, 
             quick: bool, style: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
     """The probe's config for one setting: the reproductions' base with these sizes, the private writers in
     ``style`` (``data.synthetic``'s style fields; the default style when None), trained on ``device``."""
-    base = yaml.safe_load(BASE.read_text(encoding="utf-8"))
+    base = load_yaml(BASE.read_text(encoding="utf-8"))
     heldout = public in HELDOUT
     public_section: dict[str, Any] = {"pool": "heldout", "fraction": 0.0} if heldout else \
         {"pool": "train_fraction", "fraction": float(public)}
@@ -126,7 +126,7 @@ def style_text(synthetic: dict[str, Any]) -> str:
 
 def _style(text: str) -> dict[str, Any]:
     """``--style``'s YAML mapping (its keys and values are checked with the config: ``data.synthetic.<field>``)."""
-    style = yaml.safe_load(text)
+    style = load_yaml(text)
     if not isinstance(style, dict):
         raise argparse.ArgumentTypeError(f"a YAML mapping of data.synthetic's style fields is needed, e.g. "
                                          f"'{{ambiguous_fraction: 0.6}}'; got {text!r}")

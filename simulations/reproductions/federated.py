@@ -47,6 +47,7 @@ import yaml
 
 from fedpub.atomic import write_text_atomic
 from fedpub.config import ExperimentConfig, parse_config
+from fedpub.strict_yaml import load_yaml
 from fedpub.simulations.tools.compare import deep_merge
 from fedpub.simulations.tools.compare_report import (
     EPSILON_PLOT,
@@ -186,7 +187,7 @@ class FederatedReproduction:
         if unknown := sorted(set(self.axes) - labels):
             raise ValueError(f"{self.name}: axes name strategies {unknown} the sweep does not run; it runs "
                              f"{sorted(labels)}")
-        if self.axes and not yaml.safe_load(self.base_text())["data"].get("validation") \
+        if self.axes and not load_yaml(self.base_text())["data"].get("validation") \
                 and "validation" not in self.changes.get("data", {}):
             raise ValueError(f"{self.name}: tuning needs validation users: set data.validation in the base or "
                              "in changes")
@@ -208,7 +209,7 @@ class FederatedReproduction:
     @property
     def raw(self) -> dict[str, Any]:
         """The sweep file's mapping."""
-        return yaml.safe_load(self.sweep.read_text(encoding="utf-8"))
+        return load_yaml(self.sweep.read_text(encoding="utf-8"))
 
     @property
     def strategies(self) -> dict[str, dict[str, Any]]:
@@ -243,7 +244,7 @@ def place(repro: FederatedReproduction, out: Path, quick: bool, seeds: int | Non
     ``seeds`` − 1 instead of the sweep file's."""
     raw = repro.raw
     test_seeds = tuple(raw["seeds"]) if seeds is None else tuple(range(seeds))
-    base = deep_merge(yaml.safe_load(repro.base_text()), dict(repro.changes))
+    base = deep_merge(load_yaml(repro.base_text()), dict(repro.changes))
     epsilons = tuple(float(e) for e in raw["epsilons"]) if "epsilons" in raw else None
     strategies, axes = repro.strategies, {label: tuple(axes) for label, axes in repro.axes.items()}
     if quick:

@@ -19,9 +19,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import yaml
-
 from fedpub.atomic import write_text_atomic
+from fedpub.strict_yaml import load_yaml
 from fedpub.simulations.reproductions.judge import RULE
 from fedpub.simulations.reproductions.results_record import (
     CLAIMS_FILE,
@@ -97,7 +96,7 @@ def read_readings(path: Path) -> dict[str, Mapping[str, str]]:
     strategy>}}``, written by whoever ran the runs; none when the file is absent."""
     if not path.is_file():
         return {}
-    found = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    found = load_yaml(path.read_text(encoding="utf-8")) or {}
     bad = [name for name, entry in found.items()
            if not isinstance(entry, dict) or set(entry) != {"run", "reading"}]
     if bad:

@@ -29,6 +29,7 @@ from rich.markup import escape
 
 from fedpub.atomic import write_text_atomic
 from fedpub.config import ConfigError, ExperimentConfig, apply_overrides, dump_config, parse_config
+from fedpub.strict_yaml import load_yaml
 from fedpub.tasks import get_task
 from fedpub.simulations.tools.compare_report import (
     CSV_FILE,
@@ -141,7 +142,7 @@ def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any
 
 def _read_yaml(path: Path, context: str = "") -> Any:
     try:
-        return yaml.safe_load(path.read_text())
+        return load_yaml(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{context}cannot read {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -141,12 +141,13 @@ def experiment_file(config: Path, rounds: int | None, work_dir: Path) -> Path:
     import yaml
 
     from fedpub.config import load_config
+    from fedpub.strict_yaml import load_yaml
 
     path = Path(config).resolve()
     load_config(path)  # fail here, before anything starts
     if rounds is None:
         return path
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = load_yaml(path.read_text()) or {}
     raw["rounds"] = rounds
     derived = work_dir / f"{path.stem}.rounds{rounds}.yaml"
     work_dir.mkdir(parents=True, exist_ok=True)
