@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, Discriminator, Field, Tag, field
 from fedpub import recipe_registry
 from fedpub.config_section import Section
 from fedpub.data import registry
-from fedpub.data.spec import PUBLIC_POOLS, Reference
+from fedpub.data.spec import PUBLIC_POOLS, Reference, config_folder
 from fedpub.strict_yaml import load_yaml
 
 class ConfigError(ValueError):
@@ -612,13 +612,21 @@ def _task_form(value: Any) -> str:
     return "preset" if isinstance(value, str) else "own"
 
 
+MAX_ROUNDS = 100_000
+"""The most rounds a run may plan: its calibration prices every planned round (about 60 s for 100,000 on 2 cores), so
+a size that could never finish (``rounds: 1e12`` hung in the calibration) is refused when the config is read."""
+
+
 class ExperimentConfig(Section):
     name: str = Field(
         "quickstart", pattern=r"^[A-Za-z0-9_.-]+$", description="the run's folder under output_dir: letters, digits, "
         "_ . - (no / or \\), neither . nor ..",
     )
     seed: int = 0
-    rounds: int = Field(40, ge=1)
+    rounds: int = Field(
+        40, ge=1, le=MAX_ROUNDS, description=f"rounds to run (at most {MAX_ROUNDS:,}: the noise is calibrated over "
+        "every round before the first, about a minute at the most)",
+    )
     eval_every: int = Field(5, ge=1)
     checkpoint_every: int = Field(5, ge=1)
     stop_after_failed_rounds: int | None = Field(
@@ -811,7 +819,7 @@ def apply_overrides(raw: Any, overrides: Sequence[str]) -> dict[str, Any]:
         try:
             value = load_yaml(text) if text.strip() else ""
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML: {exc}") from None
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML: {yaml_problem(exc)}") from None
         section = result
         for depth, part in enumerate(parts[:-1]):
             inner = section.get(part)
@@ -836,11 +844,24 @@ def load_config(path: Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
     try:
         raw = load_yaml(text)
     except yaml.YAMLError as exc:  # also text that is not UTF-8
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid YAML: lists or mappings nested too deeply") from None
+    if raw is None:
+        raise ConfigError(f"{path}: the file is empty: give the experiment's keys (fedpub run with no CONFIG runs the "
+                          "bundled quick start)")
+    config_folder(str(Path(path).resolve().parent))  # model.factory: a module beside the config
     source = " ".join([str(path), *(f"--set {item}" for item in overrides)])
     return parse_config(apply_overrides(raw, overrides), source)
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where (line and column), without PyYAML's quoted excerpt."""
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem is None:
+        return " ".join(str(error).split())
+    mark = error.problem_mark
+    where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+    return f"{error.problem}{where}"
 
 
 def dump_config(config: ExperimentConfig) -> str:

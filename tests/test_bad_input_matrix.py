@@ -177,6 +177,25 @@ CASES: list[Case] = [
     Case("yaml_syntax_error", run_config("name: [unclosed\nrounds: 2\n"), 2, r"config\.yaml"),
     Case("yaml_empty_file", run_config(""), 2, r"config\.yaml"),
     Case("yaml_a_list", run_config("- 1\n- 2\n"), 2, r"config\.yaml"),
+    Case("yaml_duplicate_key", lambda root: _yaml_with(root, "\nstrategy:\n  noise_multiplier: 0.05\n"), 2,
+         r"duplicate key `strategy`"),
+    Case("yaml_duplicate_nested_key", lambda root: _yaml_with(root, "", nested="  noise_multiplier: 0.05\n"), 2,
+         r"duplicate key `strategy\.noise_multiplier`"),
+    Case("noise_multiplier_true", with_table(strategy={"noise_multiplier": True}), 2, r"strategy\.noise_multiplier"),
+    Case("clip_norm_yes_text", with_table(strategy={"clip_norm": "yes"}), 2, r"strategy\.clip_norm"),
+    Case("preload_one", with_table(data={"preload": 1}), 2, r"data\.preload"),
+    Case("tensorboard_text", with_table(tracking={"tensorboard": "yes"}), 2, r"tracking\.tensorboard"),
+    Case("name_dot_dot", with_table(name=".."), 2, r"name"),
+    Case("name_with_a_separator", with_table(name="../elsewhere"), 2, r"name"),
+    Case("rounds_beyond_any_run", with_table(rounds=10**12), 2, r"rounds"),
+    Case("table_public_integers", with_table(data={"table": {"user": "uid", "x": "pixels", "public": "public_int"}}),
+         2, r"data\.table\.public"),
+    Case("table_public_yes_no", with_table(data={"table": {"user": "uid", "x": "pixels", "public": "public_text"}}),
+         2, r"data\.table\.public"),
+    Case("table_public_with_nulls",
+         with_table(data={"table": {"user": "uid", "x": "pixels", "public": "public_null"}}), 2,
+         r"data\.table\.public"),
+    Case("hub_dataset_offline", lambda root: _offline_hub(root), 2, r"data\.table\.hub 'flwrlabs/femnist'"),
     Case("unknown_top_level_key", with_table(roundz=3), 2, r"roundz"),
     Case("unknown_nested_key", with_table(strategy={"clipnorm": 1.0}), 2, r"strategy\.clipnorm"),
     Case("rounds_zero", with_table(rounds=0), 2, r"rounds"),
@@ -293,6 +312,31 @@ CASES: list[Case] = [
          r"payloads"),
     Case("reply_payloads_repeated", python(lambda root: _name_list(["a", "a"])), ValueError, r"payloads"),
 ]
+
+
+def _yaml_with(root: Path, after: str, nested: str = "") -> tuple[int, str]:
+    """``fedpub run`` on the planted table's config written as YAML text with ``after`` appended and ``nested``
+    inserted at the end of its ``strategy`` section: a key given twice."""
+    text = yaml.safe_dump(table_config(root), sort_keys=False)
+    if nested:
+        head, _, tail = text.partition("privacy:")
+        text = head + nested + "privacy:" + tail
+    return run_config(text + after)(root)
+
+
+def _offline_hub(root: Path) -> tuple[int, str]:
+    """``femnist_hf.yaml``'s data by its Hub name on a machine without the Hub: Hugging Face's offline mode (set on
+    its libraries, which read the environment once, when first imported)."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    offline = (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE)
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        table = {"hub": "flwrlabs/femnist", "user": "writer_id", "x": "image", "y": "character"}
+        return run_config(table_config(root, data={"source": "huggingface", "table": table}))(root)
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = offline
 
 
 def _own_factory(root: Path, source: str) -> tuple[int, str]:

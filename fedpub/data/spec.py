@@ -41,19 +41,33 @@ def resolve(ref: str) -> Any:
     return functools.reduce(getattr, attribute.split("."), _import(module))
 
 
+CONFIG_FOLDERS: list[str] = []
+"""The folders of the config files read in this process (:func:`config_folder`), searched after the current one."""
+
+
+def config_folder(folder: str) -> None:
+    """Let references import modules that lie in ``folder``, a config file's folder (as ``python script.py`` finds
+    the modules beside the script), after those of the current folder."""
+    if folder not in CONFIG_FOLDERS:
+        CONFIG_FOLDERS.append(folder)
+
+
 def _import(module: str) -> Any:
     """``module`` imported; one whose top-level package is nowhere on ``sys.path`` but in the current folder (a
-    ``fedpub`` command run beside the user's ``models.py``, which ``python -m`` would find) is imported from there,
-    the folder appended to ``sys.path`` (never first: a user's ``strategies.py`` cannot shadow an installed
-    package) and only when it holds the package."""
+    ``fedpub`` command run beside the user's ``models.py``, which ``python -m`` would find) or in a config file's
+    folder (:func:`config_folder`) is imported from there, that folder appended to ``sys.path`` (never first: a
+    user's ``strategies.py`` cannot shadow an installed package) and only when it holds the package."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as missing:
         top = module.partition(".")[0]
-        here = os.getcwd()
-        if missing.name != top or here in sys.path or importlib.machinery.PathFinder.find_spec(top, [here]) is None:
+        if missing.name != top:
             raise
-    sys.path.append(here)
+        holding = [folder for folder in (os.getcwd(), *CONFIG_FOLDERS)
+                   if folder not in sys.path and importlib.machinery.PathFinder.find_spec(top, [folder]) is not None]
+        if not holding:
+            raise
+    sys.path.append(holding[0])
     return importlib.import_module(module)
 
 

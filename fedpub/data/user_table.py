@@ -86,15 +86,16 @@ class UserTable:
             values = privacy_column(flags, key="data.table.public", name=column, source=self._where)
         except FlagError as error:
             raise DatasetError(str(error)) from None
-        public = []
+        public, split = [], 0
         for user in self.client_ids:
             start, count = self._span[user]
             mine = values[self._order[start:start + count]]
-            if mine.any() and not mine.all():
-                raise DatasetError(f"{self._where}: data.table.public {column!r} marks only some rows of user {user!r} "
-                                   "public: a user is public or private as a whole")
+            split += bool(mine.any() and not mine.all())
             if mine.all():
                 public.append(user)
+        if split:  # counted, not named: a user's id is the user's
+            raise DatasetError(f"{self._where}: data.table.public {column!r} marks only some rows of {split} user(s) "
+                               "public: a user is public or private as a whole")
         return public
 
     def _locate(self, client_id: str) -> tuple[int, int]:

@@ -31,7 +31,13 @@ def _datasets() -> Any:
 def _hf_split(config: ExperimentConfig, split: str, path: Path | None = None) -> Any:
     datasets, table = _datasets(), config.data.table
     if table.hub is not None and path is None:
-        return datasets.load_dataset(table.hub, split=split)
+        try:
+            return datasets.load_dataset(table.hub, split=split)
+        except (ConnectionError, OSError) as error:  # offline, or the Hub unreachable (requests' errors are OSErrors)
+            raise DatasetError(
+                f"data.table.hub {table.hub!r}: cannot load it from the Hugging Face Hub ({type(error).__name__}); "
+                "offline, save it with save_to_disk where there is a network, then set data.path to that folder and "
+                "data.table.hub: null") from None
     path = path or config.data.path
     if not path.is_dir():
         raise DatasetError(f"data.path {path}: no Hugging Face dataset folder there (write one with save_to_disk, "

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from fedpub.clients.local_training import load_params_
 from fedpub.config import ExperimentConfig, load_config, parse_config
+from fedpub.strict_yaml import load_yaml
 from fedpub.data.base import Splits
 from fedpub.data.python_users import PythonUsers, UserExamples
 from fedpub.data.spec import resolve
@@ -106,7 +106,7 @@ def with_own(
     if isinstance(config, ExperimentConfig):
         raw: dict[str, Any] = config.model_dump(mode="json")
     elif isinstance(config, (str, Path)):
-        raw = yaml.safe_load(Path(config).read_text()) or {}
+        raw = load_yaml(Path(config).read_bytes()) or {}  # duplicate keys refused, as load_config refuses them
     else:
         raw = dict(config)
     if model is not None:

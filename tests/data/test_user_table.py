@@ -204,5 +204,5 @@ def test_public_users_are_given_by_a_column_or_a_list(tmp_path):
         fedpub.parse_config({"data": {**listed, "public": {"users": ["u2"], "fraction": 0.1}}, "model": factory})
     mixed = pa.array([u == "u3" and i % 2 == 0 for i, u in enumerate(table.column("uid").to_pylist())])
     pq.write_table(table.append_column("opted_out", mixed), path / "part-0.parquet")
-    with pytest.raises(DatasetError, match="marks only some rows of user 'u3'"):
+    with pytest.raises(DatasetError, match=r"marks only some rows of 1 user\(s\) public"):
         load_data(fedpub.parse_config({"data": base, "model": factory}))

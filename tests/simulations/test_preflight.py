@@ -84,14 +84,20 @@ def test_a_model_whose_input_does_not_fit_the_data_is_named_with_the_shapes(tiny
     assert "model.factory" in error and "x (5, 1, 28, 28) torch.float32" in error and "784" in error, error
 
 
-def test_a_factory_module_beside_the_config_imports_without_pythonpath(tiny_emnist_dir, tmp_path, monkeypatch):
-    (tmp_path / "preflight_beside_models.py").write_text(
+def _config_beside_its_module(folder: Path, data_dir: Path, module: str) -> Path:
+    """A config in ``folder`` whose ``model.factory`` is ``module:make``, a module written beside it."""
+    (folder / f"{module}.py").write_text(
         "from torch import nn\n\n\ndef make(classes=10):\n"
         "    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, classes))\n")
-    config = _config_file(tmp_path, tiny_emnist_dir, {"name": "emnist_mlp"})
+    config = _config_file(folder, data_dir, {"name": "emnist_mlp"})
     raw = yaml.safe_load(config.read_text())
-    raw["model"] = {"factory": "preflight_beside_models:make"}
+    raw["model"] = {"factory": f"{module}:make"}
     config.write_text(yaml.safe_dump(raw))
+    return config
+
+
+def test_a_factory_module_beside_the_config_imports_without_pythonpath(tiny_emnist_dir, tmp_path, monkeypatch):
+    _config_beside_its_module(tmp_path, tiny_emnist_dir, "preflight_beside_models")
     monkeypatch.chdir(tmp_path)  # `fedpub run exp.yaml` in the config's folder: a console script puts no '' on the path
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path), os.getcwd())])
     monkeypatch.delitem(sys.modules, "preflight_beside_models", raising=False)
@@ -99,6 +105,24 @@ def test_a_factory_module_beside_the_config_imports_without_pythonpath(tiny_emni
     assert result.exit_code == 0 and "would run 3 rounds" in result.output, result.output
     assert sys.path[-1] == str(tmp_path) and str(tmp_path) not in sys.path[:-1]  # appended: installed packages first
     sys.modules.pop("preflight_beside_models", None)
+
+
+def test_a_factory_module_beside_a_config_in_another_folder_imports_too(tiny_emnist_dir, tmp_path, monkeypatch):
+    """``fedpub run sub/exp.yaml`` from the parent folder: the config's folder is searched after the current one,
+    as ``python sub/script.py`` finds the modules beside the script."""
+    from fedpub.data import spec
+
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    _config_beside_its_module(sub, tiny_emnist_dir, "preflight_elsewhere_models")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(sub), os.getcwd())])
+    monkeypatch.setattr(spec, "CONFIG_FOLDERS", [])
+    monkeypatch.delitem(sys.modules, "preflight_elsewhere_models", raising=False)
+    result = runner.invoke(app, ["run", "sub/exp.yaml", "--dry-run"])
+    assert result.exit_code == 0 and "would run 3 rounds" in result.output, result.output
+    assert sys.path[-1] == str(sub)
+    sys.modules.pop("preflight_elsewhere_models", None)
 
 
 def _users(n: int = 8) -> dict[Any, tuple[torch.Tensor, torch.Tensor]]:
