@@ -29,10 +29,12 @@ The audited claim is the accountant's ε of the configured run, for its populati
 users of the accountant (they only join the cohort). ``noise_scale`` breaks the mechanism on purpose: the
 run adds noise z·noise_scale while the claim stays the ε of z.
 
-Each audit also says what its size can detect (:mod:`fedpub.simulations.tools.audit_power`): the smallest noise error
-(a run adding z/f) it flags, and how many canaries, over the same rounds, flag a run adding half its noise
-(:data:`DOUBLE_ERROR`), with an estimate of that audit's run time from this one's: the time per round of the
-rounds it trained, its canaries' own work (their updates and cosines) scaled with their number.
+Each audit also says what its size can detect (:mod:`fedpub.simulations.tools.audit_power`), from the configuration
+(canaries, rounds, z, q, d, the claimed ε, δ), never from what this run's canaries showed: the smallest noise error
+(a run adding z/k) it flags with 95 % power, its power against the run's own planted error, and how many canaries,
+over the same rounds, flag a run adding half its noise (:data:`DOUBLE_ERROR`) with 95 % power, with an estimate of
+that audit's run time from this one's: the time per round of the rounds it trained, its canaries' own work (their
+updates and cosines) scaled with their number.
 """
 
 from __future__ import annotations
@@ -56,8 +58,7 @@ from fedpub.privacy.empirical import Observe, estimate
 from fedpub.seeding import numpy_generator, torch_generator
 from fedpub.types import Params, Updates
 from fedpub.simulations.tools.audit_power import (
-    LARGEST_ERROR, MOST_CANARIES, Statistic, all_iterates_statistic, canaries_to_detect, final_statistic,
-    smallest_error,
+    LARGEST_ERROR, MOST_CANARIES, AuditSize, canaries_to_detect, model_epsilon, power, smallest_error,
 )
 from fedpub.simulations.tools.compare import deep_merge
 from fedpub.simulations.run.engine import run_in_process
@@ -227,10 +228,18 @@ class AuditResult:
     held_out_cosine_std: float
     verdict: str
     detectable_noise_error: float
-    """The smallest f such that this audit's size flags a run adding noise z/f (in about 19 of 20 audits; inf:
-    none up to a thousand)."""
+    """The smallest k such that an audit of this size (canaries, rounds) flags a run adding noise z/k with 95 %
+    power, from the configuration alone (:mod:`~fedpub.simulations.tools.audit_power`; inf: none up to a
+    thousand). Never read off this run's canaries."""
+    power_against_run: float | None
+    """The probability that an audit of this size flags this run's own noise error 1/noise_scale (None for a
+    noise scale of 1 or more: no error was planted)."""
+    model_epsilon: float
+    """The ε the estimator tends to, with ever more canaries, on this run's noise if the canaries are as visible
+    as the model of :mod:`~fedpub.simulations.tools.audit_power` says (their best case)."""
     canaries_for_double_error: int | None
-    """The canaries, over the same rounds, that flag a run adding noise z/2; None: none up to 100,000."""
+    """The canaries, over the same rounds, that flag a run adding noise z/2 with 95 % power, from the configuration
+    alone; None: none up to a million."""
     seconds: float | None
     """This run's training time, all rounds (None: nothing was trained, the run directory held it finished)."""
     seconds_for_double_error: float | None
@@ -323,19 +332,6 @@ class _Clock:
         return rounds / self.rounds * (self.total - self.canaries + canary_factor * self.canaries)
 
 
-def _scaled_statistic(
-    users: Canaries, inserted: np.ndarray, held_out: np.ndarray, recorder: RoundCosines | None, rounds: int
-) -> Statistic:
-    """The audit's statistic as a function of the canaries' shift scaled by r
-    (:mod:`~fedpub.simulations.tools.audit_power`)."""
-    joined = np.zeros((rounds, users.inserted), dtype=bool)
-    for t in range(rounds):
-        joined[t, users.joined(t)] = True
-    if recorder is None:
-        return final_statistic(inserted, held_out, joined.sum(axis=0))
-    return all_iterates_statistic(recorder.rounds(rounds), joined)
-
-
 def run_audit(
     config: ExperimentConfig,
     *,
@@ -383,9 +379,9 @@ def run_audit(
         statistic = recorder.maxima(result.rounds_done)
     inserted, held_out = statistic[: users.inserted], statistic[users.inserted :]
     mu, empirical, interval = estimate(inserted, held_out, result.delta, seed=seed, observe=observe)
-    scaled = _scaled_statistic(users, inserted, held_out, recorder, result.rounds_done)
-    detectable = smallest_error(scaled, noise_scale, claimed, result.delta, observe, seed)
-    needed = canaries_to_detect(scaled, DOUBLE_ERROR, noise_scale, canaries, claimed, result.delta, observe, seed)
+    size = AuditSize(users.inserted, canaries - users.inserted, config.rounds, users.rate, z, users.dimension, claimed,
+                     result.delta, observe)
+    needed = canaries_to_detect(size, DOUBLE_ERROR)
     audit = AuditResult(
         run_dir=run_dir.root,
         noise_scale=noise_scale,
@@ -407,7 +403,9 @@ def run_audit(
         held_out_cosine_mean=float(held_out.mean()),
         held_out_cosine_std=float(held_out.std(ddof=1)),
         verdict="consistent" if interval[0] <= claimed else VIOLATION,
-        detectable_noise_error=detectable,
+        detectable_noise_error=smallest_error(size),
+        power_against_run=power(size, 1 / noise_scale) if noise_scale < 1 else None,
+        model_epsilon=model_epsilon(size, 1 / noise_scale),
         canaries_for_double_error=needed,
         seconds=clock.scaled(result.rounds_done, 1.0) if clock.rounds else None,
         seconds_for_double_error=(
@@ -421,17 +419,34 @@ def run_audit(
 
 
 def audit_power_line(audit: AuditResult) -> str:
-    """What ``audit``'s size detects and the size that detects a run adding half its noise, in one line."""
-    f, needed = audit.detectable_noise_error, audit.canaries_for_double_error
-    detects = (f"no noise error up to z/{LARGEST_ERROR:g} is detected at this size" if math.isinf(f)
-               else f"this size detects a run adding noise z/{f:.3g} or less (in 19 of 20 audits)")
+    """What ``audit``'s size detects with 95 % power (from its configuration, not from what its canaries showed), its
+    power against this run's own planted error, and the size that detects a run adding half its noise."""
+    k, needed, size = audit.detectable_noise_error, audit.canaries_for_double_error, _size(audit.canaries, audit)
+    line = (f"{size} flag no noise error up to z/{LARGEST_ERROR:g} with 95 % power" if math.isinf(k)
+            else f"{size} flag a run adding noise z/{_rounded_up(k)} or less with 95 % power")
+    if audit.power_against_run is not None:
+        line += f"; this run's z/{1 / audit.noise_scale:.3g} with {audit.power_against_run:.0%}"
     if needed is None:
-        return f"{detects}; z/2 is not detected by up to {MOST_CANARIES:,} canaries over {audit.rounds} rounds"
-    size = f"{needed:,} canaries over {audit.rounds} rounds"
-    if audit.seconds_for_double_error is None or audit.seconds is None:
-        return f"{detects}; z/2 is detected with {size}"
-    return (f"{detects}; z/2 is detected with {size}, about {_duration(audit.seconds_for_double_error)} of "
-            f"training (this audit's: {_duration(audit.seconds)})")
+        line += f"; no count up to {MOST_CANARIES:,} canaries flags z/2 in {audit.rounds} rounds"
+    elif audit.seconds_for_double_error is None or audit.seconds is None:
+        line += f"; z/2 needs {_size(needed, audit)}"
+    else:
+        line += (f"; z/2 needs {_size(needed, audit)}, about {_duration(audit.seconds_for_double_error)} of training "
+                 f"(this audit's: {_duration(audit.seconds)})")
+    if audit.interval[1] < audit.model_epsilon:
+        line += (f". This run's canaries stood out less than the power model assumes (empirical ε at most "
+                 f"{audit.interval[1]:.3g}, model {audit.model_epsilon:.3g}): these figures are optimistic for it")
+    return line
+
+
+def _size(canaries: int, audit: AuditResult) -> str:
+    return f"{canaries:,} canaries over {audit.rounds} rounds"
+
+
+def _rounded_up(k: float) -> str:
+    """``k`` to 3 significant digits, rounded up (a larger k is a weaker claim)."""
+    unit = 10.0 ** (math.floor(math.log10(k)) - 2)
+    return f"{math.ceil(k / unit - 1e-9) * unit:.3g}"
 
 
 def _duration(seconds: float) -> str:
