@@ -37,6 +37,21 @@ def check_columns(columns: list[str], table: TableConfig, where: str) -> None:
                                f"{', '.join(columns)}")
 
 
+def check_no_nulls(column: pa.ChunkedArray | pa.Array, field: str, table: TableConfig, where: str) -> None:
+    """Refuse a ``data.table`` ``field`` column (``x`` or ``y``) holding nulls (at any depth of a list), counted
+    (a null label became -2**63, a null input "rows that differ in length")."""
+    name, nulls, array = getattr(table, field), 0, column
+    while True:
+        nulls += array.null_count
+        if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+                or pa.types.is_fixed_size_list(array.type)):
+            break
+        array = array.combine_chunks().flatten() if isinstance(array, pa.ChunkedArray) else array.flatten()
+    if nulls:
+        raise DatasetError(f"data.table.{field} {name!r} of {where} holds {nulls} null value(s): fill or drop those "
+                           "rows (a user's examples and labels must all be there)")
+
+
 def auto_transform(x: np.ndarray) -> torch.Tensor:
     """8-bit images -> float32 v / 255 with a channel axis ``(N, C, H, W)``; floats -> float32; integers -> int64."""
     if x.dtype == np.uint8:

@@ -14,7 +14,14 @@ import numpy as np
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import DatasetError, Splits
 from fedpub.data.file_report import Describer, FileDescribers, FileReport
-from fedpub.data.user_table import ColumnRows, UserTable, arrow_values, check_columns, label_classes
+from fedpub.data.user_table import (
+    ColumnRows,
+    UserTable,
+    arrow_values,
+    check_columns,
+    check_no_nulls,
+    label_classes,
+)
 from fedpub.data.user_table_dataset import TableConfig
 
 _EXTRA = "install fedpub's `hf` extra (pip install 'fedpub[hf]')"
@@ -51,6 +58,20 @@ def _hf_split(config: ExperimentConfig, split: str, path: Path | None = None) ->
     return loaded
 
 
+def _declared_dtype(feature: Any) -> np.dtype | None:
+    """The integer dtype a Hugging Face feature declares for its values (``Array2D(dtype="uint8")``, lists of
+    ``Value("uint8")``), which its numpy format widens to int64: 8-bit images must stay 8-bit, so that the auto
+    transform scales them to v/255 and gives them a channel axis. None: nothing to restore (floats, images, text)."""
+    while not hasattr(feature, "dtype") and hasattr(feature, "feature"):  # Sequence, List: their items' feature
+        feature = feature.feature
+    dtype = getattr(feature, "dtype", None)
+    try:
+        declared = np.dtype(dtype) if isinstance(dtype, str) else None
+    except TypeError:  # a dtype name numpy does not know (string, timestamp...)
+        return None
+    return declared if declared is not None and np.issubdtype(declared, np.integer) else None
+
+
 def hf_users(config: ExperimentConfig, split: str, path: Path | None = None) -> tuple[UserTable, Any]:
     """The users of ``split`` of the config's Hugging Face dataset (of the folder ``path``, when given), and its
     user (and public) columns as a pyarrow table."""
@@ -59,13 +80,16 @@ def hf_users(config: ExperimentConfig, split: str, path: Path | None = None) -> 
     where = f"{path or table.hub or config.data.path} ({split})"
     check_columns(list(dataset.column_names), table, where)
     label = dataset.features[table.y]
-    num_classes = table.num_classes or getattr(label, "num_classes", None) or label_classes(
-        dataset.with_format("arrow", columns=[table.y])[:][table.y], table, where)
+    labels = dataset.with_format("arrow", columns=[table.y])[:][table.y]
+    check_no_nulls(labels, "y", table, where)
+    num_classes = table.num_classes or getattr(label, "num_classes", None) or label_classes(labels, table, where)
     values = dataset.with_format("numpy", columns=[table.x, table.y])
+    declared = _declared_dtype(dataset.features[table.x])
 
     def rows(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         batch = values[indices]
-        return np.asarray(batch[table.x]), np.asarray(batch[table.y])
+        x = np.asarray(batch[table.x])
+        return (x.astype(declared) if declared is not None and x.dtype != declared else x), np.asarray(batch[table.y])
 
     columns = [table.user] + ([table.public] if table.public is not None else [])
     arrow = dataset.with_format("arrow", columns=columns)[:]
@@ -119,6 +143,8 @@ def table_users(path: Path, table: TableConfig) -> tuple[UserTable, Any]:
     """The users of the table file(s) at ``path``, read with the columns of ``table``, and the pyarrow table."""
     arrow = read_table(path)
     check_columns(arrow.column_names, table, str(path))
+    for field in ("x", "y"):
+        check_no_nulls(arrow.column(getattr(table, field)), field, table, str(path))
     x, y = ColumnRows(arrow.column(table.x)), ColumnRows(arrow.column(table.y))
 
     def rows(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

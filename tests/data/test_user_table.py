@@ -18,7 +18,7 @@ import yaml
 import fedpub
 from fedpub.config import dump_config, load_config
 from fedpub.data.base import DatasetError
-from fedpub.data.users import load_data
+from fedpub.data.users import load_data, open_splits
 from fedpub.simulations.configs import quickstart_config_path
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import build_experiment
@@ -206,3 +206,20 @@ def test_public_users_are_given_by_a_column_or_a_list(tmp_path):
     pq.write_table(table.append_column("opted_out", mixed), path / "part-0.parquet")
     with pytest.raises(DatasetError, match=r"marks only some rows of 1 user\(s\) public"):
         load_data(fedpub.parse_config({"data": base, "model": factory}))
+
+
+def test_8_bit_images_stored_as_array2d_arrive_scaled_with_a_channel_axis(tmp_path):
+    """A Hugging Face ``Array2D(dtype="uint8")`` image column, which the datasets library's numpy format widens to
+    int64: read as the 8-bit image it is (v/255, a channel axis), as an ``Image`` column is (issue 44: it arrived as
+    unscaled int64 without a channel axis)."""
+    features = datasets.Features({"pixels": datasets.Array2D(shape=(28, 28), dtype="uint8"),
+                                  "uid": datasets.Value("string"), "label": datasets.Value("int64")})
+    images = [np.full((28, 28), 51 * (i % 5), np.uint8) for i in range(6)]
+    datasets.Dataset.from_dict({"pixels": images, "uid": ["a", "a", "a", "b", "b", "b"], "label": [0, 1, 2, 3, 4, 5]},
+                               features=features).save_to_disk(str(tmp_path / "hf"))
+    config = fedpub.parse_config({"data": {"source": "huggingface", "path": str(tmp_path / "hf"),
+                                           "table": {"user": "uid", "x": "pixels", "y": "label"}},
+                                  "model": {"factory": "fedpub.models.emnist:Mlp", "kwargs": {"num_classes": 6}}})
+    x = open_splits(config).train.client_data("a").x
+    assert x.dtype == torch.float32 and tuple(x.shape) == (3, 1, 28, 28)
+    assert sorted(float(v) for v in x.amax(dim=(1, 2, 3))) == pytest.approx([0.0, 0.2, 0.4])
