@@ -447,8 +447,9 @@ def audit(
 ) -> None:
     """Estimate ε empirically with canary clients (Andrew et al., ICLR 2024) and compare it with the
     accountant's ε: one run per noise scale, into <output_dir>/<name>_audit_x<scale>_k<canaries>_s<seed>/.
-    Each says the smallest noise error its size detects and the canaries that detect half the noise, with their
-    run time. Exits 1 when a run's verdict is a VIOLATION.
+    Each says the smallest noise error its size detects with 95 % power (worked out from the config, never from
+    one run's canaries) and the canaries that detect half the noise, with their run time. Exits 1 when a run's
+    verdict is a VIOLATION.
 
     CONFIG: the experiment YAML to audit."""
     from fedpub.tasks import get_task
