@@ -51,6 +51,12 @@ class CachedClients:
     def cached_bytes(self) -> int:
         return self._bytes
 
+    @property
+    def cached_ids(self) -> frozenset[str]:
+        """The users whose examples the cache holds now."""
+        with self._lock:
+            return frozenset(self._clients)
+
     def client_data(self, client_id: str) -> ClientData:
         with self._lock:
             data = self._clients.get(client_id)

@@ -192,6 +192,7 @@ def test_a_preloaded_run_reads_no_file_in_its_rounds_and_trains_the_same_model(t
     for preload in (False, True):
         cfg = tiny_config(tiny_emnist_dir, tmp_path / str(preload), rounds=4, data={"preload": preload})
         experiment = build_experiment(cfg)
+        checked = experiment.train.cached_ids  # the users the preflight read (their shapes and labels)
         counting = _CountingReads(experiment.train.dataset)
         experiment.train.dataset = counting
         lines = []
@@ -199,7 +200,8 @@ def test_a_preloaded_run_reads_no_file_in_its_rounds_and_trains_the_same_model(t
         reads.append(counting.reads)
         if preload:
             trained = set(experiment.private_ids) | set(experiment.public_ids)
-            assert sorted(counting.reads) == sorted(trained) and any("data.preload:" in line for line in lines)
+            assert sorted(counting.reads) == sorted(trained - checked) and any("data.preload:" in line for line in lines)
+            assert checked and checked <= trained
     assert len(reads[0]) < len(reads[1])  # 4 rounds sample fewer users than the whole population
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
 
