@@ -1,5 +1,5 @@
 """Training a round's planned cohort on one resident model: the in-process engine's private and public users,
-and the public pool a Flower ServerApp holds and trains itself (DESIGN.md §6).
+and the public pool a Flower ServerApp holds and trains itself (docs/design.md §6).
 
 Each user trains with the generator every backend gives it, (seed, round, purpose, user), purpose ``client``
 for a private user and ``public_client`` for a public one, and with the payloads the round's plan sends it

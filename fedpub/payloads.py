@@ -1,4 +1,4 @@
-"""Client payloads: what a round sends its clients besides the global model (DESIGN.md §3).
+"""Client payloads: what a round sends its clients besides the global model (docs/design.md §3).
 
 A recipe part declares each payload it sends as a :class:`ClientPayload`: a name, a function from the strategy
 state to named tensors (None: nothing to send this round), and which clients get it, the private cohort, the public

@@ -17,7 +17,7 @@ SLOTS: tuple[str, ...] = (
     "precondition", "recenter", "project", "budget_schedule", "clip", "aggregate", "noise", "project_noise",
     "add_center", "mirror", "server_opt",
 )
-"""The chain's order (DESIGN.md §3): a step's slot is also its name in the chain and in the strategy's state."""
+"""The chain's order (docs/design.md §3): a step's slot is also its name in the chain and in the strategy's state."""
 
 STEERABLE: tuple[str, ...] = ("clip_norm", "noise_multiplier")
 """What a part may steer round by round (the private mean's C_t and z_t)."""

@@ -1,4 +1,4 @@
-"""The round of DESIGN.md §3 once, for every backend: plan a round, then finish it from the replies.
+"""The round of docs/design.md §3 once, for every backend: plan a round, then finish it from the replies.
 
 :meth:`RoundDriver.plan` says who takes part in round t (the Poisson or fixed-size private cohort, the
 public cohort, sampled apart and free) and what each sampled client is sent besides the model (the recipe's

@@ -16,9 +16,9 @@ A step that releases something private also *declares* it: ``releases(round_inde
 any tensor exists, which DP events its ``update`` will emit in that round (and which declared values, such as
 the round's noise multiplier, it hands the later steps' declarations, as ``update`` hands its ``outputs``).
 The chain's declaration is its steps' in order, so a recipe's planned run is known from its steps alone
-(calibration prices it for any noise multiplier; DESIGN.md §3, §5).
+(calibration prices it for any noise multiplier; docs/design.md §3, §5).
 
-**Phases.** A step declares where in the round it runs (DESIGN.md §9; pfl-research's ``postprocess_one_user`` /
+**Phases.** A step declares where in the round it runs (docs/design.md §9; pfl-research's ``postprocess_one_user`` /
 ``postprocess_server``): ``per_user``, on each user's update before the sum (:func:`user_step`); ``cut``, the sum
 itself (:func:`cut_step`: ``aggregate``); ``after_sum``, on the one (mean) update after it (:func:`after_sum_step`).
 A per-user step is three pure parts, so its per-user map can run wherever an update is (in process, on a worker, on

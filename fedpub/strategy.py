@@ -1,12 +1,12 @@
 """The strategy core: a cohort rule plus a chain of server steps, shared by every backend.
 
-A strategy is a recipe, not a subclass (DESIGN.md §2): ``strategies/*.py`` build a
+A strategy is a recipe, not a subclass (docs/design.md §2): ``strategies/*.py`` build a
 :class:`StrategyCore` from config; the in-process engine and the Flower strategy both call
 :meth:`StrategyCore.aggregate` with the cohort's updates and compose the returned DP event. Before any
 round runs, :meth:`StrategyCore.planned_event` composes the events the steps declare (``Step.releases``)
 into the run's planned event, which calibration and the budget check price.
 
-A round is cut at the sum (DESIGN.md §9): :meth:`StrategyCore.prepare_round` (no private data: the values a
+A round is cut at the sum (docs/design.md §9): :meth:`StrategyCore.prepare_round` (no private data: the values a
 device would be sent), :meth:`StrategyCore.per_user` wherever the updates are, and
 :meth:`StrategyCore.finish_from_sum` from their sum. :meth:`StrategyCore.aggregate`, the in-process path, is their
 composition, the cut summing the cohort's rows in one pass.

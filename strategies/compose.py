@@ -1,5 +1,5 @@
 """One strategy from one config: the steps of the parts it sets (:mod:`fedpub.recipe_registry`), chained by slot in
-the order of DESIGN.md §3.
+the order of docs/design.md §3.
 
 precondition (AdaDPS) → recenter (DOPE) → project (PDP-SGD) → boosted rounds (seed 001) → clip | adaptive
 clip | public schedule (PPSGD) → aggregate (÷ m) → Gaussian noise | tree noise (DP-FTRL) → noise projected

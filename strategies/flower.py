@@ -1,6 +1,6 @@
 """fedpub's one Flower strategy: a Message-API ``Strategy`` that runs any fedpub recipe over Flower nodes.
 
-A transport over the core's :class:`~fedpub.round_driver.RoundDriver` (DESIGN.md §6): it discovers which node
+A transport over the core's :class:`~fedpub.round_driver.RoundDriver` (docs/design.md §6): it discovers which node
 holds which user (a QUERY at start, since the server cannot read a node's ``node_config``), sends each round's
 plan as TRAIN messages (the global model, the round, and the recipe's client payloads, each under its own record
 name, such as AdaDPS's local preconditioner), turns

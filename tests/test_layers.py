@@ -1,4 +1,4 @@
-"""The packages import one way: fedpub < {strategies, clients} < simulations (DESIGN.md §1).
+"""The packages import one way: fedpub < {strategies, clients} < simulations (docs/design.md §1).
 
 The folders strategies/, clients/ and simulations/ install as ``fedpub.strategies``, ``fedpub.clients`` and
 ``fedpub.simulations``; every module is named and imported by its installed name, never by the bare folder name a
@@ -253,7 +253,7 @@ def test_the_checks_catch_upward_sideways_and_circular_imports_wherever_they_are
 
 
 def test_the_core_is_framework_free():
-    """DESIGN.md §1: fedpub/ imports torch, numpy and dp_accounting, never Flower."""
+    """docs/design.md §1: fedpub/ imports torch, numpy and dp_accounting, never Flower."""
     flower = [
         str(i) for path in sorted((ROOT / "fedpub").rglob("*.py"))
         for i in module_imports(ROOT, path) if i.target_package == "flwr"

@@ -1,4 +1,4 @@
-"""Tests of the mechanism itself, not only of the code (DESIGN.md §2.8, §5)."""
+"""Tests of the mechanism itself, not only of the code (docs/design.md §2.8, §5)."""
 
 from __future__ import annotations
 

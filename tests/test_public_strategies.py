@@ -1,5 +1,5 @@
 """The privacy invariants of every public-data strategy (and of them composed), and their
-degenerate reductions to DP-FedAvg (DESIGN.md §3–§4).
+degenerate reductions to DP-FedAvg (docs/design.md §3–§4).
 
 - adding one private user with an arbitrary update moves the pre-noise sum by at most C_t;
 - public inputs never change the accounted event;

@@ -1,4 +1,4 @@
-"""The round cut at the sum (DESIGN.md §9): for every recipe combination the in-process round
+"""The round cut at the sum (docs/design.md §9): for every recipe combination the in-process round
 (:meth:`StrategyCore.aggregate`) is the per-user part, summed, then finished from the sum, so a transport that sums
 elsewhere (workers, devices, a secure sum) releases the same round."""
 

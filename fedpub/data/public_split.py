@@ -1,4 +1,4 @@
-"""Public users, kept out of the private population (DESIGN.md §5): the split is data, fixed by a seed.
+"""Public users, kept out of the private population (docs/design.md §5): the split is data, fixed by a seed.
 
 Three constructions:
 

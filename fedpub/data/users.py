@@ -1,8 +1,8 @@
 """The users an experiment config's ``data`` section names: the source's splits opened through the dataset registry
 (its look-alike files written first when the source generates them), DOPE's pooled users when configured, and the
-private/public split (DESIGN.md §5: public users are never in N), with validation users held out of the private ones
-(``data.validation``: never in N either), and evaluation users too (``data.evaluation``) when the run evaluates on
-them: whose test examples evaluate the model (:func:`evaluation_users`) is decided here.
+private/public split (docs/design.md §5: public users are never in N), with validation users held out of the
+private ones (``data.validation``: never in N either), and evaluation users too (``data.evaluation``) when the run
+evaluates on them: whose test examples evaluate the model (:func:`evaluation_users`) is decided here.
 
 Every backend and every node loads its users here, so the same config gives the same users everywhere.
 """
@@ -133,7 +133,7 @@ def open_splits(config: ExperimentConfig) -> Splits:
 
 def load_data(config: ExperimentConfig, splits: Splits | None = None) -> FederatedData:
     """The training and test users (``splits``, the users a Python caller gives for ``data.source: python``; else
-    the source's), and which users are public (DESIGN.md §5: never in N); the training and
+    the source's), and which users are public (docs/design.md §5: never in N); the training and
     public users are read through a :class:`~fedpub.data.cache.CachedClients` of ``data.cache_mb``. With
     ``flower.private_users: nodes`` the private users are nodes, not data: every user of the server's files is
     public (its server-held pool) and ``private_ids`` is empty."""

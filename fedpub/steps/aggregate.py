@@ -2,8 +2,8 @@
 
 Dividing by the fixed m, not by the number of clients that replied, is what keeps the average a
 post-processing of the noisy sum: the realised count would leak membership (McMahan et al. 2018,
-estimator f_f; DESIGN.md §3). This step is the cut between the per-user steps and those after the sum: it
-divides the users' sum, formed wherever they are (DESIGN.md §9), or sums a cohort's own rows.
+estimator f_f; docs/design.md §3). This step is the cut between the per-user steps and those after the sum: it
+divides the users' sum, formed wherever they are (docs/design.md §9), or sums a cohort's own rows.
 """
 
 from __future__ import annotations

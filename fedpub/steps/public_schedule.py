@@ -1,5 +1,5 @@
 """Public users steer the budget and the clip norm (PPSGD: Wang & Zhou, AAAI 2020,
-"Differentially private learning with small public data", Alg. 1; federated form in DESIGN.md §4).
+"Differentially private learning with small public data", Alg. 1; federated form in docs/design.md §4).
 
 This step replaces the clip step: it clips every private update to C_t and hands C_t and z_t to the
 noise step (outputs ``clip_norm`` and ``noise_multiplier``). From the public users' mean update Δ̄_pub it

@@ -2,7 +2,7 @@
 (Flower's Simulation Engine: a virtual SuperNode per user, the same ServerApp and ClientApp as a deployment) and
 ``secagg`` (Flower's Simulation Engine with SecAgg+: each node runs the recipe's per-user maps and the server sees
 only the cohort's sum, :mod:`fedpub.simulations.flower.secagg_dp`). All run the same round driver and write the
-same run directory (DESIGN.md §6)."""
+same run directory (docs/design.md §6)."""
 
 from __future__ import annotations
 

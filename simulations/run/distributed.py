@@ -1,4 +1,4 @@
-"""One run's rounds shared by the ranks of ``torchrun`` (DESIGN.md §9: the round cut at the sum, on many workers).
+"""One run's rounds shared by the ranks of ``torchrun`` (docs/design.md §9: the round cut at the sum, on many workers).
 
 ``torchrun --nproc-per-node N -m fedpub.simulations run CONFIG`` starts N processes (on many machines with
 torchrun's own rendezvous); each finds its rank in torchrun's environment (:func:`launched`) and joins one process

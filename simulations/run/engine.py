@@ -1,4 +1,4 @@
-"""The in-process engine: the round loop of DESIGN.md §3 in one process.
+"""The in-process engine: the round loop of docs/design.md §3 in one process.
 
 One resident model trains the whole sampled cohort (:mod:`fedpub.clients.cohort_training`; no per-client process,
 no serialisation), each group of users vectorised or user by user, whichever the run's first groups of that size

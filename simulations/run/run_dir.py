@@ -1,4 +1,4 @@
-"""What a run leaves behind in ``runs/<name>/`` (DESIGN.md §8), each file written atomically.
+"""What a run leaves behind in ``runs/<name>/`` (docs/design.md §8), each file written atomically.
 
 Released (what DP covers, or says plainly that it does not): ``config.yaml`` (resolved), ``metrics.jsonl`` (one
 record per round), ``ledger.json`` (the composed DpEvent and ε), ``accuracy.png`` and ``summary.md``,

@@ -1,5 +1,6 @@
-"""Fault tolerance (DESIGN.md §3): a failed, late or malformed reply contributes nothing while the round's noise and
-DP event stay those of the sampled cohort, and a killed process resumes from its checkpoint with the same ledger.
+"""Fault tolerance (docs/design.md §3): a failed, late or malformed reply contributes nothing while the round's noise
+and DP event stay those of the sampled cohort, and a killed process resumes from its checkpoint with the same
+ledger.
 
 Faults are injected as ``tests/simulations/faults.py`` describes. Each test compares the faulty run with a
 fault-free run of the same config (its ``ledger.json``) and with dp-accounting computed afresh.
