@@ -472,12 +472,13 @@ class StrategyConfig(Section):
                 f"them: {', '.join(recipe_registry.PER_ROUND_PUBLIC)}, with what they use)"
             )
         pre = self.precondition
-        geometric = self.recenter or (self.mirror and self.mirror.public_term) or self.projection
+        geometric = recipe_registry.in_public_geometry(self)
         if pre and pre.source == "public" and pre.placement == "client" and geometric:
             raise ValueError(
                 "precondition with source `public` and placement `client` trains public users without A, so "
-                "their updates are in another geometry than the private updates: use placement `server` with "
-                "recenter, mirror or projection"
+                "their updates are in another geometry than the private updates, which "
+                f"{', '.join(geometric)} combine{'s' if len(geometric) == 1 else ''} with them: use placement "
+                "`server`"
             )
         return self
 

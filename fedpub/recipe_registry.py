@@ -35,7 +35,7 @@ PARTS: tuple[Part, ...] = (
         steers=frozenset({"clip_norm"}), transports=ON_DEVICE,
     ),
     Part(
-        "recenter", recipes=("dope",), trains_public=True,
+        "recenter", recipes=("dope",), trains_public=True, public_geometry=True,
         steps={"recenter": "fedpub.strategies.dope:recenter_steps",
                "add_center": "fedpub.strategies.dope:add_center_steps"}, transports=ON_DEVICE,
     ),
@@ -45,12 +45,12 @@ PARTS: tuple[Part, ...] = (
         payload_builder="fedpub.strategies.adadps:client_payloads", transports=ON_DEVICE,
     ),
     Part(
-        "projection", recipes=("pdp",), trains_public=True,
+        "projection", recipes=("pdp",), trains_public=True, public_geometry=True,
         steps={"project": "fedpub.strategies.projection:project_steps",
                "project_noise": "fedpub.strategies.projection:project_noise_steps"}, transports=ON_DEVICE,
     ),
     Part("mirror", recipes=("pda_dpmd",), trains_public=True, public_unless=("public_term", False),
-         steps={"mirror": "fedpub.strategies.pda_dpmd:mirror_steps"}, transports=ON_DEVICE),
+         public_geometry=True, steps={"mirror": "fedpub.strategies.pda_dpmd:mirror_steps"}, transports=ON_DEVICE),
     Part(
         "public_schedule", recipes=("ppsgd",), trains_public=True,
         steps={"clip": "fedpub.strategies.ppsgd:schedule_steps"},
@@ -142,6 +142,13 @@ def public_cohort(strategy: Mapping[str, Any] | object) -> list[str]:
         return _section(_section(strategy, p.section), name) != value
 
     return [p.section for p in active(strategy) if trains(p)]
+
+
+def in_public_geometry(strategy: Mapping[str, Any] | object) -> list[str]:
+    """The sections set in ``strategy`` that combine the public users' updates of each round with the private
+    users' in parameter space (:attr:`Part.public_geometry`, while they train public users)."""
+    geometric = {p.section for p in PARTS if p.public_geometry}
+    return [section for section in public_cohort(strategy) if section in geometric]
 
 
 def public_phases(strategy: Mapping[str, Any] | object) -> list[str]:

@@ -57,6 +57,10 @@ class Part:
     public_unless: tuple[str, str | bool] | None = None
     """(field, value) of its section with which it trains no public users (AdaDPS's ``source: token_frequency``,
     PDA-DPMD's ``public_term: false``)."""
+    public_geometry: bool = False
+    """It combines the public users' updates with the private users' in parameter space (a center, a mirror mix, a
+    subspace), so the public users must train in the private users' geometry: a client-side preconditioner of
+    public statistics (which public users train without) is refused beside it, while it trains public users."""
     phase: str | None = None
     """The run phase it is (of :data:`PHASES`), outside the rounds' chain; None for a part of the chain."""
     steers: frozenset[str] = frozenset()

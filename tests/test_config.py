@@ -138,5 +138,5 @@ def test_pda_dpmd_without_the_public_term_trains_no_public_users_and_keeps_its_w
     # with no public term the mirror mixes in no public update, so AdaDPS's client-side public A composes with it
     adadps = {**strategy, "precondition": {"source": "public", "placement": "client"}}
     assert parse_config({"strategy": adadps, "data": {"public": {"fraction": 0.1}}}).strategy.precondition
-    with pytest.raises(ConfigError, match="use placement `server` with recenter, mirror or projection"):
+    with pytest.raises(ConfigError, match="which mirror combines with them: use placement `server`"):
         parse_config({"strategy": {**adadps, "mirror": {}}, "data": {"public": {"fraction": 0.1}}})

@@ -112,3 +112,22 @@ def test_a_declaration_that_names_an_unknown_slot_or_transport_is_refused():
     bad = dataclasses.replace(MIRROR, transports=("in_process", "carrier_pigeon"))
     with pytest.raises(recipe_registry.RegistryError, match="part 'mirror' names \\['carrier_pigeon'\\]"):
         recipe_registry._check((*recipe_registry.PARTS[:3], bad))
+
+
+def test_a_part_declared_in_the_public_geometry_is_refused_beside_client_side_public_adadps(monkeypatch):
+    """The rule is the registry's, not a list in the config: a part that declares ``public_geometry`` (here PPSGD's
+    schedule, declared so for the test) is refused beside AdaDPS's client-side preconditioner of public statistics,
+    naming it; undeclared, the same config is taken (issue 46, item 6)."""
+    from fedpub.config import ConfigError, parse_config
+
+    strategy = {"name": "ppsgd", "noise_multiplier": 1.0, "public_clients_per_round": 2,
+                "precondition": {"placement": "client"}}
+    raw = {"strategy": strategy, "privacy": {"budget_epsilon": 10.0}, "data": {"public": {"fraction": 0.1}}}
+    assert parse_config(raw).strategy.public_schedule is not None
+    declared = tuple(dataclasses.replace(p, public_geometry=True) if p.section == "public_schedule" else p
+                     for p in recipe_registry.PARTS)
+    monkeypatch.setattr(recipe_registry, "PARTS", declared)
+    with pytest.raises(ConfigError, match="which public_schedule combines with them: use placement `server`"):
+        parse_config(raw)
+    assert recipe_registry.in_public_geometry(parse_config({**raw, "strategy": {
+        **strategy, "precondition": {"placement": "server"}}}).strategy) == ["public_schedule"]

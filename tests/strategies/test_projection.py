@@ -141,7 +141,7 @@ def test_the_config_switches_it_on_with_pdp_and_refuses_what_cannot_run():
         _config(projection={"noise_space": "tangent"})
     for transport in recipe_registry.ON_DEVICE:  # the basis is a per-user value a device is sent
         recipe_registry.check_transport(_config(), transport)
-    with pytest.raises(ValueError, match="placement `server` with recenter, mirror or projection"):
+    with pytest.raises(ValueError, match="which projection combines with them: use placement `server`"):
         _config(precondition={"placement": "client"})
     composed = [name for name, _ in _core(_config(name="dope", projection={"k": K, "noise_space": "subspace"},
                                                   precondition={"placement": "server"})).aggregator.steps]
