@@ -47,7 +47,8 @@ PARTS: tuple[Part, ...] = (
     Part(
         "projection", recipes=("pdp",), trains_public=True, public_geometry=True,
         steps={"project": "fedpub.strategies.projection:project_steps",
-               "project_noise": "fedpub.strategies.projection:project_noise_steps"}, transports=ON_DEVICE,
+               "project_noise": "fedpub.strategies.projection:project_noise_steps"},
+        noise_dimensions="fedpub.strategies.projection:noise_dimensions", transports=ON_DEVICE,
     ),
     Part("mirror", recipes=("pda_dpmd",), trains_public=True, public_unless=("public_term", False),
          public_geometry=True, steps={"mirror": "fedpub.strategies.pda_dpmd:mirror_steps"}, transports=ON_DEVICE),

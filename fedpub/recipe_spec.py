@@ -75,5 +75,8 @@ class Part:
     payload_builder: str | None = None
     """Reference to ``(section config) -> tuple[ClientPayload, ...]``: the payloads a config of the section sends
     (named in :attr:`payloads`), resolved lazily like :attr:`steps`."""
+    noise_dimensions: str | None = None
+    """Reference to ``(section config) -> int | None``: how many dimensions the released noise lies in when the
+    part confines it (the public subspace's k), None for the model's d; resolved when a strategy is built."""
     transports: tuple[str, ...] = ("in_process", "distributed", "flower", "flower_strategy")
     """The transports (of :data:`TRANSPORTS`) that run it: an allowlist."""

@@ -23,7 +23,15 @@ from fedpub.payloads import ClientPayload
 from fedpub.strategy import StrategyCore
 from fedpub.types import Updates
 from fedpub.strategies.build_context import BuildContext
-from fedpub.strategies.projection import noise_dimensions
+
+
+def _noise_dimensions(config: StrategyConfig) -> int | None:
+    """The fewest dimensions an active part confines the released noise to (its ``noise_dimensions``
+    declaration), or None: the model's d."""
+    confined = [resolve(part.noise_dimensions)(getattr(config, part.section))
+                for part in recipe_registry.active(config) if part.noise_dimensions is not None]
+    dimensions = [d for d in confined if d is not None]
+    return min(dimensions) if dimensions else None
 
 
 def strategy_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
@@ -82,5 +90,5 @@ def build_strategy(
         config.public_clients_per_round,
         client_payloads=client_payloads(config),
         public_update_bound=config.public_update_limit * config.clip_norm,
-        noise_dimensions=noise_dimensions(config),
+        noise_dimensions=_noise_dimensions(config),
     )

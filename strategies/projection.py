@@ -10,7 +10,7 @@ post-processing: the sensitivity C, the mechanism and the accounting are DP-FedA
 
 from __future__ import annotations
 
-from fedpub.config import StrategyConfig
+from fedpub.config import ProjectionConfig
 from fedpub.step import Step
 from fedpub.steps.project import project, project_noise
 from fedpub.strategies.build_context import BuildContext
@@ -28,14 +28,15 @@ def project_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
     return [("project", project(k, preconditioned=preconditioned))]
 
 
-def noise_dimensions(config: StrategyConfig) -> int | None:
-    """How many dimensions the released noise lies in: k when the noisy mean is projected onto the public subspace
-    (``projection.noise_space: subspace``), else None (the model's d)."""
-    projection = config.projection
-    return projection.k if projection is not None and projection.noise_space == "subspace" else None
+def noise_dimensions(projection: ProjectionConfig) -> int | None:
+    """How many dimensions the released noise lies in (the part's ``noise_dimensions`` declaration): k when the
+    noisy mean is projected onto the public subspace (``projection.noise_space: subspace``), else None (the
+    model's d)."""
+    return projection.k if projection.noise_space == "subspace" else None
 
 
 def project_noise_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
     """After the noise, with ``noise_space: subspace``: the noisy mean projected onto the basis (none with
     ``ambient``)."""
-    return [("project_noise", project_noise())] if noise_dimensions(ctx.config) is not None else []
+    projection = ctx.config.projection
+    return [("project_noise", project_noise())] if projection and noise_dimensions(projection) is not None else []

@@ -52,6 +52,7 @@ def test_every_builder_resolves_to_a_callable_and_fills_a_slot():
     for part in recipe_registry.PARTS:  # a part that sends payloads builds them, one that builds them names them
         assert (part.payload_builder is None) == (not part.payloads), part.section
         assert part.payload_builder is None or callable(resolve(part.payload_builder)), part.section
+        assert part.noise_dimensions is None or callable(resolve(part.noise_dimensions)), part.section
 
 
 def test_the_config_lists_come_from_the_declarations():
