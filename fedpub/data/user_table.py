@@ -30,17 +30,17 @@ Rows = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 def check_columns(columns: list[str], table: TableConfig, where: str) -> None:
     """Refuse a ``data.table`` column that ``where`` lacks, naming the field and the columns it has."""
-    for field in ("user", "x", "y", "public"):
-        name = getattr(table, field)
+    named = [("user", table.user), *(("x", x) for x in table.x_columns()), ("y", table.y), ("public", table.public)]
+    for field, name in named:
         if name is not None and name not in columns:
-            raise DatasetError(f"data.table.{field} {name!r} is not a column of {where}; its columns: "
-                               f"{', '.join(columns)}")
+            shown = ", ".join(columns[:20]) + (f" and {len(columns) - 20} more" if len(columns) > 20 else "")
+            raise DatasetError(f"data.table.{field} {name!r} is not a column of {where}; its columns: {shown}")
 
 
-def check_no_nulls(column: pa.ChunkedArray | pa.Array, field: str, table: TableConfig, where: str) -> None:
-    """Refuse a ``data.table`` ``field`` column (``x`` or ``y``) holding nulls (at any depth of a list), counted
-    (a null label became -2**63, a null input "rows that differ in length")."""
-    name, nulls, array = getattr(table, field), 0, column
+def check_no_nulls(column: pa.ChunkedArray | pa.Array, field: str, name: str, where: str) -> None:
+    """Refuse the ``data.table`` ``field`` column ``name`` (an input or the label column) holding nulls (at any
+    depth of a list), counted (a null label became -2**63, a null input "rows that differ in length")."""
+    nulls, array = 0, column
     while True:
         nulls += array.null_count
         if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)

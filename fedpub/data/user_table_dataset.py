@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fedpub.config_section import Section
 from fedpub.data.spec import Dataset, Reference, Source, TaskDeclaration
@@ -21,7 +21,10 @@ class TableConfig(Section):
     """The columns of a table of examples: whose example a row is, its input and its label."""
 
     user: str = Field("user_id", description="the column of user ids: each distinct value is one user")
-    x: str = Field("x", description="the input column (an image, a number, or a list of numbers)")
+    x: str | tuple[str, ...] = Field(
+        "x", description="the input column (an image, a number, or a list of numbers), or a list of number columns "
+        "that are one feature each (a CSV with a column per feature), stacked in their order: (N, features)",
+    )
     y: str = Field("label", description="the integer label column")
     transform: Literal["auto"] | Reference = Field(
         "auto", description="how a user's stacked inputs become the model's: auto (8-bit images -> float32 v/255 "
@@ -44,6 +47,18 @@ class TableConfig(Section):
         None, description="huggingface: the split of test examples; null: the training split's (evaluation users "
         "are then held out of the private ones, data.evaluation)",
     )
+
+
+    @field_validator("x")
+    @classmethod
+    def _some_columns(cls, x: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        if isinstance(x, tuple) and (not x or len(set(x)) != len(x)):
+            raise ValueError("give the input column, or a list of distinct feature columns")
+        return x
+
+    def x_columns(self) -> tuple[str, ...]:
+        """The input's columns: ``x``, or each of its feature columns."""
+        return (self.x,) if isinstance(self.x, str) else self.x
 
 
 _SOURCES = "fedpub.data.user_table_sources"

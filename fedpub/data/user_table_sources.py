@@ -81,15 +81,17 @@ def hf_users(config: ExperimentConfig, split: str, path: Path | None = None) -> 
     check_columns(list(dataset.column_names), table, where)
     label = dataset.features[table.y]
     labels = dataset.with_format("arrow", columns=[table.y])[:][table.y]
-    check_no_nulls(labels, "y", table, where)
+    check_no_nulls(labels, "y", table.y, where)
     num_classes = table.num_classes or getattr(label, "num_classes", None) or label_classes(labels, table, where)
-    values = dataset.with_format("numpy", columns=[table.x, table.y])
-    declared = _declared_dtype(dataset.features[table.x])
+    inputs = table.x_columns()
+    values = dataset.with_format("numpy", columns=[*inputs, table.y])
+    declared = [_declared_dtype(dataset.features[c]) for c in inputs]
 
     def rows(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         batch = values[indices]
-        x = np.asarray(batch[table.x])
-        return (x.astype(declared) if declared is not None and x.dtype != declared else x), np.asarray(batch[table.y])
+        xs = [np.asarray(batch[c]) for c in inputs]
+        xs = [x.astype(d) if d is not None and x.dtype != d else x for x, d in zip(xs, declared, strict=True)]
+        return (xs[0] if len(xs) == 1 else np.stack(xs, axis=1)), np.asarray(batch[table.y])
 
     columns = [table.user] + ([table.public] if table.public is not None else [])
     arrow = dataset.with_format("arrow", columns=columns)[:]
@@ -143,12 +145,13 @@ def table_users(path: Path, table: TableConfig) -> tuple[UserTable, Any]:
     """The users of the table file(s) at ``path``, read with the columns of ``table``, and the pyarrow table."""
     arrow = read_table(path)
     check_columns(arrow.column_names, table, str(path))
-    for field in ("x", "y"):
-        check_no_nulls(arrow.column(getattr(table, field)), field, table, str(path))
-    x, y = ColumnRows(arrow.column(table.x)), ColumnRows(arrow.column(table.y))
+    for field, name in [*(("x", c) for c in table.x_columns()), ("y", table.y)]:
+        check_no_nulls(arrow.column(name), field, name, str(path))
+    xs, y = [ColumnRows(arrow.column(c)) for c in table.x_columns()], ColumnRows(arrow.column(table.y))
 
     def rows(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return arrow_values(x.take(indices)), arrow_values(y.take(indices))
+        inputs = [arrow_values(x.take(indices)) for x in xs]  # a column per feature: stacked, (N, features)
+        return (inputs[0] if len(inputs) == 1 else np.stack(inputs, axis=1)), arrow_values(y.take(indices))
 
     num_classes = label_classes(arrow.column(table.y), table, str(path))
     return UserTable(arrow.column(table.user), rows, table, num_classes, str(path)), arrow

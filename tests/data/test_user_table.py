@@ -223,3 +223,24 @@ def test_8_bit_images_stored_as_array2d_arrive_scaled_with_a_channel_axis(tmp_pa
     x = open_splits(config).train.client_data("a").x
     assert x.dtype == torch.float32 and tuple(x.shape) == (3, 1, 28, 28)
     assert sorted(float(v) for v in x.amax(dim=(1, 2, 3))) == pytest.approx([0.0, 0.2, 0.4])
+
+
+def test_a_csv_with_one_column_per_feature_is_read_as_the_features_in_their_order(tmp_path):
+    """``data.table.x`` a list of columns: a CSV of tabular data (one number column a feature) is read as
+    ``(N, features)`` in the listed order (issue 44: such a CSV could not be read); a listed column the file lacks
+    is named."""
+    rows = [{"uid": f"u{i % 4}", "f0": i, "f1": 10.0 * i, "f2": -i, "label": i % 3} for i in range(12)]
+    path = tmp_path / "tabular.csv"
+    path.write_text("uid,f0,f1,f2,label\n" + "".join(
+        f"{r['uid']},{r['f0']},{r['f1']},{r['f2']},{r['label']}\n" for r in rows))
+    table = {"user": "uid", "x": ["f1", "f0", "f2"], "y": "label"}
+    config = fedpub.parse_config({"data": {"source": "table", "path": str(path), "table": table},
+                                  "model": {"factory": "fedpub.models.emnist:Mlp", "kwargs": {"num_classes": 3}}})
+    user = open_splits(config).train.client_data("u1")
+    assert user.x.dtype == torch.float32 and tuple(user.x.shape) == (3, 3)
+    assert user.x.tolist() == [[10.0 * i, i, -i] for i in (1, 5, 9)] and user.y.tolist() == [1, 2, 0]
+    with pytest.raises(DatasetError, match=r"data.table.x 'f9' is not a column of .*tabular.csv"):
+        open_splits(fedpub.parse_config({**config.model_dump(mode="json"), "data": {
+            "source": "table", "path": str(path), "table": {**table, "x": ["f0", "f9"]}}}))
+    with pytest.raises(fedpub.ConfigError, match="data.table.x"):
+        fedpub.parse_config({"data": {"source": "table", "path": str(path), "table": {**table, "x": ["f0", "f0"]}}})
