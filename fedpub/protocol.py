@@ -1,4 +1,4 @@
-"""The record keys of fedpub's Flower messages (the protocol between ``strategies/flower.py`` and a ClientApp).
+"""The record keys of fedpub's Flower messages (the protocol between ``strategies/flower/`` and a ClientApp).
 
 Plain strings, so the core stays framework-free and the strategy and the ClientApps share one spelling.
 

@@ -1,5 +1,5 @@
 """A user id bound to a node's key (fedpub.node_identity) and the server's checks of a node's claim in discovery
-(fedpub.strategies.flower.node_is_public): unregistered ids, bad or missing signatures, a second node for a taken id and
+(fedpub.strategies.flower.discovery.node_is_public): unregistered ids, bad or missing signatures, a second node for a taken id and
 public flags that disagree are refused, naming the node and the user."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedpub import protocol as key
 from fedpub.node_identity import IdentityError, UserRegistry, load_private_key, sign_identity
-from fedpub.strategies.flower import NodeMap, RefusedNode, node_is_public
+from fedpub.strategies.flower import RefusedNode
+from fedpub.strategies.flower.discovery import NodeMap, node_is_public
 
 NONCE = b"n" * 32
 

@@ -23,7 +23,7 @@ from flwr.common.logger import log
 
 from fedpub.round_driver import CohortsKeepFailing
 from fedpub.simulations.run.session import RunResult
-from fedpub.strategies.flower import failure_summary
+from fedpub.strategies.flower.replies import failure_summary
 
 STOPPING_ERRORS = (ValueError, CohortsKeepFailing)
 """The errors that stop a run for a reason its message states with the fix (the config, the data, the nodes, the
@@ -41,7 +41,7 @@ class RunStopped(RuntimeError):
 class QuietFailures(logging.Filter):
     """On Flower's logger: the record of :class:`RunStopped` without its traceback (the ERROR line before it said
     why), and each record of a failing ClientApp's exception (Ray's traceback and the exception's message) as one
-    line, its type and safe first line (:func:`~fedpub.strategies.flower.failure_summary`); Flower's second copy,
+    line, its type and safe first line (:func:`~fedpub.strategies.flower.replies.failure_summary`); Flower's second copy,
     the bare traceback, is dropped."""
 
     def filter(self, record: logging.LogRecord) -> bool:

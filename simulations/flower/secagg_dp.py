@@ -102,7 +102,9 @@ from fedpub.simulations.run.session import RunResult, RunSession
 from fedpub.strategies.build import privacy_budget
 from fedpub.strategies.common import make_sampling
 from fedpub.strategies.compose import build_strategy
-from fedpub.strategies.flower import discover_nodes, read_reply, to_array_record
+from fedpub.strategies.flower.records import to_array_record
+from fedpub.strategies.flower.discovery import discover_nodes
+from fedpub.strategies.flower.replies import read_reply
 
 TRANSPORT = "flower_secagg"
 MODULUS_RANGE = 2**32

@@ -35,7 +35,9 @@ from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunResult, RunSession
 from fedpub.node_identity import UserRegistry
 from fedpub.recipe_registry import check_transport
-from fedpub.strategies.flower import FedpubStrategy, NodeMap, discover_nodes, to_array_record
+from fedpub.strategies.flower.records import to_array_record
+from fedpub.strategies.flower.strategy import FedpubStrategy
+from fedpub.strategies.flower.discovery import NodeMap, discover_nodes
 
 
 def server_public_pool(experiment: Experiment, session: RunSession) -> ServerPublicPool | None:

@@ -22,13 +22,8 @@ from fedpub.config import ExperimentConfig, dump_config
 from fedpub.safe_text import WITHHELD
 from fedpub.simulations.flower.app_errors import QuietFailures, RunStopped, run_main, run_result
 from fedpub.simulations.tools.cli import app
-from fedpub.strategies.flower import (
-    FedpubStrategy,
-    NodeDiscoveryError,
-    ProtocolMismatch,
-    TrainFnPublicTrainer,
-    failure_summary,
-)
+from fedpub.strategies.flower import FedpubStrategy, NodeDiscoveryError, ProtocolMismatch, TrainFnPublicTrainer
+from fedpub.strategies.flower.replies import failure_summary
 from tests.conftest import tiny_config
 from tests.strategies.test_flower_standard_clients import run_in_simulation, shifting_app
 

@@ -15,7 +15,8 @@ from fedpub.round_driver import RoundDriver
 from fedpub.step import chain
 from fedpub.steps.aggregate import aggregate
 from fedpub.steps.clip import clip
-from fedpub.strategies.flower import FedpubStrategy, MalformedReply, TrainFnPool, read_reply, to_array_record
+from fedpub.strategies.flower import FedpubStrategy, MalformedReply, TrainFnPool, to_array_record
+from fedpub.strategies.flower.replies import read_reply
 from fedpub.strategy import StrategyCore
 
 MODEL = {"w": torch.zeros(3)}
