@@ -45,7 +45,7 @@ import scipy.signal
 
 from fedpub import __version__ as fedpub_version
 from fedpub.atomic import write_json_atomic
-from fedpub.privacy.calibration import default_cache_dir
+from fedpub.privacy.calibration import default_cache_dir, read_cache
 
 FactorizationKind = Literal["bsr", "optimized"]
 CACHE_FILE = "banded_mf.json"
@@ -152,7 +152,7 @@ def optimized_banded(
         {"rounds": int(rounds), "bands": int(bands), "momentum": float(momentum), "kind": "optimized", "fedpub": fedpub_version},
         sort_keys=True,
     )
-    entries = _read_cache(path)
+    entries = read_cache(path, "banded factorization")
     if key in entries:
         cached, problem = _priced(entries[key], bsr)
         if cached is not None:
@@ -259,21 +259,6 @@ def _priced(entry: object, bsr: BandedFactorization) -> tuple[BandedFactorizatio
     if error > bsr.expected_error() * (1 + _ERROR_RTOL):
         return None, f"has expected error {error!r}, more than the banded square root's {bsr.expected_error()!r}"
     return cached, ""
-
-
-def _read_cache(path: Path) -> dict[str, object]:
-    """The cache file's entries; a missing file is empty, an unreadable one is ignored with a warning."""
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as err:
-        warnings.warn(f"ignoring unreadable banded factorization cache {path}: {err}", stacklevel=3)
-        return {}
-    if not isinstance(entries, dict):
-        warnings.warn(f"ignoring banded factorization cache {path}: it is not a JSON object", stacklevel=3)
-        return {}
-    return entries
 
 
 def _check_rounds(rounds: object) -> None:

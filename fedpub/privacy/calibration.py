@@ -128,7 +128,7 @@ def calibrate(
         return fresh(kind)().compose(event).get_epsilon(delta)
 
     path = (default_cache_dir() if cache_dir is None else Path(cache_dir)) / CACHE_FILE
-    entries = _read_cache(path)
+    entries = read_cache(path)
     if key in entries:
         cached = entries[key]
         if not _is_multiplier(cached):
@@ -201,16 +201,17 @@ def _too_weak(target_epsilon: float, delta: float, accountant: str) -> str:
     )
 
 
-def _read_cache(path: Path) -> dict[str, object]:
-    """The cache file's entries; a missing file is empty, a corrupt one is ignored with a warning."""
+def read_cache(path: Path, what: str = "calibration") -> dict[str, object]:
+    """The entries of the JSON cache file ``path`` (``what``'s, named in a warning); a missing file is empty, a
+    corrupt one is ignored with a warning."""
     try:
         entries = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as err:
-        warnings.warn(f"ignoring unreadable calibration cache {path}: {err}", stacklevel=3)
+        warnings.warn(f"ignoring unreadable {what} cache {path}: {err}", stacklevel=3)
         return {}
     if not isinstance(entries, dict):
-        warnings.warn(f"ignoring calibration cache {path}: it is not a JSON object", stacklevel=3)
+        warnings.warn(f"ignoring {what} cache {path}: it is not a JSON object", stacklevel=3)
         return {}
     return entries
