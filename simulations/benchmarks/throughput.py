@@ -61,7 +61,9 @@ import argparse
 import contextlib
 import csv
 import json
+import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -611,7 +613,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.rank_run:
         _rank_run(*args.rank_run)
-        return
+        # a rank's results are written and it has left the process group: it ends here, before the interpreter's
+        # finalization, in which a native thread still inside torch or gloo can abort the process ("terminate
+        # called without an active exception", seen once in three CI runs after the cell had passed)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     try:
         counts = parse_workers(args.workers)
     except ValueError as error:
