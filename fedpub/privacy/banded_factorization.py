@@ -44,8 +44,7 @@ import scipy.optimize
 import scipy.signal
 
 from fedpub import __version__ as fedpub_version
-from fedpub.atomic import write_json_atomic
-from fedpub.privacy.calibration import default_cache_dir, read_cache
+from fedpub.privacy.calibration import default_cache_dir, read_cache, write_cache
 
 FactorizationKind = Literal["bsr", "optimized"]
 CACHE_FILE = "banded_mf.json"
@@ -162,10 +161,7 @@ def optimized_banded(
     found = min((_optimized(bsr), bsr), key=lambda f: f.expected_error())
     result = BandedFactorization(found.coefficients, rounds, bands, float(momentum), "optimized")
     entries[key] = {"coefficients": list(result.coefficients), "expected_error": result.expected_error()}
-    try:
-        write_json_atomic(path, entries)
-    except OSError as err:
-        warnings.warn(f"could not write banded factorization cache {path}: {err}", stacklevel=2)
+    write_cache(path, entries, "banded factorization")
     return result
 
 

@@ -165,10 +165,7 @@ def calibrate(
     if accountant == "pld":
         z = solve("pld", _bracket_below(lambda x: gap("pld", x), z, target_epsilon, delta))
     entries[key] = z
-    try:
-        write_json_atomic(path, entries)
-    except OSError as err:
-        warnings.warn(f"could not write calibration cache {path}: {err}", stacklevel=2)
+    write_cache(path, entries)
     return z
 
 
@@ -199,6 +196,15 @@ def _too_weak(target_epsilon: float, delta: float, accountant: str) -> str:
         f"target_epsilon={target_epsilon:g} at delta={delta:g} is so weak that a noise multiplier below "
         f"{MIN_NOISE_MULTIPLIER} already reaches it ({accountant} accountant); ask for a smaller epsilon"
     )
+
+
+def write_cache(path: Path, entries: dict[str, object], what: str = "calibration") -> None:
+    """Write the entries of the JSON cache file ``path`` (``what``'s) atomically; a cache that cannot be written
+    is said in a warning, and the run goes on without it."""
+    try:
+        write_json_atomic(path, entries)
+    except OSError as err:
+        warnings.warn(f"could not write {what} cache {path}: {err}", stacklevel=3)
 
 
 def read_cache(path: Path, what: str = "calibration") -> dict[str, object]:
