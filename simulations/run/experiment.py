@@ -23,7 +23,7 @@ from fedpub.clients.local_training import LocalTrainingConfig
 from fedpub.clients.payload_hooks import check_strategy_payloads
 from fedpub.config import ExperimentConfig
 from fedpub.data.base import FederatedDataset, Splits
-from fedpub.data.users import EvaluationUsers, evaluation_users, load_data
+from fedpub.data.users import EvaluationUsers, FederatedData, evaluation_users, load_data
 from fedpub.models.seeded import new_model
 from fedpub.privacy.accountant import UserLevelAccountant
 from fedpub.privacy.randomness import PrivacyRandomness, resolve_randomness
@@ -101,6 +101,33 @@ class Experiment:
         return new_model(self.config, self.train.num_classes, self.device)
 
 
+@dataclass(frozen=True)
+class CheckedData:
+    """A config's users, its task and whose examples it evaluates on, with the model's preflight passed."""
+
+    data: FederatedData
+    task: Task
+    eval_users: EvaluationUsers
+
+
+def checked_data(
+    config: ExperimentConfig,
+    splits: Splits | None = None,
+    node_users: tuple[list[str], list[str] | None] | None = None,
+) -> CheckedData:
+    """What every check of a config's data needs, before any noise: its users (``splits``, ``node_users``: as
+    :func:`build_experiment` takes them), whose examples are evaluated, and the preflight of the model on them. A
+    run's build and ``fedpub data verify --config`` both go through here, so they refuse the same things."""
+    data = load_data(config, splits)
+    if node_users is not None:
+        private, public = node_users
+        data = replace(data, private_ids=list(private), public_ids=data.public_ids if public is None else list(public))
+    task = get_task(config.task)
+    eval_users = evaluation_users(data, config.data.eval_users, config.data.eval_clients)
+    preflight(config, data.train, task)
+    return CheckedData(data, task, eval_users)
+
+
 def build_experiment(
     config: ExperimentConfig,
     *,
@@ -118,14 +145,9 @@ training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracke
     data (:func:`~fedpub.simulations.run.preflight.preflight`), before any noise is calibrated or drawn. ``splits``:
     the users of ``data.source: python``, given from Python."""
     check_trackers(config.tracking)
-    data = load_data(config, splits)
-    if node_users is not None:
-        private, public = node_users
-        data = replace(data, private_ids=list(private), public_ids=data.public_ids if public is None else list(public))
+    checked = checked_data(config, splits, node_users)
+    data, task, eval_users = checked.data, checked.task, checked.eval_users
     device = resolve_device(config.device)
-    task = get_task(config.task)
-    eval_users = evaluation_users(data, config.data.eval_users, config.data.eval_clients)
-    preflight(config, data.train, task)
     randomness = resolve_randomness(
         config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name
     )

@@ -1,10 +1,9 @@
 """`fedpub data verify --config CONFIG.yaml`: a config's data opened and read as ``fedpub run`` reads it, so that a
 config whose data verifies is one a run accepts (issue 44: `data verify` said `ok` for a file `run` refuses).
 
-The same readers, in the same order as a run's build: the users (:func:`fedpub.data.users.load_data`: the source's
-splits, the public, validation and evaluation users), whose examples are evaluated (:func:`evaluation_users`), the
-preflight of the model on the data (:func:`~fedpub.simulations.run.preflight.preflight`), then every user of every
-split read through the run's reader. Nothing is calibrated, trained or written. The report gives counts only: no
+The same checks as a run's build, through the same function
+(:func:`~fedpub.simulations.run.experiment.checked_data`: the users, whose examples are evaluated, the preflight of
+the model on the data), then every user of every split read through the run's reader. Nothing is calibrated, trained or written. The report gives counts only: no
 user's id, example or label.
 """
 
@@ -15,18 +14,15 @@ from pathlib import Path
 
 from fedpub.config import load_config
 from fedpub.data.base import FederatedDataset
-from fedpub.data.users import evaluation_users, load_data
-from fedpub.tasks import get_task
-from fedpub.simulations.run.preflight import preflight
+from fedpub.simulations.run.experiment import checked_data
 
 
 def verify_config(path: Path, progress: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
     """Open the data of the config at ``path`` as a run does and read every user's examples; the facts found
     (label, value). Raises what a run's build would raise (a ValueError naming the field or file)."""
     config = load_config(path)
-    data = load_data(config)
-    evaluated = evaluation_users(data, config.data.eval_users, config.data.eval_clients)
-    preflight(config, data.train, get_task(config.task))
+    checked = checked_data(config)
+    data, evaluated = checked.data, checked.eval_users
     splits: list[tuple[str, FederatedDataset]] = [("training", data.train)]
     splits += [(name, split) for name, split in (("public", data.public), ("test", data.test))
                if all(split is not seen for _, seen in splits)]
