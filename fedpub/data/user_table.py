@@ -37,16 +37,18 @@ def check_columns(columns: list[str], table: TableConfig, where: str) -> None:
             raise DatasetError(f"data.table.{field} {name!r} is not a column of {where}; its columns: {shown}")
 
 
+def _is_list(kind: pa.DataType) -> bool:
+    """Whether a column of ``kind`` holds lists (whose items are an axis more)."""
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+
+
 def check_no_nulls(column: pa.ChunkedArray | pa.Array, field: str, name: str, where: str) -> None:
     """Refuse the ``data.table`` ``field`` column ``name`` (an input or the label column) holding nulls (at any
     depth of a list), counted (a null label became -2**63, a null input "rows that differ in length")."""
-    nulls, array = 0, column
-    while True:
+    nulls, array = column.null_count, column
+    while _is_list(array.type):
+        array = pc.list_flatten(array)  # chunk by chunk: a large column is not copied into one
         nulls += array.null_count
-        if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
-                or pa.types.is_fixed_size_list(array.type)):
-            break
-        array = array.combine_chunks().flatten() if isinstance(array, pa.ChunkedArray) else array.flatten()
     if nulls:
         raise DatasetError(f"data.table.{field} {name!r} of {where} holds {nulls} null value(s): fill or drop those "
                            "rows (a user's examples and labels must all be there)")
@@ -159,8 +161,7 @@ def arrow_values(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if pa.types.is_struct(array.type) and array.type.get_field_index("bytes") >= 0:
         return _images(array)
     shape = [len(array)]
-    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
-            pa.types.is_fixed_size_list(array.type):
+    while _is_list(array.type):
         lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
         if len(lengths) and (lengths != lengths[0]).any():
             raise DatasetError("a list column's rows differ in length: stack them with a data.table.transform")

@@ -51,10 +51,8 @@ from fedpub.strategies.flower.replies import MalformedReply, ProtocolMismatch, R
 from fedpub.strategies.flower.discovery import NodeMap, discover_nodes
 from fedpub.strategies.flower.public_pools import PublicPool, TrainFnPool
 
-
 RoundCallback = Callable[[int, RoundOutcome, Sequence[Mapping[str, float]], int], None]
 """Called with (round, outcome, the private replies' metrics, their example count) after each released round."""
-
 
 
 def _check_flag(name: str, value: object) -> None:
