@@ -507,7 +507,7 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
                + (f" --seeds {args.seeds}" if args.seeds is not None else ""))
     write_claims_json(out, ReproductionRecord(
         repro.name, repro.seed_paper, repro.title, repro.paper, command, args.quick, len(placed.seeds),
-        _earlier_wall_time(out) + time.perf_counter() - started, tuning,
+        _earlier_wall_time(out) + time.perf_counter() - started, tuning, RULE,
         tuple(ClaimRecord.of(c.text, c.better, c.worse, j, c.paper_figure)
               for c, j in zip(repro.claims, judged, strict=True)),
         ("comparison.md", TABLE_FILE), (EPSILON_PLOT, ROUND_PLOT),

@@ -27,13 +27,24 @@ side, a non-finite value, or zero variance (every seed gives the same difference
 with the reason. Each cell reports d, its 95 % CI, and a two-sided p-value; the p-values of a claim's cells are
 Holm-corrected together (family-wise α = :data:`ALPHA`), or the declared primary cell is judged alone.
 
-**Four outcomes.** *contradicts*: some cell's d is significantly below zero (Holm); else *supports*: some cell's d
-is significantly above zero (a qualitative claim "A beats B"; the CI beside the paper's effect shows the size);
-else *contradicts* as well when some cell rules out the paper's effect (Holm on the tests of d = the paper's
-effect, d below it: the CI excludes it); else *inconclusive*, with the power a cell had to detect the paper's effect
-(noncentral t at the first Holm threshold α/k, the best cell's); *not testable* when no cell passed its gates.
-A claim the paper makes of **every** cell ("at every p": ``every``) supports only when every testable cell supports
-it; one that some cells support and none contradict is *inconclusive*, with the weakest cell's power.
+**Six outcomes** (fedpub issue 45: one word for one thing). In each tested cell: *supports* when d is significantly
+above zero, *contradicts* when it is significantly below (a sign reversal, never anything else), *smaller than the
+paper's effect* when neither and the CI lies below the paper's effect — published only where the claim argues
+that the paper's effect size transfers to this regime (``effect_transfers``); otherwise *inconclusive*. A claim
+whose cells are significant with both signs is *mixed*; one with significant cells of one sign takes that sign's
+word; else *smaller than the paper's effect* when a cell says so; else *inconclusive*, with the power a cell had
+to detect the paper's effect (noncentral t at the first Holm threshold α/k, the best cell's); *not testable* when
+no cell passed its gates. A significant verdict at under 50 % power says beside it that the effect seen is not the
+paper's size. A claim the paper makes of **every** cell ("at every p": ``every``) is an intersection–union test:
+each cell is tested at α (no Holm), and it supports only when every testable cell does. Paired cells also report
+an exact sign-flip permutation p-value (:meth:`Difference.sign_flip_p`), a robustness check where the seeds'
+outcomes are bimodal and a t-test's normality is doubtful.
+
+**Gates about the mechanism** (issue 45): :class:`DistinctMechanisms` (two arms that run one mechanism at two
+hyperparameter points measure a tuning outcome, not the mechanism), :class:`PrivateStepOn` (a tuned private step at
+its grid's low edge, or private rounds improving their own start by less than a margin: private training was
+switched off), :class:`Stable` (the loss finite and below a ceiling on every seed) and :class:`MechanismRegime`
+(a claim about a non-convex mechanism, e.g. basin choice, on a convex model). Gates take non-zero margins.
 """
 
 from __future__ import annotations
@@ -41,10 +52,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
 
+import numpy as np
 from scipy import stats
 
 ANY = "*"
@@ -54,26 +66,38 @@ MIN_SEEDS = 3
 """Fewer seeds a side give no usable standard error: such a cell is not judged."""
 ALPHA = 0.05
 """The family-wise error rate of a claim's cells (Holm) and 1 − the CIs' level."""
+SIGN_FLIP_EXACT = 20
+"""The most seeds of an exact sign-flip test (2^20 sign patterns)."""
 
 Results = Mapping[str, Mapping[str, Mapping[Hashable, float]]]
 """{arm: {cell (or :data:`ANY`): {pairing key (the seed): metric value}}}."""
 Landscapes = Mapping[str, Mapping[str, Sequence[float]]]
 """{arm: {cell (or :data:`ANY`): validation scores of every tuning point}}."""
-Outcome = Literal["supports", "contradicts", "inconclusive", "not testable"]
-OUTCOMES: tuple[Outcome, ...] = ("supports", "contradicts", "inconclusive", "not testable")
+Outcome = Literal["supports", "contradicts", "mixed", "smaller than the paper's effect", "inconclusive",
+                  "not testable"]
+OUTCOMES: tuple[Outcome, ...] = ("supports", "contradicts", "mixed", "smaller than the paper's effect",
+                                 "inconclusive", "not testable")
+SMALLER: Outcome = "smaller than the paper's effect"
+LOW_POWER = 0.5
+"""A significant verdict at under this power to detect the paper's effect saw an effect not of the paper's size."""
 
 RULE = (
     "Before any verdict each cell passes the reproduction's regime gates (the best private arm beats public-only or "
-    "the warm start and the trivial predictor by a margin, headroom to non-private training, no arm diverged or at "
-    "chance, a tuning landscape that is not flat); a cell failing one is not testable, with the gate's numbers. In "
-    "a testable cell the difference d (claimed-better minus the other) gets a 95 % CI and a two-sided p-value: a "
-    "paired t on the per-seed differences where the arms share seeds (data, cohorts, noise), Welch's t otherwise; "
-    f"a cell with under {MIN_SEEDS} seeds, a non-finite value or zero variance is not judged. The cells of a claim "
-    f"are Holm-corrected together (α = {ALPHA:g}), or one declared primary cell is judged alone. A claim "
-    "**contradicts** when a cell's d is significantly negative, **supports** when (else) one is significantly "
-    "positive, **contradicts** when (else) a cell's CI excludes the paper's effect, is **inconclusive** otherwise "
-    "(with its power at the paper's effect), and **not testable** when no cell passed its gates. A claim made of "
-    "every cell (\"at every p\") supports only when every testable cell does."
+    "the warm start and the trivial predictor by a non-zero margin, headroom to non-private training, no arm "
+    "diverged or at chance, a tuning landscape that is not flat, the private step not switched off by the tuning, "
+    "a stable loss, arms that differ in their mechanism and not only in a hyperparameter point, a model on which "
+    "the claimed mechanism can act); a cell failing one is not testable, with the gate's numbers. In a testable cell "
+    "the difference d (claimed-better minus the other) gets a 95 % CI and a two-sided p-value: a paired t on the "
+    "per-seed differences where the arms share seeds, Welch's t otherwise, and for paired arms a sign-flip "
+    f"permutation p beside it; a cell with under {MIN_SEEDS} seeds, a non-finite value or zero variance is not "
+    f"judged. The cells of a claim are Holm-corrected together (α = {ALPHA:g}), or one declared primary cell is "
+    "judged alone; a claim made of every cell (\"at every p\") is an intersection–union test, each cell at α, and "
+    "supports only when every testable cell does. A claim **supports** when its significant cells are positive, "
+    "**contradicts** when they are negative (a significant sign reversal, nothing else), is **mixed** when they "
+    "have both signs, **smaller than the paper's effect** when (else) a cell's CI lies below the paper's effect "
+    "and the claim argues why that effect's size transfers here, **inconclusive** otherwise (with its power at the "
+    "paper's effect), and **not testable** when no cell passed its gates. A significant verdict at under "
+    f"{LOW_POWER:.0%} power says that the effect seen is not the paper's size."
 )
 """The rule in one paragraph, for a reproduction's ``comparison.md`` and the results page."""
 
@@ -102,7 +126,8 @@ class Estimate:
 @dataclass(frozen=True)
 class Difference:
     """better − worse in one cell, in the claimed direction: its estimate, standard error, degrees of freedom and
-    test; ``withheld`` says why the cell is not judged (empty: it is)."""
+    test; ``withheld`` says why the cell is not judged (empty: it is); ``paired_diffs``: a paired test's per-seed
+    differences (for the sign-flip test)."""
 
     cell: str
     better: Estimate
@@ -112,6 +137,7 @@ class Difference:
     dof: float
     test: Literal["paired t", "Welch"]
     withheld: str = ""
+    paired_diffs: tuple[float, ...] = ()
 
     def ci(self, alpha: float = ALPHA) -> tuple[float, float]:
         """The two-sided (1 − α) confidence interval of the difference."""
@@ -122,11 +148,31 @@ class Difference:
         """The two-sided p-value of "the difference is ``null``"."""
         return float(2 * stats.t.sf(abs(self.diff - null) / self.se, self.dof))
 
+    def sign_flip_p(self) -> float | None:
+        """The two-sided p-value of an exact sign-flip permutation test of "the paired differences are symmetric
+        about zero" (every one of the 2^n sign patterns, its statistic the mean; None for an unpaired test). It
+        assumes no normality, so it stays right where the seeds' outcomes are bimodal."""
+        if not self.paired_diffs:
+            return None
+        diffs = np.asarray(self.paired_diffs)
+        if len(diffs) > SIGN_FLIP_EXACT:
+            raise ValueError(f"cell {self.cell!r}: an exact sign-flip test over {len(diffs)} seeds enumerates "
+                             f"2^{len(diffs)} patterns; at most {SIGN_FLIP_EXACT} seeds")
+        half = len(diffs) // 2  # every pattern's sum as one half's sums plus the other's: 2^n values, 2·2^(n/2) rows
+        sums = _signed_sums(diffs[:half])[:, None] + _signed_sums(diffs[half:])[None, :]
+        return float(np.mean(np.abs(sums) >= abs(diffs.sum()) - 1e-12))
+
     def power(self, effect: float, alpha: float) -> float:
         """The chance a two-sided level-α test finds the difference when it is ``effect`` (noncentral t)."""
         critical, shift = float(stats.t.ppf(1 - alpha / 2, self.dof)), effect / self.se
         tails = (float(stats.nct.sf(critical, self.dof, shift)), float(stats.nct.cdf(-critical, self.dof, shift)))
         return sum(t for t in tails if math.isfinite(t))  # scipy gives nan for a tail far beyond the shift: mass 0
+
+
+def _signed_sums(values: np.ndarray) -> np.ndarray:
+    """The sum of ``values`` under every one of the 2^n sign patterns."""
+    signs = 1 - 2 * ((np.arange(2 ** len(values))[:, None] >> np.arange(len(values))) & 1)
+    return signs @ values
 
 
 def _sign(higher_is_better: bool) -> float:
@@ -170,7 +216,7 @@ def paired_difference(cell: str, better: Mapping[Hashable, float], worse: Mappin
     if not withheld and d.se == 0:
         withheld = f"not judged: zero variance (every seed's difference is {d.mean:+.4f}: t is undefined)"
     return Difference(cell, b, w, statistics.fmean(diffs) if diffs else math.nan, d.se, len(diffs) - 1, "paired t",
-                      withheld)
+                      withheld, tuple(diffs))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -223,6 +269,9 @@ class Beats:
     what: str
     higher_is_better: bool = True
 
+    def __post_init__(self) -> None:
+        _positive(self.margin, f"Beats {self.what!r}")
+
     def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
         found = _best_against(results, self.arms, self.reference, cell, self.higher_is_better)
         if isinstance(found, str):
@@ -265,6 +314,9 @@ class NotDegenerate:
     chance: str | float
     margin: float
     higher_is_better: bool = True
+
+    def __post_init__(self) -> None:
+        _positive(self.margin, "NotDegenerate")
 
     def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
         failed = []
@@ -323,7 +375,116 @@ class AtLeast:
         return f"gate '{self.what} ≥ {self.floor:g}' failed: {self.measure} {mean:.4f}"
 
 
-Gate = Beats | Headroom | NotDegenerate | NotFlat | AtLeast
+def _positive(margin: float, gate: str) -> None:
+    if not margin > 0:
+        raise ValueError(f"{gate}: margin must be > 0 (a margin of 0 lets noise pass a gate), got {margin!r}")
+
+
+def _at(table: Mapping[str, Mapping[str, object]], arm: str, cell: str) -> object:
+    """``table[arm]``'s entry for ``cell`` (its :data:`ANY` entry otherwise), or None."""
+    by_cell = table.get(arm, {})
+    return by_cell.get(cell, by_cell.get(ANY))
+
+
+@dataclass(frozen=True)
+class DistinctMechanisms:
+    """Gate: the claim's two ``arms`` run different mechanisms. ``designs``: each arm's settings other than its
+    tuned hyperparameters (the recipe and its switches). Arms of equal designs differ only in their tuned points
+    (``points``: {arm: {cell or :data:`ANY`: {hyperparameter: value}}}), so their difference is a tuning outcome,
+    which says nothing about a mechanism."""
+
+    arms: tuple[str, str]
+    designs: Mapping[str, Mapping[str, Hashable]]
+    points: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        missing = [arm for arm in self.arms if arm not in self.designs]
+        if missing:
+            return f"gate 'the arms differ in their mechanism': no design for {missing}"
+        first, second = self.arms
+        if dict(self.designs[first]) != dict(self.designs[second]):
+            return ""
+        design = ", ".join(f"{k} {v}" for k, v in sorted(self.designs[first].items())) or "no setting"
+        points = "; ".join(f"{arm} at {_at(self.points, arm, cell) or 'an untold point'}" for arm in self.arms)
+        return (f"gate 'the arms differ in their mechanism' failed: {first} and {second} run one mechanism "
+                f"({design}) and differ only in their hyperparameter points ({points}): a tuning outcome")
+
+
+@dataclass(frozen=True)
+class PrivateStepOn:
+    """Gate: the tuning left each of ``arms``' private step on. ``at_low_edge``: {arm: {cell or :data:`ANY`:
+    the private step's axes (e.g. ``("server_lr",)``) whose tuned value sits at the low edge of its grid}};
+    ``starts``: {arm: the arm recording the figure it starts from (round 0: its warm start)}, which it must improve
+    on by at least ``margin``. A private step tuned down to nothing, or private rounds that leave their start where
+    it was, mean private training was switched off: a claim about it is not testable there."""
+
+    arms: tuple[str, ...]
+    at_low_edge: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    starts: Mapping[str, str] = field(default_factory=dict)
+    margin: float = 0.01
+    higher_is_better: bool = True
+
+    def __post_init__(self) -> None:
+        _positive(self.margin, "PrivateStepOn")
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        failed = []
+        for arm in self.arms:
+            edges = _at(self.at_low_edge, arm, cell)
+            if edges:
+                failed.append(f"{arm}'s tuned private step is at its grid's low edge ({', '.join(edges)})")
+            values, start = _mean(results, arm, cell), self.starts.get(arm)
+            if start is None or values is None:
+                continue
+            reference = _reference(results, start, cell)
+            gain = (math.nan if reference is None else
+                    _sign(self.higher_is_better) * (statistics.fmean(values) - reference))
+            if not gain >= self.margin:
+                failed.append(f"{arm} improves its start {start} by {gain:+.4f}")
+        return (f"gate 'private training is on (not at the low edge, ≥ {self.margin:g} past its start)' failed "
+                "(the private step was switched off): " + "; ".join(failed) if failed else "")
+
+
+@dataclass(frozen=True)
+class Stable:
+    """Gate: each arm's loss, recorded in the results as the measure ``losses[arm]`` (per seed), is finite on every
+    seed and at most ``ceiling`` (e.g. the trivial predictor's loss): a loss above it exploded."""
+
+    losses: Mapping[str, str]
+    ceiling: float
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        failed = []
+        for arm, measure in self.losses.items():
+            values = _mean(results, measure, cell)
+            if values is None:
+                continue
+            if not all(math.isfinite(v) for v in values):
+                failed.append(f"{arm}'s loss is not finite on some seed")
+            elif max(values) > self.ceiling:
+                failed.append(f"{arm}'s loss reaches {max(values):.4g}")
+        return (f"gate 'a stable loss (finite, ≤ {self.ceiling:g} on every seed)' failed: " + "; ".join(failed)
+                if failed else "")
+
+
+@dataclass(frozen=True)
+class MechanismRegime:
+    """Gate: the claim's ``mechanism`` (e.g. "basin choice") needs a model of kind ``needs`` (e.g. "non-convex");
+    the reproduction's model is ``model``. Where they differ the mechanism cannot act: no cell is testable."""
+
+    mechanism: str
+    needs: str
+    model: str
+
+    def check(self, results: Results, cell: str, landscapes: Landscapes) -> str:
+        if self.needs == self.model:
+            return ""
+        return (f"gate 'a model on which {self.mechanism} can act' failed: it needs a {self.needs} model, the "
+                f"reproduction's is {self.model}")
+
+
+Gate = (Beats | Headroom | NotDegenerate | NotFlat | AtLeast | DistinctMechanisms | PrivateStepOn | Stable
+        | MechanismRegime)
 
 
 @dataclass(frozen=True)
@@ -333,7 +494,9 @@ class Claim:
     paper gives none; an inconclusive claim then has no power to report). ``paired``: the arms share each seed's
     data (a paired t). ``primary``: the one cell judged (no correction); None: every cell where both ran, Holm.
     ``every``: the paper claims it of every cell, so every testable cell must support it. ``gates``: this claim's
-    own, checked with the reproduction's."""
+    own, checked with the reproduction's. ``effect_transfers``: why the paper's effect size carries over to this
+    regime (data, model, privacy unit); only then may a CI below it be published as "smaller than the paper's
+    effect" (empty: the paper's effect only sizes the power)."""
 
     text: str
     better: str
@@ -345,16 +508,18 @@ class Claim:
     primary: str | None = None
     every: bool = False
     gates: tuple[Gate, ...] = ()
+    effect_transfers: str = ""
 
 
 @dataclass(frozen=True)
 class CellJudgement:
-    """One cell of a claim: its difference, the Holm-adjusted p-value, its outcome and why."""
+    """One cell of a claim: its difference, its p-value (Holm-adjusted within the claim, or at α alone in an
+    intersection–union test: ``holm`` False) and its outcome."""
 
     difference: Difference
-    holm_p: float
+    p: float
     outcome: Outcome
-    reason: str
+    holm: bool = True
 
     @property
     def cell(self) -> str:
@@ -365,55 +530,70 @@ class CellJudgement:
         if d.withheld:
             return f"{d.cell}: {d.better} vs {d.worse}, {d.withheld}"
         low, high = d.ci()
+        flip = d.sign_flip_p()
+        robust = "" if flip is None else f", sign-flip p {flip:.3g}"
         return (f"{d.cell}: {d.better} vs {d.worse}, d = {d.diff:+.4f} [95 % CI {low:+.4f}, {high:+.4f}] "
-                f"({d.test}, df {d.dof:.1f}, Holm p {self.holm_p:.3g}: {self.outcome}{self.reason})")
+                f"({d.test}, df {d.dof:.1f}, {'Holm p' if self.holm else 'p'} {self.p:.3g}{robust}: {self.outcome})")
 
 
 @dataclass(frozen=True)
 class ClaimJudgement:
-    """A claim judged over its cells (see the module docstring for the rule); ``every``: claimed of every cell."""
+    """A claim judged over its cells (see the module docstring for the rule); ``every``: claimed of every cell (an
+    intersection–union test); ``effect_transfers``: the claim's argument that the paper's effect size applies."""
 
     differences: tuple[Difference, ...]
     paper_effect: float | None = None
     every: bool = False
+    effect_transfers: str = ""
+
+    def _adjusted(self, tested: Sequence[Difference], null: float) -> list[float]:
+        """The cells' p-values of "d = ``null``": each at α for a claim of every cell, else Holm-adjusted."""
+        p_values = [d.p_value(null) for d in tested]
+        return p_values if self.every else holm(p_values)
 
     @cached_property
     def cells(self) -> tuple[CellJudgement, ...]:
         tested = [d for d in self.differences if not d.withheld]
-        zero = dict(zip((id(d) for d in tested), holm([d.p_value() for d in tested]), strict=True))
-        at_effect = dict(zip((id(d) for d in tested), holm([d.p_value(self.paper_effect) for d in tested]),
-                             strict=True)) if self.paper_effect is not None else {}
+        zero = dict(zip((id(d) for d in tested), self._adjusted(tested, 0.0), strict=True))
+        at_effect = (dict(zip((id(d) for d in tested), self._adjusted(tested, self.paper_effect), strict=True))
+                     if self.paper_effect is not None and self.effect_transfers else {})
         judged = []
         for d in self.differences:
             if d.withheld:
-                judged.append(CellJudgement(d, math.nan, "not testable", ""))
+                outcome: Outcome = "not testable"
             elif zero[id(d)] <= ALPHA:
-                judged.append(CellJudgement(d, zero[id(d)], "supports" if d.diff > 0 else "contradicts", ""))
-            elif at_effect.get(id(d), 1.0) <= ALPHA and d.diff < (self.paper_effect or 0.0):
-                judged.append(CellJudgement(d, zero[id(d)], "contradicts", ", excludes the paper's effect"))
+                outcome = "supports" if d.diff > 0 else "contradicts"
+            elif at_effect.get(id(d), 1.0) <= ALPHA and d.diff < self.paper_effect:
+                outcome = SMALLER
             else:
-                judged.append(CellJudgement(d, zero[id(d)], "inconclusive", ""))
+                outcome = "inconclusive"
+            judged.append(CellJudgement(d, zero.get(id(d), math.nan), outcome, not self.every))
         return tuple(judged)
 
     @property
     def outcome(self) -> Outcome:
-        cells = [c for c in self.cells if c.outcome != "not testable"]
-        if not cells:
+        outcomes = [c.outcome for c in self.cells if c.outcome != "not testable"]
+        if not outcomes:
             return "not testable"
-        if any(c.outcome == "contradicts" and not c.reason for c in cells):
+        positive, negative = "supports" in outcomes, "contradicts" in outcomes
+        if positive and negative:
+            return "mixed"
+        if negative:
             return "contradicts"
-        if (all if self.every else any)(c.outcome == "supports" for c in cells):
+        if positive and (not self.every or all(o == "supports" for o in outcomes)):
             return "supports"
-        return "contradicts" if any(c.outcome == "contradicts" for c in cells) else "inconclusive"
+        return SMALLER if SMALLER in outcomes else "inconclusive"
 
     @property
     def power(self) -> float | None:
-        """The best tested cell's power at the paper's effect (the weakest's for a claim of every cell), at the
-        first Holm threshold (None: no effect given or no tested cell)."""
+        """The best tested cell's power at the paper's effect (the weakest's for a claim of every cell, each cell at
+        α), at the first Holm threshold (None: no effect given or no tested cell)."""
         tested = [d for d in self.differences if not d.withheld]
         if self.paper_effect is None or not tested:
             return None
-        return (min if self.every else max)(d.power(self.paper_effect, ALPHA / len(tested)) for d in tested)
+        if self.every:
+            return min(d.power(self.paper_effect, ALPHA) for d in tested)
+        return max(d.power(self.paper_effect, ALPHA / len(tested)) for d in tested)
 
     @property
     def verdict(self) -> str:
@@ -421,10 +601,12 @@ class ClaimJudgement:
         if self.outcome == "not testable":
             return "not testable: " + ("; ".join(f"{d.cell}: {d.withheld}" for d in self.differences)
                                        or "no cell where both arms ran")
+        power = self.power
         if self.outcome == "inconclusive":
-            power = self.power
             return ("inconclusive (no paper's effect given: power not computed)" if power is None else
                     f"inconclusive (power {power:.0%} at the paper's effect)")
+        if self.outcome in ("supports", "contradicts", "mixed") and power is not None and power < LOW_POWER:
+            return f"{self.outcome} (power {power:.0%} at the paper's effect: the effect seen is not the paper's size)"
         return self.outcome
 
     def ci_text(self) -> str:
@@ -443,10 +625,12 @@ class ClaimJudgement:
     def sentence(self, text: str, better: str, worse: str) -> str:
         """A markdown bullet: the claim, its outcome, and every cell's figures."""
         tested = sum(not d.withheld for d in self.differences)
-        family = "" if tested < 2 else f", Holm over {tested} cells" + (", each must support" if self.every else "")
+        family = ("" if tested < 2 else f", each of {tested} cells at α (intersection–union), each must support"
+                  if self.every else f", Holm over {tested} cells")
+        transfer = f"; the paper's effect applies here because {self.effect_transfers}" if self.effect_transfers else ""
         return (f"- {text}: **{self.verdict}** — `{better}` vs `{worse}`{family}; paper's effect "
                 f"{'none given' if self.paper_effect is None else f'{self.paper_effect:+g}'}; "
-                + "; ".join(str(c) for c in self.cells))
+                + "; ".join(str(c) for c in self.cells) + transfer)
 
 
 def judge_claim(claim: Claim, results: Results, landscapes: Landscapes | None = None,
@@ -477,4 +661,4 @@ def judge_claim(claim: Claim, results: Results, landscapes: Landscapes | None = 
         if failed:
             difference = replace(difference, withheld="; ".join(failed))
         differences.append(difference)
-    return ClaimJudgement(tuple(differences), claim.paper_effect, claim.every)
+    return ClaimJudgement(tuple(differences), claim.paper_effect, claim.every, claim.effect_transfers)

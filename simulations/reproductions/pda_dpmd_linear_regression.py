@@ -733,7 +733,7 @@ def write_outputs(out: Path, results: Sequence[Result], choices: Mapping[int, Ma
         " --quick" if quick else ("" if dims == DEFAULT_DIMS else f" --dims {','.join(map(str, dims))}")
         + ("" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}"))
     write_claims_json(out, ReproductionRecord(
-        NAME, "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning,
+        NAME, "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning, RULE,
         tuple(ClaimRecord.of(text, *CLAIM_SIDES[key], judged[key], figure) for key, (text, figure) in CLAIM_TEXTS.items()),
         ("table.md", "tuning.md", "comparison.md"), ("figure.png",)))
     return lines

@@ -879,7 +879,7 @@ def main(argv: list[str] | None = None) -> Path:
     claims = tuple(ClaimRecord.of(c.text, LABELS[c.better], LABELS[c.worse], judge(c, results), PAPER_FIGURE[c.worse])
                    for c in CLAIMS)
     write_claims_json(out, ReproductionRecord(
-        NAME, "004", TITLE, PAPER, command, args.quick, seeds, wall, tuning, claims,
+        NAME, "004", TITLE, PAPER, command, args.quick, seeds, wall, tuning, RULE, claims,
         ("table.md", "tuning.md", "comparison.md"), ("figure.png", "schedule.png")))
     print(f"wrote {out}/table.md, table.csv, tuning.md, figure.png, schedule.png, comparison.md, claims.json "
           f"in {wall:.0f}s")

@@ -35,9 +35,15 @@ RUNS, OUT, READINGS = REPRODUCTIONS, Path("docs/results.md"), Path("docs/results
 COMMAND = "python -m fedpub.simulations.reproductions.results_page"
 
 
-def _outcome(verdict: str) -> str:
-    """The summary's outcome: a not-testable verdict's gates and numbers are in its gates column beside it."""
-    return "not testable (gates)" if verdict.startswith("not testable") else verdict
+EARLIER = "†"
+"""Marks, in the summary, an outcome reached under an earlier rule of the judge (the record's own rule)."""
+
+
+def _outcome(verdict: str, rule: str) -> str:
+    """The summary's outcome: a not-testable verdict's gates and numbers are in its gates column beside it; one
+    reached under an earlier rule is marked :data:`EARLIER`."""
+    outcome = "not testable (gates)" if verdict.startswith("not testable") else verdict
+    return outcome if rule == RULE else f"{outcome} {EARLIER}"
 
 
 def _best_per_reproduction(found: Sequence[tuple[Path, ReproductionRecord]], where: Path
@@ -125,6 +131,9 @@ def _section(folder: Path, record: ReproductionRecord, assets: Path, link_base: 
         f"*Command:* `{record.command}` — {kind}, {record.seeds} seeds, wall time {record.wall_time_s:.0f} s "
         f"({minutes:.1f} min).", "",
         f"*Tuning:* {record.tuning}", "",
+        *([] if record.rule == RULE else
+          [f"*Judged under an earlier rule* ({EARLIER}: its outcomes carry that rule's meaning until the run is "
+           f"judged again): {record.rule}", ""]),
         "### Claims", "",
     ]
     for claim in record.claims:
@@ -170,10 +179,14 @@ def results_page(runs: Path, out: Path, note: str = "", readings: Path = READING
         mode = " (quick)" if record.quick else ""
         for claim in record.claims:
             lines.append(f"| {record.seed_paper} | {record.name}{mode} | {_cell(claim.text)} | "
-                         f"**{_cell(_outcome(claim.verdict))}** | {_cell(claim.ci)} | {claim.power or '—'} | "
+                         f"**{_cell(_outcome(claim.verdict, record.rule))}** | {_cell(claim.ci)} | {claim.power or '—'} | "
                          f"{_cell(claim.gates)} | {_cell(claim.paper_figure)} |")
     missing = [s for s in SEED_PAPERS if s not in {r.seed_paper for _, r in records}]
     lines.append("")
+    if any(record.rule != RULE for _, record in records):
+        lines += [f"{EARLIER} Judged under an earlier rule of the judge, given in its reproduction's section (before "
+                  "fedpub issue 45, *contradicts* also meant \"the CI excludes the paper's effect\" and there was no "
+                  "*mixed*): that outcome stands until the reproduction is run and judged again.", ""]
     if missing:
         lines += [f"**Missing:** no `{CLAIMS_FILE}` under `{runs}` for seed paper(s) {', '.join(missing)}: their "
                   "reproductions were not run (or not finished) when this page was generated.", ""]

@@ -6,11 +6,13 @@ Every reproduction in ``simulations/reproductions/`` (fedpub issue 21, item 8) e
 schema, one JSON object::
 
     {"name", "seed_paper": "000".."004", "title", "paper", "command", "quick", "seeds", "wall_time_s",
-     "tuning", "claims": [{"text", "better", "worse", "verdict", "sentence", "paper_figure", "ci", "power",
+     "tuning", "rule", "claims": [{"text", "better", "worse", "verdict", "sentence", "paper_figure", "ci", "power",
      "gates"}], "tables": [relative .md paths], "figures": [relative .png paths]}
 
-A verdict starts with one of the judge's four outcomes (:data:`VERDICTS`: ``not testable: <gate, with the
-numbers>``, ``inconclusive (power X % at the paper's effect)``; :attr:`.judge.ClaimJudgement.verdict`); ``ci`` is
+``rule`` is the judge's rule the verdicts were reached under (:data:`.judge.RULE` when the run was judged: a record
+judged under an earlier rule keeps that rule's words). A verdict starts with one of the judge's outcomes
+(:data:`VERDICTS`: ``not testable: <gate, with the numbers>``, ``inconclusive (power X % at the paper's effect)``;
+:attr:`.judge.ClaimJudgement.verdict`); ``ci`` is
 each tested cell's difference and 95 % CI beside the paper's effect, ``power`` the power at the paper's effect
 (empty where none), ``gates`` which cells passed and the numbers of each failed gate. Paths are relative to the
 folder of the ``claims.json``. A record that breaks the schema is refused, naming the field.
@@ -64,7 +66,8 @@ class ClaimRecord:
 
 @dataclass(frozen=True)
 class ReproductionRecord:
-    """A reproduction's ``claims.json``: what it reproduces, how it was run, its claims, tables and figures."""
+    """A reproduction's ``claims.json``: what it reproduces, how it was run, the rule it was judged under, its
+    claims, tables and figures."""
 
     name: str
     seed_paper: str
@@ -75,6 +78,7 @@ class ReproductionRecord:
     seeds: int
     wall_time_s: float
     tuning: str
+    rule: str
     claims: tuple[ClaimRecord, ...]
     tables: tuple[str, ...]
     figures: tuple[str, ...]

@@ -133,4 +133,4 @@ def test_the_learning_gates_withhold_the_papers_claims_where_private_training_lo
     judged = judgement(values, claim, False, {tb.MISSED: {CELL: dict.fromkeys(seeds, 0.5)}})
     assert judged.outcome == outcome
     if outcome == "not testable":
-        assert "beats public only by 0' failed: pre_40 0.1000 vs public only 0.0500" in judged.verdict
+        assert f"beats public only by {tb.LEARNS_MARGIN:g}' failed: pre_40 0.1000 vs public only 0.0500" in judged.verdict

@@ -4,13 +4,19 @@ beside the page, and the seed papers without a record listed as missing."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from fedpub.simulations.reproductions.judge import ClaimJudgement, welch_difference
+from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, welch_difference
 from fedpub.simulations.reproductions.results_page import main
-from fedpub.simulations.reproductions.results_record import ClaimRecord, ReproductionRecord, write_claims_json
+from fedpub.simulations.reproductions.results_record import (
+    ClaimRecord,
+    ReproductionRecord,
+    read_claims_json,
+    write_claims_json,
+)
 
 
 def _record(folder: Path, name: str, seed_paper: str, better: list[float], paper_figure: str,
@@ -21,7 +27,7 @@ def _record(folder: Path, name: str, seed_paper: str, better: list[float], paper
     (folder / "plots" / "acc.png").write_bytes(b"\x89PNG not really")
     write_claims_json(folder, ReproductionRecord(
         name=name, seed_paper=seed_paper, title=f"title {name}", paper=f"paper {name}", command=f"python -m {name}",
-        quick=quick, seeds=3, wall_time_s=90.0, tuning=f"tuning {name}",
+        quick=quick, seeds=3, wall_time_s=90.0, tuning=f"tuning {name}", rule=RULE,
         claims=(ClaimRecord.of(f"A beats B in {name}", "a", "b", judged, paper_figure),),
         tables=("compare.md",), figures=("plots/acc.png",),
     ))
@@ -34,8 +40,9 @@ def test_the_page_is_built_from_every_claims_json_with_statistics_and_copied_ass
     assert main(["--runs", str(runs), "--out", str(out), "--note", "seed 000 runs on another branch"]) == out
     page = out.read_text()
     assert page.index("Seed 002") < page.index("Seed 003")  # by seed paper
-    assert ("| 003 | dope_table7 | A beats B in dope_table7 | **supports** | ε=1: +0.3000 [+0.2773, +0.3227] (paper's "
-            "effect +0.02) | 46% | 1 of 1 cells testable | 84.7 vs 82.2 % |") in page
+    assert ("| 003 | dope_table7 | A beats B in dope_table7 | **supports (power 46% at the paper's effect: the effect "
+            "seen is not the paper's size)** | ε=1: +0.3000 [+0.2773, +0.3227] (paper's effect +0.02) | 46% | 1 of 1 "
+            "cells testable | 84.7 vs 82.2 % |") in page
     assert ("| 002 | adadps_stackoverflow | A beats B in adadps_stackoverflow | **inconclusive (power 19% at the "
             "paper's effect)** |") in page and "| +5 points |" in page
     assert "0.8100 ± 0.0058 (n=3)" in page  # the judge's statistics, from the sentence
@@ -66,7 +73,7 @@ def test_a_regeneration_keeps_the_committed_records_until_the_runs_have_a_better
     _record(second / "adadps_stackoverflow", "adadps_stackoverflow", "002", [0.49, 0.50, 0.51], "new adadps")
     main(["--runs", str(second), "--out", str(out)])
     page = out.read_text()
-    assert "| 003 | dope_table7 | A beats B in dope_table7 | **supports** |" in page and "| full dope |" in page
+    assert "| 003 | dope_table7 | A beats B in dope_table7 | **supports (power" in page and "| full dope |" in page
     assert "new adadps" in page and "full adadps" not in page  # a new full run replaces the committed one
     assert (out.parent / "results" / "dope_table7" / "plots" / "acc.png").is_file()  # its figure kept with it
     assert not (out.parent / "results.new").exists() and not (out.parent / "results.old").exists()
@@ -101,3 +108,17 @@ def test_a_reading_is_shown_only_beside_the_run_it_was_written_for(tmp_path):
     readings.write_text("dope_table7:\n  reading: no run named\n")
     with pytest.raises(ValueError, match="exactly the keys run and reading; not so for \\['dope_table7'\\]"):
         main(["--runs", str(runs), "--out", str(out), "--readings", str(readings)])
+
+
+def test_a_record_judged_under_an_earlier_rule_is_marked_with_that_rule(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "docs" / "results.md"
+    _record(runs / "dope_table7", "dope_table7", "003", [0.80, 0.81, 0.82], "84.7 vs 82.2 %")
+    main(["--runs", str(runs), "--out", str(out)])
+    assert "†" not in out.read_text()
+    path = runs / "dope_table7" / "claims.json"
+    write_claims_json(path.parent, dataclasses.replace(read_claims_json(path), rule="the rule of issue 36"))
+    main(["--runs", str(runs), "--out", str(out)])
+    page = out.read_text()
+    assert "| 003 | dope_table7 | A beats B in dope_table7 | **supports (power" in page and "size) †** |" in page
+    assert "*Judged under an earlier rule* (†: its outcomes carry that rule's meaning" in page
+    assert "): the rule of issue 36" in page and "† Judged under an earlier rule of the judge" in page

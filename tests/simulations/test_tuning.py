@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from fedpub.simulations.reproductions.judge import ClaimJudgement, welch_difference
+from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, welch_difference
 from fedpub.simulations.reproductions.results_record import (
     ClaimRecord,
     ReproductionRecord,
@@ -94,7 +94,7 @@ def _record(**changes) -> ReproductionRecord:
     judged = ClaimJudgement((welch_difference("ε=1", [0.8, 0.81, 0.82], [0.7, 0.71, 0.72]),), paper_effect=0.025)
     record = ReproductionRecord(
         name="dope_table7", seed_paper="003", title="Seed 003", paper="Nasr et al. 2023", command="python -m x",
-        quick=True, seeds=3, wall_time_s=1.5, tuning="none",
+        quick=True, seeds=3, wall_time_s=1.5, tuning="none", rule=RULE,
         claims=(ClaimRecord.of("A beats B", "a", "b", judged, "84.7 vs 82.2"),),
         tables=("compare.md",), figures=("plots/acc.png",),
     )
