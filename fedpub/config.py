@@ -221,17 +221,24 @@ class SamplingConfig(Section):
     """Give exactly one of ``clients_per_round`` (expected cohort m) or ``sampling_rate`` (q). ``epoch_blocks``
     samples nothing (DP-FTRL, Kairouz et al. 2021): each epoch deals the private users, shuffled, into blocks of
     about m, one block a round, so every user takes part once an epoch (accounted under replace-special
-    neighbours; ``privacy.accountant: rdp``)."""
+    neighbours; ``privacy.accountant: rdp``). ``cyclic_poisson`` splits the private users into ``groups`` k by a
+    keyed hash of the privacy seed and samples Poisson from group t mod k in round t (Choquette-Choo et al. 2023):
+    each user at most once every k rounds; ``sampling_rate`` q is the rate within the group (expected cohort
+    qN/k), and ``clients_per_round`` m gives q = mk/N."""
 
-    kind: Literal["poisson", "fixed", "epoch_blocks"] = "poisson"
+    kind: Literal["poisson", "cyclic_poisson", "fixed", "epoch_blocks"] = "poisson"
     clients_per_round: float | None = Field(None, gt=0)
     sampling_rate: float | None = Field(None, gt=0, le=1)
+    groups: int | None = Field(None, ge=1, description="cyclic_poisson: k, the groups the users are split into")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SamplingConfig:
         if (self.clients_per_round is None) == (self.sampling_rate is None):
             raise ValueError("give exactly one of clients_per_round or sampling_rate")
-        if self.kind != "poisson" and self.clients_per_round is not None:
+        if (self.kind == "cyclic_poisson") != (self.groups is not None):
+            raise ValueError(f"groups (an integer >= 1) goes with sampling kind `cyclic_poisson` and only with it, "
+                             f"got kind `{self.kind}` and groups {self.groups!r}")
+        if self.kind in ("fixed", "epoch_blocks") and self.clients_per_round is not None:
             if self.clients_per_round != int(self.clients_per_round):
                 raise ValueError(f"clients_per_round must be a whole number for sampling kind `{self.kind}`")
         return self
@@ -462,6 +469,10 @@ class StrategyConfig(Section):
             if part.sampling_kind is not None and self.sampling.kind != part.sampling_kind:
                 raise ValueError(f"{part.section} {part.sampling_why}: sampling.kind must be {part.sampling_kind}, "
                                  f"got {self.sampling.kind}")
+        varying = [p.section for p in recipe_registry.active(self) if "noise_multiplier" in p.steers]
+        if self.sampling.kind == "cyclic_poisson" and self.sampling.groups > 1 and varying:
+            raise ValueError(f"sampling.kind cyclic_poisson prices group 0's rounds for every group, true only when "
+                             f"every round has the same noise multiplier: remove {varying[0]} (or set groups: 1)")
         public = recipe_registry.public_cohort(self)
         if public and self.public_clients_per_round == 0:
             raise ValueError(f"public_clients_per_round is 0, but {'/'.join(public)} train public users each round")

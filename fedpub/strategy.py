@@ -112,7 +112,7 @@ class StrategyCore:
         """The DP event round ``round_index`` will release, from its steps' declarations (no tensors)."""
         releases = self.aggregator.releases
         declared = Releases() if releases is None else releases(round_index)
-        return round_event(self.sampling, declared.events)
+        return round_event(self.sampling, declared.events, round_index)
 
     def planned_event(self, rounds: int) -> dp_accounting.DpEvent:
         """The planned run: rounds 0 to ``rounds`` − 1 composed in order, equal consecutive rounds self-composed."""
@@ -219,5 +219,5 @@ class StrategyCore:
         }
         new_params = tree.add(prep.params, result.updates)
         return RoundOutcome(
-            new_params, result.state, metrics, round_event(self.sampling, result.events), diagnostics
+            new_params, result.state, metrics, round_event(self.sampling, result.events, prep.chain.ctx.round), diagnostics
         )

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from fedpub.config import SamplingConfig
-from fedpub.privacy.events import CohortRule, EpochBlocks, FixedSizeSampling, PoissonSampling
+from fedpub.privacy.events import CohortRule, CyclicPoissonSampling, EpochBlocks, FixedSizeSampling, PoissonSampling
 
 
 def make_sampling(config: SamplingConfig, population: int) -> CohortRule:
-    """q = m / N for Poisson sampling, N being the *private* population of the dataset; m users a round
-    for fixed-size sampling; blocks of m users, each user once an epoch, for epoch blocks."""
-    if config.kind == "poisson":
-        q = config.sampling_rate if config.sampling_rate is not None else config.clients_per_round / population
+    """q = m / N for Poisson sampling, N being the *private* population of the dataset; q = mk / N within one of the
+    k groups for cyclic Poisson sampling; m users a round for fixed-size sampling; blocks of m users, each user once
+    an epoch, for epoch blocks."""
+    if config.kind in ("poisson", "cyclic_poisson"):
+        groups = config.groups or 1
+        pool = population / groups
+        q = config.sampling_rate if config.sampling_rate is not None else config.clients_per_round / pool
         if q > 1:
+            users = f"{population}" if groups == 1 else f"{pool:g} (N/groups = {population}/{groups})"
             raise ValueError(
-                f"strategy.sampling.clients_per_round={config.clients_per_round} exceeds the "
-                f"{population} private users"
+                f"strategy.sampling.clients_per_round={config.clients_per_round} exceeds the {users} private users"
+                f"{'' if groups == 1 else ' of a round'}"
             )
-        return PoissonSampling(q)
+        return PoissonSampling(q) if config.kind == "poisson" else CyclicPoissonSampling(q, groups)
     m = config.clients_per_round if config.clients_per_round is not None else round(config.sampling_rate * population)
     if m > population:
         raise ValueError(f"strategy.sampling.clients_per_round={m} exceeds the {population} private users")

@@ -145,7 +145,7 @@ def test_accounting_adds_no_root_log_handler() -> None:
     rdp_log.setLevel(logging.WARNING)
     try:
         accountant = UserLevelAccountant("rdp")
-        accountant.compose(round_event(PoissonSampling(0.07), [dp_accounting.GaussianDpEvent(0.29)]))
+        accountant.compose(round_event(PoissonSampling(0.07), [dp_accounting.GaussianDpEvent(0.29)], 0))
         accountant.epsilon(1e-5)
         assert root.handlers == []
     finally:

@@ -33,7 +33,7 @@ from fedpub.privacy.events import (
     event_to_dict,
     merged,
     neighboring_relation,
-    round_event,
+    run_event,
 )
 
 # At small noise multipliers the RDP accountant drops fractional orders it cannot evaluate and warns for each; the
@@ -223,9 +223,10 @@ def epsilon_for(
     *,
     pld_discretization: float = 1e-4,
 ) -> float:
-    """Epsilon after ``rounds`` identical rounds, each releasing one Gaussian of ``noise_multiplier``."""
+    """Epsilon after rounds 0 to ``rounds`` − 1, each releasing one Gaussian of ``noise_multiplier`` on its cohort
+    (:func:`~fedpub.privacy.events.run_event`: the cohort rule says how each round is amplified)."""
     user_accountant = UserLevelAccountant(accountant, neighboring_relation(sampling), pld_discretization)
-    user_accountant.compose(round_event(sampling, [dp_event.GaussianDpEvent(noise_multiplier)]), rounds)
+    user_accountant.compose(run_event(sampling, [dp_event.GaussianDpEvent(noise_multiplier)], rounds))
     return user_accountant.epsilon(delta)
 
 

@@ -27,7 +27,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable
-from numbers import Integral, Real
+from numbers import Real
 from pathlib import Path
 
 import dp_accounting
@@ -37,7 +37,7 @@ from fedpub import __version__ as fedpub_version
 from fedpub.atomic import write_json_atomic
 from fedpub.privacy.accountant import AccountantKind, PrivacyBudget, UserLevelAccountant, make_dp_accountant
 from fedpub.privacy.errors import PrivacyError
-from fedpub.privacy.events import CohortRule, NeighboringRelation, event_to_dict, neighboring_relation, round_event
+from fedpub.privacy.events import CohortRule, NeighboringRelation, event_to_dict, neighboring_relation, run_event
 
 PlannedEvent = Callable[[float], dp_event.DpEvent]
 """z ↦ the DpEvent of a whole planned run whose noise steps use noise multiplier z."""
@@ -70,14 +70,12 @@ def calibrate_noise_multiplier(
     *,
     pld_discretization: float = 1e-4,
 ) -> float:
-    """The smallest noise multiplier z (to within 1e-5) whose ``rounds`` identical rounds, each one Gaussian
-    release on ``sampling``'s cohort, cost at most ``target_epsilon`` at ``delta`` (cached, see
-    :func:`calibrate`)."""
-    if isinstance(rounds, bool) or not isinstance(rounds, Integral) or rounds < 1:
-        raise PrivacyError(f"rounds must be an integer >= 1, got {rounds!r}")
+    """The smallest noise multiplier z (to within 1e-5) whose ``rounds`` rounds, each one Gaussian release on
+    ``sampling``'s cohort (amplified as the rule says for each round: :func:`~fedpub.privacy.events.run_event`),
+    cost at most ``target_epsilon`` at ``delta`` (cached, see :func:`calibrate`)."""
 
     def planned(z: float) -> dp_event.DpEvent:
-        return dp_event.SelfComposedDpEvent(round_event(sampling, [dp_event.GaussianDpEvent(z)]), int(rounds))
+        return run_event(sampling, [dp_event.GaussianDpEvent(z)], rounds)
 
     return calibrate(
         planned, neighboring_relation(sampling), target_epsilon, delta, accountant, cache_dir,

@@ -10,13 +10,19 @@ sum is divided by, and how it amplifies a Gaussian release on the cohort:
 * Fixed-size sampling without replacement (m of N), replace-one neighbours:
   ``SampledWithoutReplacementDpEvent(N, m, GaussianDpEvent(z / 2))``: replacing a user moves a
   C-clipped sum by 2C, and the RDP accountant reads z as std / (replace-one sensitivity).
+* Cyclic Poisson sampling (rate q, k groups; Choquette-Choo, McMahan, Rush and Thakurta 2023, "(Amplified) Banded
+  Matrix Factorization: A unified approach to private training", §4), add/remove-one neighbours: the users are
+  split into k groups by a keyed hash of the privacy seed and their id, and round t samples Poisson from group
+  t mod k only, so a user takes part at most once every k rounds and in at most ⌈T/k⌉ of T rounds. Group 0's rounds
+  are the worst case: round t's Gaussian is ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` when t mod k = 0 and
+  ``NoOpDpEvent`` otherwise, so a run composes ⌈T/k⌉ sampled Gaussians (every round must release the same z).
 * Epoch blocks, no sampling (DP-FTRL: Kairouz et al. 2021, "Practical and Private (Deep) Learning without
   Sampling or Shuffling", §3 and Definition 1.1): each epoch deals the users into fixed blocks, one block a
   round; a user replaced by the special (zero) record moves a C-clipped sum by C, so a Gaussian release is
   ``GaussianDpEvent(z)``, not amplified, under ``REPLACE_SPECIAL`` neighbours.
 
 :func:`round_event` is open: the Gaussian releases of a round (one cohort, one merged Gaussian) are wrapped
-with the cohort rule's amplification; any other event a step declares (tree aggregation, ...) is passed
+with the cohort rule's amplification in that round; any other event a step declares (tree aggregation, ...) is passed
 through as it is, after checking that a dp-accounting accountant composes it under the rule's relation.
 Events are also converted to and from plain JSON-ready dicts (ledgers, checkpoints), and grouped into
 self-compositions (:func:`merged`, :func:`composed`).
@@ -24,6 +30,7 @@ self-compositions (:func:`merged`, :func:`composed`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,8 +63,8 @@ class CohortRule(Protocol):
         """m, the expected private cohort of a round: the noisy sum is divided by it, never by the count."""
         ...
 
-    def sampled(self, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
-        """The event of a Gaussian release (sensitivity C, noise z·C) on one round's cohort."""
+    def sampled(self, gaussian: dp_event.GaussianDpEvent, round_index: int) -> dp_event.DpEvent:
+        """The event of a Gaussian release (sensitivity C, noise z·C) on round ``round_index``'s cohort."""
         ...
 
     def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
@@ -76,6 +83,13 @@ def _check_sizes(rule: FixedSizeSampling | EpochBlocks, part: str) -> None:
         raise PrivacyError(f"{part} must be at most population ({rule.population}), got {getattr(rule, part)}")
 
 
+def _check_rate(q: object) -> float:
+    """``q`` as a float in (0, 1]."""
+    if isinstance(q, bool) or not isinstance(q, Real) or not 0.0 < q <= 1.0:
+        raise PrivacyError(f"sampling_rate must be a number in (0, 1], got {q!r}")
+    return float(q)
+
+
 def _check_population(rule: FixedSizeSampling | EpochBlocks, client_ids: Sequence[str]) -> None:
     if rule.population != len(client_ids):
         raise ValueError(f"{type(rule).__name__} was set up for {rule.population} users, got {len(client_ids)}")
@@ -89,10 +103,7 @@ class PoissonSampling:
     sampling_rate: float
 
     def __post_init__(self) -> None:
-        q = self.sampling_rate
-        if isinstance(q, bool) or not isinstance(q, Real) or not 0.0 < q <= 1.0:
-            raise PrivacyError(f"sampling_rate must be a number in (0, 1], got {q!r}")
-        object.__setattr__(self, "sampling_rate", float(q))
+        object.__setattr__(self, "sampling_rate", _check_rate(self.sampling_rate))
 
     @property
     def neighboring_relation(self) -> NeighboringRelation:
@@ -101,12 +112,61 @@ class PoissonSampling:
     def expected_cohort(self, population: int) -> float:
         return self.sampling_rate * population
 
-    def sampled(self, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
+    def sampled(self, gaussian: dp_event.GaussianDpEvent, round_index: int) -> dp_event.DpEvent:
         return dp_event.PoissonSampledDpEvent(self.sampling_rate, gaussian)
 
     def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
         rng = numpy_generator(seed, round_index, "cohort")
         return [client_ids[i] for i in np.flatnonzero(rng.random(len(client_ids)) < self.sampling_rate)]
+
+
+@dataclass(frozen=True)
+class CyclicPoissonSampling:
+    """Cyclic Poisson sampling (Choquette-Choo et al. 2023, §4): the private users are split into ``groups`` k by
+    a keyed hash of the privacy seed and the user's id (:func:`cyclic_group`: adding or removing a user moves no
+    other), and round t samples each user of group t mod k independently with probability ``sampling_rate`` q.
+    A user takes part at most once every k rounds, which banded matrix-factorization noise of at most k bands
+    needs. The accountant prices group 0's rounds (⌈T/k⌉ of T, the most of any group): a Gaussian release is
+    Poisson-sampled in rounds t ≡ 0 (mod k) and a no-op in the others, which is the worst case only when every
+    round releases the same noise multiplier (the strategy's build refuses a schedule that varies it). The
+    expected cohort is qN/k. k = 1 is :class:`PoissonSampling`, cohorts and events alike."""
+
+    sampling_rate: float
+    groups: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sampling_rate", _check_rate(self.sampling_rate))
+        k = self.groups
+        if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
+            raise PrivacyError(f"groups must be an integer >= 1, got {k!r}")
+        object.__setattr__(self, "groups", int(k))
+
+    @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        return NeighboringRelation.ADD_OR_REMOVE_ONE
+
+    def expected_cohort(self, population: int) -> float:
+        return self.sampling_rate * population / self.groups
+
+    def sampled(self, gaussian: dp_event.GaussianDpEvent, round_index: int) -> dp_event.DpEvent:
+        if round_index % self.groups:
+            return dp_event.NoOpDpEvent()
+        return dp_event.PoissonSampledDpEvent(self.sampling_rate, gaussian)
+
+    def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
+        group = round_index % self.groups
+        rng = numpy_generator(seed, round_index, "cohort")
+        joins = rng.random(len(client_ids)) < self.sampling_rate
+        return [user for user, joined in zip(client_ids, joins, strict=True)
+                if joined and cyclic_group(user, seed, self.groups) == group]
+
+
+def cyclic_group(user_id: str, seed: int, groups: int) -> int:
+    """The group of ``user_id`` among ``groups`` under the privacy ``seed``: BLAKE2b keyed with the seed (secret
+    with a secret seed), so a user's group depends on nothing but its id."""
+    key = int(seed).to_bytes(8, "little", signed=True)
+    digest = hashlib.blake2b(str(user_id).encode(), key=key, digest_size=8, person=b"fedpub-cyclic").digest()
+    return int.from_bytes(digest, "little") % groups
 
 
 @dataclass(frozen=True)
@@ -126,7 +186,7 @@ class FixedSizeSampling:
     def expected_cohort(self, population: int) -> float:
         return float(self.cohort_size)
 
-    def sampled(self, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
+    def sampled(self, gaussian: dp_event.GaussianDpEvent, round_index: int) -> dp_event.DpEvent:
         return dp_event.SampledWithoutReplacementDpEvent(
             self.population, self.cohort_size, dp_event.GaussianDpEvent(gaussian.noise_multiplier / 2)
         )
@@ -162,7 +222,7 @@ class EpochBlocks:
     def expected_cohort(self, population: int) -> float:
         return self.population / self.rounds_per_epoch
 
-    def sampled(self, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
+    def sampled(self, gaussian: dp_event.GaussianDpEvent, round_index: int) -> dp_event.DpEvent:
         return gaussian
 
     def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
@@ -177,7 +237,8 @@ def neighboring_relation(rule: CohortRule) -> NeighboringRelation:
     """The neighbouring relation the cohort rule is accounted under."""
     if not isinstance(rule, CohortRule):
         raise PrivacyError(
-            f"the sampling must be a cohort rule (PoissonSampling, FixedSizeSampling, EpochBlocks, ...), "
+            f"the sampling must be a cohort rule (PoissonSampling, CyclicPoissonSampling, FixedSizeSampling, "
+            f"EpochBlocks, ...), "
             f"got {type(rule).__name__}"
         )
     return rule.neighboring_relation
@@ -190,12 +251,14 @@ def composable(event: dp_event.DpEvent, relation: NeighboringRelation) -> bool:
     )
 
 
-def round_event(rule: CohortRule, mechanism_events: Sequence[dp_event.DpEvent]) -> dp_event.DpEvent:
-    """The DP event of one round whose server steps emitted ``mechanism_events``.
+def round_event(
+    rule: CohortRule, mechanism_events: Sequence[dp_event.DpEvent], round_index: int
+) -> dp_event.DpEvent:
+    """The DP event of round ``round_index`` whose server steps emitted ``mechanism_events``.
 
     Each ``GaussianDpEvent(z)`` is a release of L2 sensitivity C with noise std z*C on the round's cohort;
     they all read the same cohort, so together they are one Gaussian with z_eff = (sum z_i^-2)^(-1/2),
-    wrapped with the cohort rule's amplification (:meth:`CohortRule.sampled`). ``NoOpDpEvent`` releases
+    wrapped with the cohort rule's amplification in that round (:meth:`CohortRule.sampled`). ``NoOpDpEvent`` releases
     nothing. Any other event (e.g. ``SingleEpochTreeAggregationDpEvent``) is passed through as declared; one
     that no dp-accounting accountant composes under the rule's neighbouring relation is refused. A round with
     nothing private released is a ``NoOpDpEvent``; a release without noise (z = 0, or a
@@ -227,8 +290,22 @@ def round_event(rule: CohortRule, mechanism_events: Sequence[dp_event.DpEvent]) 
         return dp_event.NonPrivateDpEvent()
     finite = [z for z in multipliers if z != math.inf]
     if finite:
-        others.insert(0, rule.sampled(dp_event.GaussianDpEvent(sum(z**-2 for z in finite) ** -0.5)))
-    return composed([(event, 1) for event in others])
+        others.insert(0, rule.sampled(dp_event.GaussianDpEvent(sum(z**-2 for z in finite) ** -0.5), round_index))
+    return composed([(event, 1) for event in others if not isinstance(event, dp_event.NoOpDpEvent)])
+
+
+def run_event(
+    rule: CohortRule, mechanism_events: Sequence[dp_event.DpEvent], rounds: int
+) -> dp_event.DpEvent:
+    """``rounds`` rounds (0 to ``rounds`` − 1) each releasing ``mechanism_events``: every round's
+    :func:`round_event` composed in order, equal consecutive rounds self-composed (``T`` times one event for a
+    rule that amplifies every round alike; ⌈T/k⌉ for cyclic Poisson sampling)."""
+    if isinstance(rounds, bool) or not isinstance(rounds, Integral) or rounds < 1:
+        raise PrivacyError(f"rounds must be an integer >= 1, got {rounds!r}")
+    groups: list[Group] = []
+    for t in range(rounds):
+        groups = merged(groups, round_event(rule, mechanism_events, t))
+    return composed(groups)
 
 
 def merged(groups: Sequence[Group], event: dp_event.DpEvent, count: int = 1) -> list[Group]:

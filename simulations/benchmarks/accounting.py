@@ -38,7 +38,7 @@ def _timed(fn: Callable[[], object]) -> tuple[float, object]:
 def _per_round_report(sampling: CohortRule, z: float, kind: str, delta: float, rounds: int) -> float:
     """Mean seconds of composing one round and reporting ε, over ``rounds`` rounds."""
     accountant = UserLevelAccountant(kind, neighboring_relation(sampling))
-    event = round_event(sampling, [dp_event.GaussianDpEvent(z)])
+    event = round_event(sampling, [dp_event.GaussianDpEvent(z)], 0)  # every round alike (Poisson, fixed size)
     started = time.perf_counter()
     for _ in range(rounds):
         accountant.compose(event)

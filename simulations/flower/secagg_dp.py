@@ -173,7 +173,7 @@ class SecAggSettings:
 def check_supported(config: ExperimentConfig) -> None:
     """Refuse what the SecAgg+ transport does not run (see the module docstring), naming the field."""
     recipe_registry.check_transport(config.strategy, TRANSPORT)
-    if config.strategy.sampling.kind == "poisson":
+    if config.strategy.sampling.kind in ("poisson", "cyclic_poisson"):
         raise ValueError(
             "the SecAgg+ transport needs a fixed number of users each round: set strategy.sampling.kind: fixed "
             "(or epoch_blocks; and privacy.accountant: rdp, which accounts both)"

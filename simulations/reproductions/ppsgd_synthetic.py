@@ -391,7 +391,7 @@ def private_sgd(
         private = Cohort([{"w": g} for g in grads], {"w": w})
         public_mean = None if public is None else {"w": gradients(loss, w, *public).mean(dim=0)}
         result = step.update(private, state, ctx=ctx, public_mean=public_mean)
-        event = round_event(sampling, result.events)
+        event = round_event(sampling, result.events, t)
         if event != level:
             level, left = event, affordable_steps(accountant, event, target_epsilon, setup.delta, guess=left)
         if left == 0:

@@ -58,7 +58,7 @@ from dp_accounting import dp_event
 
 from fedpub.atomic import write_text_atomic
 from fedpub.privacy.calibration import calibrate
-from fedpub.privacy.events import PoissonSampling, neighboring_relation, round_event
+from fedpub.privacy.events import PoissonSampling, neighboring_relation, run_event
 from fedpub.seeding import torch_generator
 from fedpub.simulations.reproductions.judge import RULE, AtLeast, Beats
 from fedpub.simulations.reproductions.paired import PairedClaim, judgement, paired_line, write_paired_json
@@ -240,14 +240,13 @@ def noise_schedule(plan: Plan, schedule: str, epsilon: float, cache_dir: Path | 
     sampling = PoissonSampling(plan.sampling_rate)
     boosted, rest = plan.steps_per_epoch, plan.steps - plan.steps_per_epoch
 
-    def step(z: float) -> dp_event.DpEvent:
-        return round_event(sampling, [dp_event.GaussianDpEvent(z)])
+    def steps(z: float, count: int) -> dp_event.DpEvent:
+        return run_event(sampling, [dp_event.GaussianDpEvent(z)], count)
 
     def planned(z: float) -> dp_event.DpEvent:
         if schedule == "even":
-            return dp_event.SelfComposedDpEvent(step(z), plan.steps)
-        return dp_event.ComposedDpEvent([dp_event.SelfComposedDpEvent(step(BOOST_NOISE_RATIO * z), boosted),
-                                         dp_event.SelfComposedDpEvent(step(z), rest)])
+            return steps(z, plan.steps)
+        return dp_event.ComposedDpEvent([steps(BOOST_NOISE_RATIO * z, boosted), steps(z, rest)])
 
     z = calibrate(planned, neighboring_relation(sampling), epsilon, plan.delta, plan.accountant, cache_dir)
     if schedule == "even":

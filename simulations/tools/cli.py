@@ -59,21 +59,24 @@ def _fail(error: Exception) -> None:
     raise typer.Exit(2)
 
 
-def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[int]):
+def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[int], groups: Optional[int] = None):
     from fedpub.privacy.errors import PrivacyError
-    from fedpub.privacy.events import FixedSizeSampling, PoissonSampling
+    from fedpub.privacy.events import CyclicPoissonSampling, FixedSizeSampling, PoissonSampling
 
     if q is not None and (population is None and cohort is None):
-        return PoissonSampling(q)
-    if q is None and population is not None and cohort is not None:
+        return PoissonSampling(q) if groups is None else CyclicPoissonSampling(q, groups)
+    if q is None and population is not None and cohort is not None and groups is None:
         return FixedSizeSampling(population=population, cohort_size=cohort)
-    raise PrivacyError("give --q (Poisson sampling) or both --population and --cohort (fixed size)")
+    raise PrivacyError("give --q (Poisson sampling; with --groups, cyclic Poisson) or both --population and "
+                       "--cohort (fixed size)")
 
 
 def _cohort_rule(rule: CohortRule) -> str:
     """How a run's cohorts are chosen, in a few words."""
-    from fedpub.privacy.events import EpochBlocks, FixedSizeSampling, PoissonSampling
+    from fedpub.privacy.events import CyclicPoissonSampling, EpochBlocks, FixedSizeSampling, PoissonSampling
 
+    if isinstance(rule, CyclicPoissonSampling):
+        return f"cyclic Poisson, q={rule.sampling_rate:.4g} in one of {rule.groups} groups a round"
     if isinstance(rule, PoissonSampling):
         return f"Poisson, q={rule.sampling_rate:.4g}"
     if isinstance(rule, EpochBlocks):
@@ -292,18 +295,17 @@ def account(
     q: Annotated[Optional[float], typer.Option("--q", help="Poisson sampling rate")] = None,
     population: Annotated[Optional[int], typer.Option(help="N, for fixed-size sampling")] = None,
     cohort: Annotated[Optional[int], typer.Option(help="m, for fixed-size sampling")] = None,
+    groups: Annotated[Optional[int], typer.Option(min=1, help="k, for cyclic Poisson sampling (with --q)")] = None,
 ) -> None:
     """User-level ε after T rounds of the sampled Gaussian mechanism, with PLD and RDP."""
     from fedpub.privacy.accountant import cross_check
     import dp_accounting
 
-    from fedpub.privacy.events import neighboring_relation, round_event
+    from fedpub.privacy.events import neighboring_relation, run_event
 
     try:
-        sampling = _sampling(q, population, cohort)
-        event = dp_accounting.SelfComposedDpEvent(
-            round_event(sampling, [dp_accounting.GaussianDpEvent(noise_multiplier)]), rounds
-        )
+        sampling = _sampling(q, population, cohort, groups)
+        event = run_event(sampling, [dp_accounting.GaussianDpEvent(noise_multiplier)], rounds)
         values = cross_check(event, delta, neighboring_relation(sampling))
     except USER_ERRORS as error:
         _fail(error)
@@ -327,6 +329,7 @@ def calibrate(
     population: Annotated[Optional[int], typer.Option(help="N, for fixed-size sampling")] = None,
     cohort: Annotated[Optional[int], typer.Option(help="m, for fixed-size sampling")] = None,
     accountant: Annotated[str, typer.Option(help="pld or rdp")] = "pld",
+    groups: Annotated[Optional[int], typer.Option(min=1, help="k, for cyclic Poisson sampling (with --q)")] = None,
 ) -> None:
     """The smallest noise multiplier z whose ε after T rounds is at most the target (cached)."""
     from fedpub.privacy.calibration import calibrate_noise_multiplier
@@ -337,7 +340,7 @@ def calibrate(
         _fail(ValueError("fixed-size sampling (--population, --cohort) is accounted by RDP only (replace-one "
                          "neighbours): add --accountant rdp"))
     try:
-        z = calibrate_noise_multiplier(target_epsilon, delta, _sampling(q, population, cohort), rounds, accountant=accountant)
+        z = calibrate_noise_multiplier(target_epsilon, delta, _sampling(q, population, cohort, groups), rounds, accountant=accountant)
     except USER_ERRORS as error:
         _fail(error)
     console.print(f"noise multiplier z = [bold]{z!r}[/] ({accountant.upper()}, ε ≤ {target_epsilon:g}, δ = {delta:g}, T = {rounds})", highlight=False)

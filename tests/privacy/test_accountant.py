@@ -36,7 +36,7 @@ def hetero(kind: str) -> UserLevelAccountant:
     """accounting.md §4e, composed round by round: q=0.05, z=0.6 for 10 rounds then 1.0 for 90."""
     accountant = UserLevelAccountant(kind)
     for t in range(100):
-        accountant.compose(round_event(PoissonSampling(0.05), [G(0.6 if t < 10 else 1.0)]))
+        accountant.compose(round_event(PoissonSampling(0.05), [G(0.6 if t < 10 else 1.0)], t))
     return accountant
 
 
@@ -86,7 +86,7 @@ def test_heterogeneous_schedule_oracle() -> None:
 def test_fixed_size_oracle_uses_half_the_multiplier() -> None:
     sampling = FixedSizeSampling(3400, 100)
     accountant = UserLevelAccountant("rdp", NR.REPLACE_ONE)
-    accountant.compose(round_event(sampling, [G(1.0)]), 1500)
+    accountant.compose(round_event(sampling, [G(1.0)], 0), 1500)
     assert accountant.epsilon(DELTA) == pytest.approx(145.519, rel=1e-5)
     assert epsilon_for(sampling, 1.0, 1500, DELTA, "rdp") == pytest.approx(145.519, rel=1e-5)
 
@@ -104,11 +104,11 @@ def test_homogeneous_run_stays_one_self_composition() -> None:
 def test_nothing_private_costs_nothing() -> None:
     accountant = UserLevelAccountant()
     assert accountant.epsilon(DELTA) == 0.0
-    accountant.compose(round_event(PoissonSampling(0.1), [G(math.inf)]), 3)
+    accountant.compose(round_event(PoissonSampling(0.1), [G(math.inf)], 0), 3)
     assert accountant.epsilon(DELTA) == 0.0
     assert accountant.ledger == dpa.NoOpDpEvent()
     assert accountant.rounds == 3
-    accountant.compose(round_event(PoissonSampling(0.1), [G(0.0)]))
+    accountant.compose(round_event(PoissonSampling(0.1), [G(0.0)], 0))
     assert accountant.epsilon(DELTA) == math.inf
 
 
@@ -159,7 +159,7 @@ def test_stop_before_the_budget_is_exceeded() -> None:
 def test_dict_round_trip(kind: str) -> None:
     accountant = UserLevelAccountant(kind)
     for z in (1.0, 1.0, 2.0, 1.0, math.inf):
-        accountant.compose(round_event(PoissonSampling(0.01), [G(z)]), 25)
+        accountant.compose(round_event(PoissonSampling(0.01), [G(z)], 0), 25)
     restored = UserLevelAccountant.from_dict(json.loads(json.dumps(accountant.to_dict())))
     assert restored.to_dict() == accountant.to_dict()
     assert restored.ledger == accountant.ledger
@@ -170,7 +170,7 @@ def test_dict_round_trip(kind: str) -> None:
 
 def test_dict_round_trip_keeps_settings() -> None:
     accountant = UserLevelAccountant("rdp", NR.REPLACE_ONE, pld_discretization=1e-3)
-    accountant.compose(round_event(FixedSizeSampling(3400, 100), [G(2.0)]), 5)
+    accountant.compose(round_event(FixedSizeSampling(3400, 100), [G(2.0)], 0), 5)
     restored = UserLevelAccountant.from_dict(json.loads(json.dumps(accountant.to_dict())))
     assert (restored.accountant, restored.neighboring_relation, restored.pld_discretization) == (
         "rdp", NR.REPLACE_ONE, 1e-3)
@@ -190,7 +190,7 @@ def test_bad_state_dicts() -> None:
 
 
 def test_unsupported_combinations_say_what_to_use() -> None:
-    fixed = round_event(FixedSizeSampling(3400, 100), [G(1.0)])
+    fixed = round_event(FixedSizeSampling(3400, 100), [G(1.0)], 0)
     with pytest.raises(PrivacyError, match="accountant='rdp' with REPLACE_ONE"):
         UserLevelAccountant("pld", NR.REPLACE_ONE).compose(fixed)
     with pytest.raises(PrivacyError, match="REPLACE_ONE"):
@@ -224,7 +224,7 @@ def test_cross_check() -> None:
     result = cross_check(event, DELTA)
     assert result["rdp"] == pytest.approx(4.0389, rel=1e-4)
     assert result["pld"] == pytest.approx(3.5021, rel=1e-3)
-    fixed = dpa.SelfComposedDpEvent(round_event(FixedSizeSampling(3400, 100), [G(1.0)]), 1500)
+    fixed = dpa.SelfComposedDpEvent(round_event(FixedSizeSampling(3400, 100), [G(1.0)], 0), 1500)
     assert cross_check(fixed, DELTA, NR.REPLACE_ONE) == {"rdp": pytest.approx(145.519, rel=1e-5)}
     with pytest.raises(PrivacyError, match="event_or_ledger"):
         cross_check(UserLevelAccountant(), DELTA)  # type: ignore[arg-type]

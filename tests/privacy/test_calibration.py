@@ -137,8 +137,8 @@ def _boosted_plan(rounds: int, k: int, boosted_z) -> Callable[[float], dp_accoun
     """k rounds at ``boosted_z(z)``, then rounds − k at z, with full participation."""
     def planned(z: float) -> dp_accounting.DpEvent:
         return dp_accounting.ComposedDpEvent([
-            dp_accounting.SelfComposedDpEvent(round_event(FULL, [G(boosted_z(z))]), k),
-            dp_accounting.SelfComposedDpEvent(round_event(FULL, [G(z)]), rounds - k),
+            dp_accounting.SelfComposedDpEvent(round_event(FULL, [G(boosted_z(z))], 0), k),
+            dp_accounting.SelfComposedDpEvent(round_event(FULL, [G(z)], 0), rounds - k),
         ])
     return planned
 

@@ -25,7 +25,7 @@ def _fresh_epsilon(kind, relation, groups):
 
 HETEROGENEOUS = [(_poisson(0.05, 0.8), 5), (_poisson(0.05, 1.2), 25), (_poisson(0.02, 1.0), 1)]
 COMPOSED_ROUND = [  # rounds whose two Gaussian releases (adaptive clipping's count and the sum) are one event
-    (round_event(PoissonSampling(0.05), [dpa.GaussianDpEvent(1.1), dpa.GaussianDpEvent(5.0)]), 40),
+    (round_event(PoissonSampling(0.05), [dpa.GaussianDpEvent(1.1), dpa.GaussianDpEvent(5.0)], 0), 40),
     (dpa.NoOpDpEvent(), 2),
 ]
 

@@ -62,17 +62,17 @@ def test_neighboring_relation() -> None:
 
 
 def test_poisson_round_is_a_poisson_sampled_gaussian() -> None:
-    assert round_event(PoissonSampling(0.01), [G(1.1)]) == dpa.PoissonSampledDpEvent(0.01, G(1.1))
+    assert round_event(PoissonSampling(0.01), [G(1.1)], 0) == dpa.PoissonSampledDpEvent(0.01, G(1.1))
 
 
 def test_fixed_size_round_halves_the_multiplier() -> None:
     # A swap moves a C-clipped sum by 2C; RDP REPLACE_ONE reads z as std / sensitivity.
     expected = dpa.SampledWithoutReplacementDpEvent(3400, 100, G(0.5))
-    assert round_event(FixedSizeSampling(3400, 100), [G(1.0)]) == expected
+    assert round_event(FixedSizeSampling(3400, 100), [G(1.0)], 0) == expected
 
 
 def test_gaussians_on_one_cohort_merge_into_one() -> None:
-    event = round_event(PoissonSampling(0.05), [G(1.0), dpa.NoOpDpEvent(), G(5.0)])
+    event = round_event(PoissonSampling(0.05), [G(1.0), dpa.NoOpDpEvent(), G(5.0)], 0)
     z_eff = event.event.noise_multiplier
     assert z_eff == pytest.approx((1.0**-2 + 5.0**-2) ** -0.5, rel=1e-12)
     # accounting.md §4e: RDP treats the nested composition as one Gaussian of z_eff.
@@ -85,16 +85,16 @@ def test_gaussians_on_one_cohort_merge_into_one() -> None:
 
 @pytest.mark.parametrize("sampling", [PoissonSampling(0.1), FixedSizeSampling(50, 5)])
 def test_degenerate_rounds(sampling: PoissonSampling | FixedSizeSampling) -> None:
-    assert round_event(sampling, []) == dpa.NoOpDpEvent()
-    assert round_event(sampling, [G(math.inf), dpa.NoOpDpEvent()]) == dpa.NoOpDpEvent()
-    assert round_event(sampling, [G(1.0), G(0.0)]) == dpa.NonPrivateDpEvent()
-    assert round_event(sampling, [G(math.inf), G(2.0)]) == round_event(sampling, [G(2.0)])
+    assert round_event(sampling, [], 0) == dpa.NoOpDpEvent()
+    assert round_event(sampling, [G(math.inf), dpa.NoOpDpEvent()], 0) == dpa.NoOpDpEvent()
+    assert round_event(sampling, [G(1.0), G(0.0)], 0) == dpa.NonPrivateDpEvent()
+    assert round_event(sampling, [G(math.inf), G(2.0)], 0) == round_event(sampling, [G(2.0)], 0)
 
 
 @pytest.mark.parametrize("z", [-1.0, math.nan])
 def test_invalid_noise_multiplier_names_the_field(z: float) -> None:
     with pytest.raises(PrivacyError, match=r"mechanism_events\[1\].noise_multiplier"):
-        round_event(PoissonSampling(0.1), [G(1.0), G(z)])
+        round_event(PoissonSampling(0.1), [G(1.0), G(z)], 0)
 
 
 TREE = dpa.SingleEpochTreeAggregationDpEvent(1.5, 8)
@@ -102,11 +102,11 @@ TREE = dpa.SingleEpochTreeAggregationDpEvent(1.5, 8)
 
 def test_other_events_pass_through_after_the_sampled_gaussian() -> None:
     blocks = EpochBlocks(100, 10)
-    assert round_event(blocks, [TREE, dpa.NoOpDpEvent()]) == TREE
-    assert round_event(blocks, [G(2.0), TREE]) == dpa.ComposedDpEvent([G(2.0), TREE])  # not amplified
-    poisson = round_event(PoissonSampling(0.1), [dpa.LaplaceDpEvent(1.0), G(1.0)])
+    assert round_event(blocks, [TREE, dpa.NoOpDpEvent()], 0) == TREE
+    assert round_event(blocks, [G(2.0), TREE], 0) == dpa.ComposedDpEvent([G(2.0), TREE])  # not amplified
+    poisson = round_event(PoissonSampling(0.1), [dpa.LaplaceDpEvent(1.0), G(1.0)], 0)
     assert poisson == dpa.ComposedDpEvent([dpa.PoissonSampledDpEvent(0.1, G(1.0)), dpa.LaplaceDpEvent(1.0)])
-    assert round_event(blocks, [TREE, dpa.NonPrivateDpEvent()]) == dpa.NonPrivateDpEvent()
+    assert round_event(blocks, [TREE, dpa.NonPrivateDpEvent()], 0) == dpa.NonPrivateDpEvent()
 
 
 @pytest.mark.parametrize("sampling", [PoissonSampling(0.1), FixedSizeSampling(100, 10)])
@@ -115,9 +115,9 @@ def test_an_event_no_accountant_composes_under_the_cohort_rules_relation_is_refu
     neighbouring relation the accountant composes both under."""
     with pytest.raises(PrivacyError, match=rf"mechanism_events\[1\] is SingleEpochTreeAggregationDpEvent.*"
                                            rf"{sampling.neighboring_relation.name}"):
-        round_event(sampling, [G(1.0), TREE])
+        round_event(sampling, [G(1.0), TREE], 0)
     with pytest.raises(PrivacyError, match="sampling"):
-        round_event("poisson", [G(1.0)])  # type: ignore[arg-type]
+        round_event("poisson", [G(1.0)], 0)  # type: ignore[arg-type]
 
 
 def test_epoch_blocks_cover_every_user_exactly_once_an_epoch() -> None:

@@ -30,7 +30,7 @@ def test_pld_ledger_recomputes_independently(tmp_path: Path) -> None:
     accountant = UserLevelAccountant("pld")
     sampling = PoissonSampling(0.05)
     for t in range(30):
-        accountant.compose(round_event(sampling, [G(0.8 if t < 5 else 1.2)]))
+        accountant.compose(round_event(sampling, [G(0.8 if t < 5 else 1.2)], t))
     path = tmp_path / "run" / "ledger.json"
     write_ledger(path, accountant, DELTA)
 
@@ -56,7 +56,7 @@ def test_pld_ledger_recomputes_independently(tmp_path: Path) -> None:
 
 def test_fixed_size_ledger_has_no_pld_cross_check(tmp_path: Path) -> None:
     accountant = UserLevelAccountant("rdp", NR.REPLACE_ONE)
-    accountant.compose(round_event(FixedSizeSampling(3400, 100), [G(1.0)]), 1500)
+    accountant.compose(round_event(FixedSizeSampling(3400, 100), [G(1.0)], 0), 1500)
     record = ledger_record(accountant, DELTA)
     assert record["epsilon"] == pytest.approx(145.519, rel=1e-5)
     assert record["neighboring_relation"] == "REPLACE_ONE" and record["cross_check"] == {}
@@ -74,7 +74,7 @@ def test_empty_and_rdp_ledgers(tmp_path: Path) -> None:
     assert record["event"] == {"type": "NoOpDpEvent"} and record["epsilon"] == 0.0
     assert record["cross_check"] == {"rdp": 0.0}
     accountant = UserLevelAccountant("rdp")
-    accountant.compose(round_event(PoissonSampling(0.01), [G(1.1)]), 1000)
+    accountant.compose(round_event(PoissonSampling(0.01), [G(1.1)], 0), 1000)
     record = ledger_record(accountant, DELTA)
     assert record["epsilon"] == pytest.approx(1.7118, rel=1e-4)
     assert record["cross_check"]["pld"] == pytest.approx(1.5154, rel=1e-3)
