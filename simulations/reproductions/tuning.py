@@ -10,6 +10,13 @@ reproduction in fedpub (and the papers), the budget is reported and is **not** c
 
 Points already scored are never scored again. A score that is not a finite number (a diverged run) counts as the
 worst possible. An axis with a single value is held fixed: it is reported but never extended nor flagged.
+
+**The arms of one claim tune on one grid** (:func:`tune_jointly`, fedpub issue 45): tuned apart, each arm's axes
+grow only past its own edge, so arms end on different grids with different budgets, and the difference between them
+can be the difference between their grids. Jointly, an axis extended for one arm is extended for every arm, each
+arm scores every point of the union grid, and every arm reports the same grid and the same number of points.
+:func:`at_low_edge` names the axes whose chosen value is the grid's smallest (a private step tuned down to nothing:
+the judge's :class:`~fedpub.simulations.reproductions.judge.PrivateStepOn` gate).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 
@@ -136,3 +143,53 @@ def tune(
         extensions=extensions,
         scores=dict(scores),
     )
+
+
+def tune_jointly(
+    axes: Sequence[Axis],
+    scores: Mapping[str, Callable[[Mapping[str, float]], float]],
+    *,
+    higher_is_better: bool,
+    max_extensions: int = 2,
+) -> dict[str, Tuning]:
+    """Every arm of ``scores`` ({arm: its validation score}) tuned on one grid: the product of ``axes``, an axis
+    extended past an edge whenever some arm's best value sits on it (for every arm), at most ``max_extensions``
+    times. Each arm's :class:`Tuning` has the same final grid and the same number of evaluations; no point is
+    scored twice."""
+    if not scores:
+        raise ValueError("tune_jointly: scores must name at least one arm")
+    if max_extensions < 0:
+        raise ValueError(f"tune_jointly: max_extensions must be ≥ 0, got {max_extensions}")
+    cached = {arm: _memoised(score) for arm, score in scores.items()}
+    axes, extensions = list(axes), 0
+    while True:
+        tunings = {arm: tune(axes, score, higher_is_better=higher_is_better, max_extensions=0)
+                   for arm, score in cached.items()}
+        edged = {name for t in tunings.values() for name in t.on_edge}
+        if not edged or extensions == max_extensions:
+            return {arm: replace(t, extensions=extensions) for arm, t in tunings.items()}
+        for i, axis in enumerate(axes):
+            for t in tunings.values():
+                if axis.name in edged and axis.on_edge(t.best[axis.name]):
+                    axis = axis.extended(t.best[axis.name])
+            axes[i] = axis
+        extensions += 1
+
+
+def _memoised(score: Callable[[Mapping[str, float]], float]) -> Callable[[Mapping[str, float]], float]:
+    """``score`` evaluated once per point (a joint tuning asks for each point again at every extension)."""
+    seen: dict[tuple[tuple[str, float], ...], float] = {}
+
+    def once(point: Mapping[str, float]) -> float:
+        key = tuple(sorted(point.items()))
+        if key not in seen:
+            seen[key] = score(point)
+        return seen[key]
+
+    return once
+
+
+def at_low_edge(tuning: Tuning, names: Sequence[str]) -> tuple[str, ...]:
+    """The axes of ``names`` whose chosen value is the smallest of its final grid (a grid of one value never is)."""
+    return tuple(name for name in names
+                 if len(tuning.grid[name]) > 1 and tuning.best[name] == tuning.grid[name][0])

@@ -16,7 +16,7 @@ from fedpub.simulations.reproductions.results_record import (
     read_claims_json,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, tune
+from fedpub.simulations.reproductions.tuning import Axis, at_low_edge, tune, tune_jointly
 
 
 def _peak(lr_opt: float, clip_opt: float):
@@ -131,3 +131,28 @@ def test_a_claims_json_with_an_unknown_field_is_refused(tmp_path):
     path.write_text(path.read_text().replace('"quick"', '"quik"'))
     with pytest.raises(ValueError, match="quik"):
         read_claims_json(path)
+
+
+def test_the_arms_of_a_claim_tune_on_one_union_grid_with_equal_budgets():
+    """Issue 45: apart, arm a's lr axis grows upward and b's downward, so they end on different grids and budgets;
+    jointly, each extension is made for both, both score every point of the union grid, no point twice."""
+    axes = [Axis("lr", (0.01, 0.1)), Axis("clip", (0.5, 1.0, 1.5), "linear")]
+    (score_a, calls_a), (score_b, calls_b) = _peak(lr_opt=1.0, clip_opt=1.0), _peak(lr_opt=0.001, clip_opt=1.0)
+    apart = [tune(axes, score, higher_is_better=True) for score in (_peak(1.0, 1.0)[0], _peak(0.001, 1.0)[0])]
+    assert apart[0].grid["lr"] != apart[1].grid["lr"]
+    joint = tune_jointly(axes, {"a": score_a, "b": score_b}, higher_is_better=True, max_extensions=3)
+    assert joint["a"].grid == joint["b"].grid and joint["a"].grid["lr"] == pytest.approx((1e-4, 1e-3, 0.01, 0.1, 1.0,
+                                                                                          10.0))
+    assert joint["a"].best == {"lr": 1.0, "clip": 1.0} and joint["b"].best == {"lr": 0.001, "clip": 1.0}
+    assert joint["a"].evaluations == joint["b"].evaluations == 6 * 3
+    assert len(calls_a) == len(calls_b) == 18  # each point scored once per arm, never again at a later extension
+    assert joint["a"].extensions == joint["b"].extensions == 2
+
+
+def test_a_choice_at_the_grids_low_edge_is_named():
+    score, _ = _peak(lr_opt=1e-6, clip_opt=1.0)  # the private step wants to be switched off
+    tuning = tune([Axis("lr", (0.01, 0.1)), Axis("clip", (0.5, 1.0, 1.5), "linear"), Axis("fixed", (3.0,))], score,
+                  higher_is_better=True, max_extensions=1)
+    assert tuning.best["lr"] == tuning.grid["lr"][0] == pytest.approx(0.001)
+    assert at_low_edge(tuning, ("lr", "clip", "fixed")) == ("lr",)
+
