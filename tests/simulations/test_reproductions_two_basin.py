@@ -98,6 +98,16 @@ def test_quick_mode_writes_paired_values_and_claims(tmp_path):
     assert all("AtLeast" in c["gates"][0] for c in paired["claims"] if c["text"].startswith("Two basins"))
     assert "Regime gate of the two-basin claims" in (out / "comparison.md").read_text()
     assert "Paired differences" in (out / "comparison.md").read_text()
+    # issue 45: every arm on one grid with one budget, and every claim also judged at the shared point
+    tunings = [line for line in (out / "tuning.md").read_text().splitlines() if line.startswith("- **")]
+    grids = {line.split("Grid search over ")[1].split("; chosen")[0] for line in tunings
+             if "two_basin ε=1" in line}
+    assert len(tunings) == 2 * len(tb.private_arms(tb.QUICK_PLAN)) and len(grids) == 1
+    texts = [c.text for c in record.claims]
+    assert "Two basins: more budget in the first epoch beats more in the last (Table 2) — every arm at one shared " \
+           "(lr, C), even's" in texts
+    assert all(paired["values"][arm + tb.SHARED]["convex ε=1"] == paired["values"]["even"]["convex ε=1"]
+               for arm in ("even",))
 
 
 CELL = "two_basin ε=1"
@@ -134,3 +144,26 @@ def test_the_learning_gates_withhold_the_papers_claims_where_private_training_lo
     assert judged.outcome == outcome
     if outcome == "not testable":
         assert f"beats public only by {tb.LEARNS_MARGIN:g}' failed: pre_40 0.1000 vs public only 0.0500" in judged.verdict
+
+
+def test_a_claim_whose_arm_was_tuned_to_the_lowest_learning_rate_is_not_testable():
+    """Issue 45: the tuner switched a private arm off (its lr at the grid's low edge): no verdict in that cell, at
+    the own points; at the shared point the gate reads the shared point's (even's) tuning."""
+    from fedpub.simulations.reproductions.tuning import Tuning
+
+    def tuned(lr: float) -> Tuning:
+        return Tuning({"lr": lr, "C": 1.0}, 0.1, 16, (), {"lr": (0.0025, 0.005, 0.01), "C": (0.3, 1.0, 3.0)})
+
+    tunings = {(arm, CELL): tuned(0.005) for arm in tb.private_arms(tb.QUICK_PLAN)}
+    tunings["late", CELL] = tuned(0.0025)
+    found = {c.text: c for c in tb.claims(tb.QUICK_PLAN, ("two_basin",), (1.0,), tunings)}
+    table2 = "Two basins: more budget in the first epoch beats more in the last (Table 2)"
+    values = {**EARLY_WINS, **{arm + tb.SHARED: per for arm, per in EARLY_WINS.items()}}
+    seeds = range(4)
+    values.update({"even": {CELL: dict.fromkeys(seeds, 0.2)}, "origin": {CELL: dict.fromkeys(seeds, 1.0)},
+                   "pre_40": {CELL: dict.fromkeys(seeds, 0.1)}, "public_only": {CELL: dict.fromkeys(seeds, 0.3)}})
+    measures = {tb.MISSED: {CELL: dict.fromkeys(seeds, 0.5)}}
+    own = judgement(values, found[table2], False, measures)
+    assert own.outcome == "not testable" and "late's tuned private step is at its grid's low edge (lr)" in own.verdict
+    shared = judgement(values, found[table2 + " — every arm at one shared (lr, C), even's"], False, measures)
+    assert shared.outcome == "supports"
