@@ -376,6 +376,20 @@ class TreeAggregationConfig(Section):
     section switches the noise from one Gaussian a round to the tree's."""
 
 
+class NoiseConfig(Section):
+    """Banded matrix-factorization DP-FTRL (Choquette-Choo et al. 2023): the private mean's noise is correlated
+    across rounds, (C⁻¹Z)_t with C b-banded, so that it partly cancels in the model's running sum. bands > 1 needs
+    each user at most once every b rounds: ``sampling.kind: cyclic_poisson`` with groups >= bands, which also
+    amplifies it. bands 1 is DP-FedAvg's independent noise."""
+
+    kind: Literal["banded_mf"] = Field(..., description="banded_mf: banded matrix-factorization noise")
+    bands: int = Field(..., ge=1, description="b: how many past rounds' noise each round's correlates with, plus one")
+    factorization: Literal["bsr", "optimized"] = Field(
+        "bsr", description="bsr: the banded square root of the workload (Kalinin & Lampert 2024, closed form); "
+        "optimized: the b-banded Toeplitz factor of least expected error (L-BFGS-B, cached)"
+    )
+
+
 class PublicTrainingConfig(Section):
     """Non-private training of the global model on the pooled public users' data."""
 
@@ -427,6 +441,7 @@ class StrategyConfig(Section):
     public_schedule: PublicScheduleConfig | None = None
     budget_schedule: BudgetScheduleConfig | None = None
     tree_aggregation: TreeAggregationConfig | None = None
+    noise: NoiseConfig | None = None
     warm_start: PublicTrainingConfig | None = Field(
         None, description="pretrain w_0 on the public users' data; on by default for pda_dpmd (null: off)"
     )

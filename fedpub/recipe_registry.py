@@ -66,6 +66,7 @@ PARTS: tuple[Part, ...] = (
         needs_fixed="noises a whole tree with one C and one z", sampling_kind="epoch_blocks",
         sampling_why="needs each user at most once per tree", transports=ON_DEVICE,
     ),
+    Part("noise", steps={"noise": "fedpub.strategies.banded_mf:banded_noise_steps"}, transports=ON_DEVICE),
     Part("warm_start", default_in=("pda_dpmd",), trains_public=True, phase="before_rounds", transports=ON_DEVICE),
     Part("model_reuse", recipes=("ppsgd",), trains_public=True, phase="after_rounds", transports=ON_DEVICE),
     Part("model_average", phase="across_rounds", transports=ON_DEVICE),

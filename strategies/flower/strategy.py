@@ -39,7 +39,7 @@ from fedpub.config import PrivacyConfig, StrategyConfig
 from fedpub.node_identity import UserRegistry
 from fedpub.round_driver import RoundDriver, RoundPlan
 from fedpub.privacy.accountant import UserLevelAccountant
-from fedpub.privacy.events import PoissonSampling
+from fedpub.privacy.events import CyclicPoissonSampling, PoissonSampling
 from fedpub.run_phases import PublicTrainer, RunPhases
 from fedpub.safe_text import safe_message
 from fedpub.seeding import numpy_generator
@@ -531,7 +531,7 @@ class FedpubStrategy(Strategy):
         only as a diagnostic)."""
         core = self.core
         public = f", {len(plan.public_cohort)} public users" if core.public_cohort else ""
-        if not isinstance(core.sampling, PoissonSampling):
+        if not isinstance(core.sampling, (PoissonSampling, CyclicPoissonSampling)):
             size = f"{len(plan.private_cohort)} of {core.population} private users"
         else:
             realised = f"; diagnostic: {len(plan.private_cohort)} sampled" if self.diagnostics else ""

@@ -26,10 +26,12 @@ import pytest
 import torch
 
 import fedpub.steps
+from fedpub.privacy.banded_factorization import banded_square_root
 from fedpub.cohort_updates import Cohort
 from fedpub.step import Mapped, Step, named_chain
 from fedpub.steps.adaptive_clip import adaptive_clip
 from fedpub.steps.aggregate import aggregate
+from fedpub.steps.banded_noise import banded_noise
 from fedpub.steps.budget_schedule import budget_schedule
 from fedpub.steps.clip import clip
 from fedpub.steps.gaussian_noise import gaussian_noise
@@ -79,6 +81,8 @@ class Case:
 CASES: dict[str, Case] = {
     "adaptive_clip": Case(adaptive_clip, lambda: adaptive_clip(1.0, 0.5, 0.2, 1.0, seed=3), "per_user"),
     "aggregate": Case(aggregate, aggregate, "cut"),
+    "banded_noise": Case(banded_noise, lambda: banded_noise(banded_square_root(8, 3), 1.1, 7), "after_sum",
+                         lambda params: {"clip_norm": 0.5, "noise_multiplier": 0.9}),
     "budget_schedule": Case(budget_schedule, lambda: budget_schedule(range(2), 0.5), "per_user"),
     "clip": Case(clip, lambda: clip(1.0), "per_user"),
     "gaussian_noise": Case(
