@@ -30,8 +30,9 @@ by :func:`fedpub.simulations.reproductions.tuning.tune_jointly`, so every arm ha
   (the trivial predictor, for the gate).
 
 **Best and shared points** (fedpub issue 45). Each claim is judged twice: at each arm's own tuned (lr, C), and with
-every private arm at one shared point, the ``even`` arm's (``<arm>@shared``), where the difference is the schedule's
-or the split's alone, not the distance between two tuned points. A cell where an arm's tuned learning rate sits at
+both arms at one shared point, the control's (the claim's worse arm: ``<better>@<worse>`` runs the better arm at
+the worse arm's (lr, C)), where the difference is the schedule's or the split's alone, not the distance between two
+tuned points. A cell where an arm's tuned learning rate sits at
 its grid's low edge (private training tuned down to nothing) is not testable (the judge's
 :class:`~fedpub.simulations.reproductions.judge.PrivateStepOn`).
 
@@ -267,15 +268,28 @@ def private_arms(plan: Plan) -> tuple[str, ...]:
     return (*SCHEDULES, *(f"pre_{t}" for t in plan.pretrain_splits))
 
 
-SHARED = "@shared"
-"""The suffix of a private arm run at the shared point (the ``even`` arm's tuned (lr, C)) instead of its own."""
-SHARED_FROM = "even"
+def at_point(arm: str, owner: str) -> str:
+    """The name of ``arm`` run at ``owner``'s tuned (lr, C) instead of its own."""
+    return f"{arm}@{owner}"
+
+
+def figure4_arms(plan: Plan) -> tuple[str, str]:
+    """Figure 4's arms: every public step before private training, and every one after it."""
+    return f"pre_{plan.pretrain_splits[-1]}", f"pre_{plan.pretrain_splits[0]}"
+
+
+def compared(plan: Plan) -> tuple[tuple[str, str], ...]:
+    """(better, worse) of every claim and control: each is judged at the arms' own points and with the better arm
+    at the worse arm's (the control's) tuned point."""
+    first, last = figure4_arms(plan)
+    return ("early", "late"), ("early", "even"), (first, last), ("late", "early"), (last, first)
 
 
 def arms(plan: Plan) -> tuple[str, ...]:
-    """Every arm's name: the private arms at their own tuned points, then at the shared point (:data:`SHARED`),
-    ``public_only`` and ``origin``."""
-    return (*private_arms(plan), *(arm + SHARED for arm in private_arms(plan)), "public_only", "origin")
+    """Every arm's name: the private arms at their own tuned points, each claim's better arm at its control's point
+    (:func:`at_point`), ``public_only`` and ``origin``."""
+    return (*private_arms(plan), *(at_point(better, worse) for better, worse in compared(plan)), "public_only",
+            "origin")
 
 
 def run_arm(land: Landscape, data: Data, plan: Plan, arm: str, zs: Mapping[str, list[float]], lrs: torch.Tensor,
@@ -375,11 +389,11 @@ def run(kinds: Sequence[Kind], epsilons: Sequence[float], seeds: int, plan: Plan
             joint = tune_arms(land, draws, plan, zs, replicates, grid)
             tunings.update({(arm, cell): tuning for arm, tuning in joint.items()})
             for arm in arms(plan):
-                trained = arm.removesuffix(SHARED)
+                trained, _, owner = arm.partition("@")
                 if arm in ("public_only", "origin"):
                     best = {"lr": 0.0, "C": 1.0}  # nothing private: nothing to tune
                 else:
-                    best = joint[SHARED_FROM if arm.endswith(SHARED) else arm].best
+                    best = joint[owner or arm].best
                 lr, clip = (torch.tensor([best[k]], dtype=DTYPE) for k in TUNED)
                 values[arm][cell], right[arm][cell] = {}, {}
                 for seed, data in enumerate(tests):
@@ -418,23 +432,23 @@ def claims(plan: Plan, kinds: Sequence[Kind], epsilons: Sequence[float],
     def cells(kind: str) -> tuple[str, ...]:
         return tuple(cell_name(kind, e) for e in epsilons) if kind in kinds else ()
 
-    def step_on(*compared: str) -> tuple[PrivateStepOn, ...]:
-        """The gate that the compared arms' learning rates (the shared point's: even's) are off their low edge."""
+    def step_on(*arms_run: str) -> tuple[PrivateStepOn, ...]:
+        """The gate that the learning rates the arms ran at (their own, or the control's) are off the low edge."""
         if not tunings:
             return ()
         edges: dict[str, dict[str, tuple[str, ...]]] = {}
-        for arm in compared:
-            tuned = SHARED_FROM if arm.endswith(SHARED) else arm
+        for arm in arms_run:
+            tuned = arm.partition("@")[2] or arm
             edges[arm] = {cell: at_low_edge(t, ("lr",)) for (name, cell), t in tunings.items() if name == tuned}
-        return (PrivateStepOn(compared, at_low_edge=edges),)
+        return (PrivateStepOn(arms_run, at_low_edge=edges),)
 
     def both_points(text: str, better: str, worse: str, cells: tuple[str, ...], gates: tuple, **kw) -> list:
         own = PairedClaim(text, better, worse, cells, gates=(*gates, *step_on(better, worse)), **kw)
-        shared = PairedClaim(f"{text} — every arm at one shared (lr, C), {SHARED_FROM}'s", better + SHARED,
-                             worse + SHARED, cells, gates=(*gates, *step_on(better + SHARED, worse + SHARED)), **kw)
+        shared = PairedClaim(f"{text} — both at {worse}'s tuned (lr, C)", at_point(better, worse), worse, cells,
+                             gates=(*gates, *step_on(at_point(better, worse), worse)), **kw)
         return [own, shared]
 
-    first, last = f"pre_{plan.pretrain_splits[-1]}", f"pre_{plan.pretrain_splits[0]}"
+    first, last = figure4_arms(plan)
     learns = (Beats(("even",), "origin", LEARNS_MARGIN, "the trivial predictor θ = 0", higher_is_better=False),
               Beats((first,), "public_only", LEARNS_MARGIN, "public only", higher_is_better=False))
     gated = (REGIME_GATE, *learns)
@@ -485,7 +499,7 @@ def write_outputs(out: Path, outcome: Outcome, found: Sequence[PairedClaim], pla
               f"disjoint from the test seeds, lowest validation excess loss: {evaluations} evaluations, "
               f"{'/'.join(map(str, per_arm))} points per arm (tuning.md); "
               + (f"still on an edge: {'; '.join(flagged)}. " if flagged else "none on an edge. ")
-              + f"Each claim judged at the arms' own points and at one shared point ({SHARED_FROM}'s). "
+              + "Each claim judged at the arms' own points and with both at the control's (the worse arm's) point. "
               "Not counted in ε.")
     setup = (f"{sizes.private} private, {sizes.public} public examples a draw; m = {sizes.dim2}; {plan.epochs} epochs "
              f"at q = {plan.sampling_rate:g} ({plan.steps} steps), δ = {plan.delta:g}, {plan.accountant.upper()} "

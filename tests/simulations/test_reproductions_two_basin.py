@@ -104,10 +104,11 @@ def test_quick_mode_writes_paired_values_and_claims(tmp_path):
              if "two_basin ε=1" in line}
     assert len(tunings) == 2 * len(tb.private_arms(tb.QUICK_PLAN)) and len(grids) == 1
     texts = [c.text for c in record.claims]
-    assert "Two basins: more budget in the first epoch beats more in the last (Table 2) — every arm at one shared " \
-           "(lr, C), even's" in texts
-    assert all(paired["values"][arm + tb.SHARED]["convex ε=1"] == paired["values"]["even"]["convex ε=1"]
-               for arm in ("even",))
+    assert "Two basins: more budget in the first epoch beats more in the last (Table 2) — both at late's tuned " \
+           "(lr, C)" in texts
+    tuned = {line.split("**")[1]: line.split("chosen ")[1].split(" (validation")[0] for line in tunings}
+    if tuned["early, convex ε=1"] != tuned["late, convex ε=1"]:  # at one point the schedule alone differs
+        assert paired["values"]["early@late"]["convex ε=1"] != paired["values"]["early"]["convex ε=1"]
 
 
 CELL = "two_basin ε=1"
@@ -148,7 +149,7 @@ def test_the_learning_gates_withhold_the_papers_claims_where_private_training_lo
 
 def test_a_claim_whose_arm_was_tuned_to_the_lowest_learning_rate_is_not_testable():
     """Issue 45: the tuner switched a private arm off (its lr at the grid's low edge): no verdict in that cell, at
-    the own points; at the shared point the gate reads the shared point's (even's) tuning."""
+    the arms' own points nor at the control's point when it is that arm's."""
     from fedpub.simulations.reproductions.tuning import Tuning
 
     def tuned(lr: float) -> Tuning:
@@ -158,12 +159,17 @@ def test_a_claim_whose_arm_was_tuned_to_the_lowest_learning_rate_is_not_testable
     tunings["late", CELL] = tuned(0.0025)
     found = {c.text: c for c in tb.claims(tb.QUICK_PLAN, ("two_basin",), (1.0,), tunings)}
     table2 = "Two basins: more budget in the first epoch beats more in the last (Table 2)"
-    values = {**EARLY_WINS, **{arm + tb.SHARED: per for arm, per in EARLY_WINS.items()}}
+    values = {**EARLY_WINS, "early@late": EARLY_WINS["early"]}
     seeds = range(4)
     values.update({"even": {CELL: dict.fromkeys(seeds, 0.2)}, "origin": {CELL: dict.fromkeys(seeds, 1.0)},
                    "pre_40": {CELL: dict.fromkeys(seeds, 0.1)}, "public_only": {CELL: dict.fromkeys(seeds, 0.3)}})
     measures = {tb.MISSED: {CELL: dict.fromkeys(seeds, 0.5)}}
     own = judgement(values, found[table2], False, measures)
     assert own.outcome == "not testable" and "late's tuned private step is at its grid's low edge (lr)" in own.verdict
-    shared = judgement(values, found[table2 + " — every arm at one shared (lr, C), even's"], False, measures)
-    assert shared.outcome == "supports"
+    shared = judgement(values, found[table2 + " — both at late's tuned (lr, C)"], False, measures)
+    assert shared.outcome == "not testable" and "early@late's tuned private step is at its grid's low edge" in \
+        shared.verdict  # early ran at late's lr, the low edge
+    tunings["late", CELL] = tuned(0.005)
+    tunings["even", CELL] = tuned(0.0025)
+    found = {c.text: c for c in tb.claims(tb.QUICK_PLAN, ("two_basin",), (1.0,), tunings)}
+    assert judgement(values, found[table2 + " — both at late's tuned (lr, C)"], False, measures).outcome == "supports"
