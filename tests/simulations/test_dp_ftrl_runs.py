@@ -4,17 +4,15 @@ DOPE's recentering composed with it. (Flower simulation: tests/simulations/test_
 
 from __future__ import annotations
 
-import json
-
 import dp_accounting
 import pytest
-import torch
 
 from fedpub.privacy.ledger import read_ledger_event
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.run.run_dir import RunDirectory
 from tests.conftest import tiny_config
+from tests.simulations import runs
 
 Z = 0.8
 DP_FTRL = {"name": "dp_ftrl", "noise_multiplier": Z, "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}}
@@ -23,18 +21,6 @@ RDP = {"delta": 1e-5, "accountant": "rdp"}
 
 def _config(data_dir, out_dir, **overrides):
     return tiny_config(data_dir, out_dir, strategy=DP_FTRL, privacy=RDP, **overrides)
-
-
-def _run(cfg, **kwargs):
-    return run_in_process(build_experiment(cfg), RunDirectory(cfg.output_dir / cfg.name), **kwargs)
-
-
-def _records(root):
-    return [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
-
-
-class _Interrupt(Exception):
-    pass
 
 
 def test_a_run_trains_each_user_once_an_epoch_and_pays_each_tree_when_it_starts(tiny_emnist_dir, tmp_path):
@@ -48,7 +34,7 @@ def test_a_run_trains_each_user_once_an_epoch_and_pays_each_tree_when_it_starts(
     tree = dp_accounting.SingleEpochTreeAggregationDpEvent
     expected = dp_accounting.ComposedDpEvent([tree(Z, 4), tree(Z, 2)])
     assert read_ledger_event(tmp_path / "tiny" / "ledger.json") == expected == experiment.planned_event
-    records = _records(tmp_path / "tiny")
+    records = runs.records(tmp_path / "tiny")
     epsilons = [r["epsilon"] for r in records]
     assert epsilons[0] == epsilons[3] < epsilons[4] == epsilons[5] == result.epsilon  # a tree is paid up front
     assert [r["noise/tree_leaf"] for r in records] == [1, 2, 3, 4, 1, 2]
@@ -56,28 +42,17 @@ def test_a_run_trains_each_user_once_an_epoch_and_pays_each_tree_when_it_starts(
 
 
 def test_resuming_inside_a_tree_gives_the_uninterrupted_model(tiny_emnist_dir, tmp_path):
-    whole = _run(_config(tiny_emnist_dir, tmp_path / "whole", rounds=6, checkpoint_every=3))
-    cut_cfg = _config(tiny_emnist_dir, tmp_path / "cut", rounds=6, checkpoint_every=3)
-
-    def stop_in_round_five(record):
-        if record["round"] == 4:  # the checkpoint holds round 2's tree state (3 rounds into the first tree)
-            raise _Interrupt
-
-    with pytest.raises(_Interrupt):
-        _run(cut_cfg, on_round=stop_in_round_five)
-    resumed = _run(cut_cfg)
-    for k in whole.params:
-        assert torch.equal(whole.params[k], resumed.params[k]), k
-    assert resumed.epsilon == pytest.approx(whole.epsilon)
-    assert [r["round"] for r in _records(tmp_path / "cut" / "tiny")] == list(range(6))
+    # stopped in round 5: the checkpoint holds round 2's tree state (3 rounds into the first tree)
+    runs.assert_resumes_to_the_uninterrupted_run(
+        lambda folder: _config(tiny_emnist_dir, folder, rounds=6, checkpoint_every=3), tmp_path, stop_at=4)
 
 
 def test_dp_ftrl_with_public_recentering_runs_and_accounts_like_dp_ftrl(tiny_emnist_dir, tmp_path):
     cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=4, data={"public": {"fraction": 0.25, "seed": 0}},
                       strategy={**DP_FTRL, "recenter": {"center_clip": 1.0}, "public_clients_per_round": 2},
                       privacy=RDP)
-    result = _run(cfg)
-    records = _records(tmp_path / "tiny")
+    result = runs.run(cfg)
+    records = runs.records(tmp_path / "tiny")
     assert all(r["public_cohort_used"] == 2 and 0 < r["recenter/center_norm"] <= 1 + 1e-6 for r in records)
     tree = dp_accounting.SingleEpochTreeAggregationDpEvent  # N = 12 private users: 3 blocks of 4 an epoch
     assert read_ledger_event(tmp_path / "tiny" / "ledger.json") == dp_accounting.ComposedDpEvent(
