@@ -23,15 +23,19 @@ def _ctx(t: int) -> RoundContext:
     return RoundContext(round=t, seed=0, population=50, sampling_rate=0.1, expected_cohort=M, cohort_size=5)
 
 
+def _rounds(step, rounds: int, zero: torch.Tensor) -> tuple[list[torch.Tensor], dict]:
+    """The noise each of ``rounds`` rounds adds to the zero mean update ``zero``, and the last state."""
+    state, released = step.init({"w": zero}), []
+    for t in range(rounds):
+        result = step.update({"w": zero}, state, ctx=_ctx(t), clip_norm=CLIP)
+        state = result.state
+        released.append(result.updates["w"])
+    return released, state
+
+
 def _released_noise(step, rounds: int, dim: int, dtype=torch.float32) -> np.ndarray:
     """The noise each round adds to a zero mean update, as an array (dim, rounds)."""
-    zero = {"w": torch.zeros(dim, dtype=dtype)}
-    state, rows = step.init(zero), []
-    for t in range(rounds):
-        result = step.update(zero, state, ctx=_ctx(t), clip_norm=CLIP)
-        state = result.state
-        rows.append(result.updates["w"].double().numpy())
-    return np.stack(rows, axis=1)
+    return torch.stack(_rounds(step, rounds, torch.zeros(dim, dtype=dtype))[0], dim=1).double().numpy()
 
 
 @pytest.mark.parametrize(("rounds", "bands", "momentum", "make"), [
@@ -61,14 +65,10 @@ def test_the_recursion_is_the_factorizations_inverse_applied_to_the_draws():
 
 
 def test_the_state_holds_the_last_bands_minus_one_noise_vectors():
-    step = banded_noise(banded_square_root(10, 4), Z, 0)
-    zero = {"w": torch.zeros(3)}
-    state = step.init(zero)
-    for t in range(6):
-        state = step.update(zero, state, ctx=_ctx(t), clip_norm=CLIP).state
-        assert len(state["history"]) == min(t + 1, 3)
-    assert banded_noise(banded_square_root(10, 1), Z, 0).update(zero, step.init(zero), ctx=_ctx(0),
-                                                                 clip_norm=CLIP).state["history"] == []
+    for rounds in range(1, 7):
+        _, state = _rounds(banded_noise(banded_square_root(10, 4), Z, 0), rounds, torch.zeros(3))
+        assert len(state["history"]) == min(rounds, 3)
+    assert _rounds(banded_noise(banded_square_root(10, 1), Z, 0), 3, torch.zeros(3))[1]["history"] == []
 
 
 def test_one_band_is_dp_fedavgs_gaussian_noise_bit_for_bit():
@@ -102,3 +102,15 @@ def test_no_noise_and_bad_inputs():
                                                                 clip_norm=math.inf)
     with pytest.raises(ValueError, match="noise_multiplier must be a finite number >= 0"):
         banded_noise(banded_square_root(4, 2), -1.0, 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_noise_for_a_model_on_the_gpu_is_drawn_there_and_reproduced_by_the_seed():
+    factorization = banded_square_root(6, 3)
+    (first, state), (again, _) = (_rounds(banded_noise(factorization, Z, 3), 6, torch.zeros(400_000, device="cuda"))
+                                  for _ in range(2))
+    assert all(a.device.type == "cuda" and torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert [w["w"].device.type for w in state["history"]] == ["cuda", "cuda"]
+    inverse = np.linalg.inv(factorization.matrix())  # round t's noise has std STD·√((C⁻¹C⁻ᵀ)_tt)
+    expected = STD * np.sqrt(np.diag(inverse @ inverse.T))
+    assert [w.double().std().item() for w in first] == pytest.approx(expected, rel=0.01)
