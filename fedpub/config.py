@@ -538,7 +538,7 @@ class PrivacyConfig(Section):
         description="who draws the server's Gaussian noise: `torch`, torch's seeded textbook floating-point sampler "
         "(reproducible; not hardened against floating-point attacks); `opendp`, OpenDP's exact discrete-Gaussian "
         "mechanism from the OS's randomness (pip install 'fedpub[secure-noise]'; not reproducible, ~20k draws/s; "
-        "not with tree_aggregation). docs/privacy.md",
+        "not with tree_aggregation or noise: banded_mf). docs/privacy.md",
     )
 
 

@@ -2,12 +2,12 @@
 the order of docs/design.md §3.
 
 precondition (AdaDPS) → recenter (DOPE) → project (PDP-SGD) → boosted rounds (seed 001) → clip | adaptive
-clip | public schedule (PPSGD) → aggregate (÷ m) → Gaussian noise | tree noise (DP-FTRL) → noise projected
-(PDP-SGD) → add the center (DOPE) → mirror mix (PDA-DPMD) → server optimizer. Every part is optional, so a
+clip | public schedule (PPSGD) → aggregate (÷ m) → Gaussian noise | tree noise (DP-FTRL) | banded MF noise → noise
+projected (PDP-SGD) → add the center (DOPE) → mirror mix (PDA-DPMD) → server optimizer. Every part is optional, so a
 config may combine them (e.g. warm start + DOPE + AdaDPS + mirror); a part either adds a slot's step or replaces
 one of the private mean's. The private mean, its sensitivity C_t and its accounting are DP-FedAvg's (DP-FTRL's
-with ``tree_aggregation``) whatever is composed around it. ``secure_sampler`` draws the private mean's Gaussian
-noise with OpenDP (``privacy.noise_sampler: opendp``).
+with ``tree_aggregation``, banded MF's with ``noise``) whatever is composed around it. ``secure_sampler`` draws the
+private mean's Gaussian noise with OpenDP (``privacy.noise_sampler: opendp``).
 """
 
 from __future__ import annotations
