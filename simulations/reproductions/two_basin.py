@@ -318,6 +318,8 @@ CLIP_GRID = (0.3, 1.0, 3.0, 10.0)
 
 TUNING_DRAWS = 3
 """Tuning draws of the full mode (named ``tune<i>``: disjoint from the test seeds)."""
+MAX_EXTENSIONS = 4
+"""Extensions of the union grid past an edge (with 2, the full run's tuned lr still sat on the grid's top edge)."""
 
 
 def tune_arms(land: Landscape, draws: Sequence[Data], plan: Plan, zs: Mapping[str, list[float]], replicates: int,
@@ -350,7 +352,8 @@ def tune_arms(land: Landscape, draws: Sequence[Data], plan: Plan, zs: Mapping[st
         return score
 
     axes = [Axis("lr", grid[0]), Axis("C", grid[1])]
-    return tune_jointly(axes, {arm: scorer(arm) for arm in private_arms(plan)}, higher_is_better=False)
+    return tune_jointly(axes, {arm: scorer(arm) for arm in private_arms(plan)}, higher_is_better=False,
+                        max_extensions=MAX_EXTENSIONS)
 
 
 @dataclass(frozen=True)
