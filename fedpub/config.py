@@ -527,6 +527,11 @@ class PrivacyConfig(Section):
         "held only by the server; `reproducible`, a function of `seed` and `name` (not private against anyone "
         "holding the config); `auto`, secret in a deployment (flwr run), reproducible in a simulation",
     )
+    draws_key: str | None = Field(
+        None, min_length=1, description="reproducible randomness only: derive the privacy seed from `seed` and this "
+        "key instead of `name`, so runs given one key draw the same cohorts and noise (common random numbers "
+        "between the arms of a comparison); never release two models of one key: their noise cancels; null = `name`",
+    )
     diagnostics: Literal["auto", "on", "off"] = Field(
         "auto",
         description="write diagnostics.jsonl, un-noised statistics of the private users (realised cohort, "

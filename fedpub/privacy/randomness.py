@@ -8,7 +8,9 @@ generators seeded by one **privacy seed**, which is either
   memory and in its checkpoint (server-private, like the model before noise). Deployments are secret unless
   their config asks for reproducibility; the drop-in Flower strategy too unless given a seed.
 * **reproducible**: a function of the config's ``seed`` and the run's name (so two runs of a sweep never share
-  draws: releasing both would cancel the noise). Anyone holding ``config.yaml`` can rebuild every round's noise
+  draws: releasing both would cancel the noise), or of ``privacy.draws_key`` in its place, which the arms of a
+  comparison share on purpose (common random numbers: the same cohorts and noise streams, so their difference is
+  the methods', not the draws'; fedpub issue 45). Anyone holding ``config.yaml`` can rebuild every round's noise
   and cohort: the run is not private against them. Simulations are reproducible by default, and every file that
   reports ε says so.
 
@@ -52,12 +54,17 @@ class PrivacyRandomness:
 
 
 def resolve_randomness(
-    setting: RandomnessSetting, *, deployment: bool, config_seed: int, run_name: str
+    setting: RandomnessSetting, *, deployment: bool, config_seed: int, run_name: str, draws_key: str | None = None
 ) -> PrivacyRandomness:
     """The privacy randomness ``setting`` (``privacy.randomness``) asks for: ``auto`` is secret in a deployment
-    and reproducible in a simulation; a secret seed is new on every call."""
+    and reproducible in a simulation; a secret seed is new on every call. ``draws_key`` (``privacy.draws_key``)
+    replaces the run's name in a reproducible seed, so runs of one key share their draws (common random numbers
+    between the arms of a comparison); a secret seed refuses it."""
     if setting not in ("auto", "secret", "reproducible"):
         raise ValueError(f"privacy.randomness must be auto, secret or reproducible, got {setting!r}")
     if setting == "secret" or (setting == "auto" and deployment):
+        if draws_key is not None:
+            raise ValueError("privacy.draws_key shares reproducible draws between runs; this run's randomness is "
+                             "secret (privacy.randomness secret, or auto in a deployment): remove privacy.draws_key")
         return PrivacyRandomness(secret=True, seed=secrets.randbits(63))
-    return PrivacyRandomness(secret=False, seed=derive_seed(config_seed, run_name, "privacy"))
+    return PrivacyRandomness(secret=False, seed=derive_seed(config_seed, draws_key or run_name, "privacy"))

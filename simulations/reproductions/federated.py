@@ -287,7 +287,7 @@ def _with_values(overrides: Mapping[str, Any], values: Mapping[str, float]) -> d
 @dataclass(frozen=True)
 class RunSpec:
     """One run of the base with a strategy's ``overrides``, at target ``epsilon`` (None: the base's noise
-    multiplier), in ``out/name``."""
+    multiplier), in ``out/name``; the runs of one (ε, seed) share their privacy draws (:attr:`draws_key`)."""
 
     overrides: Mapping[str, Any]
     epsilon: float | None
@@ -300,8 +300,14 @@ class RunSpec:
         if self.epsilon is not None:
             merged["strategy"] = {**merged.get("strategy", {}), "target_epsilon": self.epsilon,
                                   "noise_multiplier": None}
-        return parse_config({**merged, "seed": self.seed, "name": self.name, "output_dir": str(self.out)},
-                            f"{self.name} seed {self.seed}")
+        privacy = {**merged.get("privacy", {}), "draws_key": self.draws_key}
+        return parse_config({**merged, "seed": self.seed, "name": self.name, "output_dir": str(self.out),
+                             "privacy": privacy}, f"{self.name} seed {self.seed}")
+
+    @property
+    def draws_key(self) -> str:
+        """The arms at one ε and seed share their cohorts and noise draws (common random numbers, issue 45)."""
+        return f"arms__eps{self.epsilon:g}__seed{self.seed}" if self.epsilon is not None else f"arms__seed{self.seed}"
 
 
 def run_one(base: Mapping[str, Any], spec: RunSpec) -> ComparedRun:

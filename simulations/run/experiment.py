@@ -149,7 +149,8 @@ training cannot apply (:mod:`fedpub.clients.payload_hooks`). A configured tracke
     data, task, eval_users = checked.data, checked.task, checked.eval_users
     device = resolve_device(config.device)
     randomness = resolve_randomness(
-        config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name
+        config.privacy.randomness, deployment=deployment, config_seed=config.seed, run_name=config.name,
+        draws_key=config.privacy.draws_key,
     )
     built = build_experiment_strategy(config, data, randomness=randomness)
     check_strategy_payloads(built.core)

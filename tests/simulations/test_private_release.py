@@ -4,7 +4,7 @@
   try leaves the whole noise), its cohorts cannot be predicted, and no released file holds its privacy seed; a
   resumed secret run goes on with its checkpointed seed.
 * A reproducible run is rebuilt exactly from its config, says so in its ledger and summary, and runs of a sweep
-  (other names) never share draws.
+  (other names) never share draws unless given one ``privacy.draws_key`` (the arms of a comparison).
 * Neighbouring runs (with and without one private user) release files that differ only in what DP covers (the
   model's evaluation, the noised clip) and in what the population size N sets (m = qN, the noise std z·C/m, and
   the summary's N, m, q lines), which fedpub treats as public, as McMahan et al. (2018) do.
@@ -110,6 +110,26 @@ def test_a_reproducible_run_is_rebuilt_from_its_config_and_says_so(tiny_emnist_d
     assert "NOT private against anyone holding its config.yaml" in json.loads((root / "ledger.json").read_text())[
         "randomness"]
     assert "NOT private against anyone holding its config.yaml" in (root / "summary.md").read_text()
+
+
+def test_runs_given_one_draws_key_share_their_noise_and_a_secret_run_refuses_the_key(tiny_emnist_dir, tmp_path):
+    """privacy.draws_key (issue 45): two arms of a comparison (other names) draw the same noise and cohorts when
+    given one key, and other noise under other keys; a secret run cannot share draws, so it refuses the key."""
+    cfg = tiny_config(tiny_emnist_dir, tmp_path / "a")
+    privacy = cfg.privacy.model_copy(update={"draws_key": "arms__eps2__seed0"})
+    arm_a = build_experiment(cfg.model_copy(update={"name": "arm_a", "privacy": privacy}))
+    arm_b = build_experiment(cfg.model_copy(update={"name": "arm_b", "privacy": privacy}))
+    noise = _noise_of_round_zero(arm_a)
+    assert tree.global_norm(tree.sub(noise, _noise_of_round_zero(arm_b))) == 0
+    ids = list(arm_a.private_ids)
+    assert arm_a.strategy.sampling.draw(ids, arm_a.randomness.seed, 3) == arm_b.strategy.sampling.draw(
+        ids, arm_b.randomness.seed, 3)
+    other = build_experiment(cfg.model_copy(update={
+        "name": "arm_a", "privacy": cfg.privacy.model_copy(update={"draws_key": "arms__eps2__seed1"})}))
+    assert tree.global_norm(tree.sub(noise, _noise_of_round_zero(other))) / tree.global_norm(noise) > 1.2
+    secret = cfg.privacy.model_copy(update={"draws_key": "k", "randomness": "secret"})
+    with pytest.raises(ValueError, match="privacy.draws_key shares reproducible draws"):
+        build_experiment(cfg.model_copy(update={"privacy": secret}))
 
 
 def test_the_secure_sampler_is_refused_for_a_reproducible_run(tiny_emnist_dir, tmp_path):

@@ -110,6 +110,19 @@ def test_the_full_placement_tunes_at_every_epsilon_with_two_seeds_and_extends_ed
     assert place(adadps_stackoverflow.REPRODUCTION, tmp_path, quick=False).epsilons is None  # fixed σ = 0.3
 
 
+def test_the_arms_of_one_epsilon_and_seed_share_their_draws_and_no_other_run_does(tmp_path):
+    """Common random numbers (issue 45): every strategy's run at one (ε, seed) gets one privacy.draws_key, so the
+    arms' cohorts and noise come from one stream; another ε or seed is another key."""
+    base = place(dope_table7.REPRODUCTION, tmp_path, quick=True).base
+    specs = {(label, eps, seed): federated.RunSpec({}, eps, seed, f"{label}__eps{eps}__seed{seed}", tmp_path)
+             for label in ("dope", "dp_fedavg") for eps in (1.0, 2.0) for seed in (0, 1)}
+    keys = {key: spec.config(base).privacy.draws_key for key, spec in specs.items()}
+    assert keys["dope", 2.0, 0] == keys["dp_fedavg", 2.0, 0] == "arms__eps2__seed0"
+    assert len({keys[label, eps, seed] for label, eps, seed in keys}) == 4  # one per (ε, seed)
+    assert federated.RunSpec({}, None, 3, "public_only__seed3", tmp_path).config(base).privacy.draws_key == (
+        "arms__seed3")
+
+
 def test_tuning_at_every_epsilon_gives_each_epsilons_test_runs_its_own_values(tmp_path, monkeypatch):
     """The runner's bookkeeping, with a stand-in for the training run: the validation score peaks at a learning
     rate that falls as the noise grows, so each ε must choose its own; a point's score is its seeds' mean."""
