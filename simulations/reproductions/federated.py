@@ -6,14 +6,15 @@ paper's own figure for each, its tuning axes) and its ``main(argv)`` calls :func
 
 1. places the sweep: its base config with the reproduction's ``changes`` merged in (``--quick``: its tiny
    ``quick`` sizes too, the data under ``--out``, a fixed noise multiplier (:data:`QUICK_NOISE`) in place of the
-   ε values, the first tuning axis cut to its first two values and the others to their first, never extended: a
-   check that the pipeline and its gates run, its verdicts say nothing about the paper);
-2. tunes every strategy by :func:`~.tuning.tune` **fairly** (fedpub issue 36): each tunes the client lr and what
-   scales the noise against the signal (the server lr or the clip norm), over grids of one size (an equal
-   budget; :class:`FederatedReproduction` refuses otherwise), extended past an edge at most
-   :attr:`~FederatedReproduction.max_extensions` times, at every ε of the sweep (each ε's test runs take
-   its own values), each grid point scored as the mean over the :attr:`~FederatedReproduction.tuning_seeds`
-   (outside the test seeds; two where one run's spread is large) of the validation users' headline metric
+   ε values, the first tuning axis cut to its first two values and the others to their first, one tuning seed,
+   never extended: a check that the pipeline and its gates run, its verdicts say nothing about the paper);
+2. tunes every strategy **fairly** (fedpub issues 36 and 45): each tunes the client lr and what scales the noise
+   against the signal (the server lr or the clip norm), over grids of one size (an equal budget;
+   :class:`FederatedReproduction` refuses otherwise); the strategies that tune the same axes tune **jointly** on
+   one union grid (:func:`~.tuning.tune_jointly`: an edge extended for one is extended for all, so no arm ends on
+   a grid of its own), extended past an edge at most :attr:`~FederatedReproduction.max_extensions` times, at every
+   ε of the sweep (each ε's test runs take its own values), each grid point scored as the mean over the
+   :attr:`~FederatedReproduction.tuning_seeds` (three, outside the test seeds) of the validation users' headline metric
    (``val_accuracy``: the base must hold ``data.validation``), never the test users; these runs are the tuning
    budget, reported and not counted in ε, and their scores the landscapes the :class:`~.judge.NotFlat` gate
    reads; with ``--jobs N`` each grid's runs go N at a time (every strategy's and ε's initial grid together,
@@ -69,15 +70,16 @@ from fedpub.simulations.reproductions.results_record import (
     read_claims_json,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, grid_points, tune
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, grid_points, tune_jointly
 from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunInterrupted
 from fedpub.simulations.tools.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
 
 TUNING_SEED = 100
 """The first tuning seed, outside the test seeds."""
-TUNING_SEEDS = (TUNING_SEED, TUNING_SEED + 1)
-"""Two tuning seeds a grid point: for the arms whose one-run spread is large (low ε on the EMNIST-layout data)."""
+TUNING_SEEDS = (TUNING_SEED, TUNING_SEED + 1, TUNING_SEED + 2)
+"""Three tuning seeds a grid point, disjoint from the test seeds (issue 45: a point chosen on one seed's draw is
+that draw's, e.g. AdaDPS's DP-FedAvg at 0.816 on its tuning seed and 0.528 on the test seeds)."""
 NOISE_SCALES = ("strategy.server_optimizer.lr", "strategy.clip_norm")
 """What scales the noise against the signal: every tuned arm tunes one of them beside the client lr."""
 QUICK_EMNIST: dict[str, Any] = {
@@ -167,7 +169,7 @@ class FederatedReproduction:
     Every grid has the same number of points (an equal budget) and one of :data:`NOISE_SCALES`."""
     gates: tuple[Gate, ...] = ()
     """The regime gates checked in every cell before a claim is judged there (:mod:`.judge`)."""
-    tuning_seeds: tuple[int, ...] = (TUNING_SEED,)
+    tuning_seeds: tuple[int, ...] = TUNING_SEEDS
     """The seeds each tuning point runs with (its score: their mean); outside the test seeds."""
     max_extensions: int = 2
     """How many times a full mode's tuning may extend a grid past an edge (:func:`~.tuning.tune`; quick: never).
@@ -256,7 +258,7 @@ def place(repro: FederatedReproduction, out: Path, quick: bool, seeds: int | Non
         axes = {label: tuple(Axis(a.name, a.values[:2 if i == 0 else 1], a.scale) for i, a in enumerate(grid))
                 for label, grid in axes.items()}
     return PlacedSweep(base, strategies, epsilons, test_seeds, axes, 0 if quick else repro.max_extensions,
-                       tuple(repro.tuning_seeds))
+                       tuple(repro.tuning_seeds)[:1] if quick else tuple(repro.tuning_seeds))
 
 
 def _quick_data(tiny: Mapping[str, Any], overrides: Mapping[str, Any], out: Path) -> dict[str, Any]:
@@ -356,12 +358,27 @@ def _tuning_spec(placed: PlacedSweep, out: Path, label: str, epsilon: float | No
     return RunSpec(_with_values(placed.strategies[label], point), epsilon, seed, name, out / "tuning")
 
 
+def _joint_groups(placed: PlacedSweep) -> list[tuple[tuple[str, ...], list[Axis]]]:
+    """The strategies that tune the same axes (by name), each group with its union grid: every value any of them
+    starts from, per axis."""
+    by_names: dict[tuple[str, ...], list[str]] = {}
+    for label, axes in placed.axes.items():
+        by_names.setdefault(tuple(a.name for a in axes), []).append(label)
+    groups = []
+    for names, labels in by_names.items():
+        union = [Axis(name, tuple(sorted({v for label in labels for v in placed.axes[label][i].values})),
+                      placed.axes[labels[0]][i].scale) for i, name in enumerate(names)]
+        groups.append((tuple(labels), union))
+    return groups
+
+
 def _tune(placed: PlacedSweep, out: Path, jobs: int = 1) -> dict[TuningKey, Tuning]:
-    """Every strategy tuned on the validation users at every ε (see the module docstring), a point's score the
-    mean over the tuning seeds. With ``jobs`` > 1 each grid's runs go that many at once (:func:`run_ahead`) before
-    the search reads them: every strategy's and ε's initial grid together, then the points each round of edge
-    extensions adds (:func:`_unfinished`), so that the search itself finds every run finished."""
-    keys = [(label, epsilon) for label in placed.axes for epsilon in placed.tuning_epsilons]
+    """Every strategy tuned on the validation users at every ε (see the module docstring), jointly with those that
+    tune the same axes, a point's score the mean over the tuning seeds. With ``jobs`` > 1 each grid's runs go that
+    many at once (:func:`run_ahead`) before the search reads them: every group's and ε's initial grid together, then
+    the points each round of edge extensions adds (:func:`_unfinished`), so that the search itself finds every run
+    finished."""
+    groups = _joint_groups(placed)
     scored: dict[tuple[str, float | None, tuple[tuple[str, float], ...]], float] = {}
 
     def score(label: str, epsilon: float | None, point: Mapping[str, float]) -> float:
@@ -374,37 +391,45 @@ def _tune(placed: PlacedSweep, out: Path, jobs: int = 1) -> dict[TuningKey, Tuni
 
     if jobs != 1:
         for extensions in range(placed.max_extensions + 1):
-            ahead = [spec for label, epsilon in keys
-                     for spec in _unfinished(placed, out, label, epsilon, extensions, score)]
+            ahead = [spec for labels, axes in groups for epsilon in placed.tuning_epsilons
+                     for spec in _unfinished(placed, out, labels, axes, epsilon, extensions, score)]
             if not ahead:
                 break
             run_ahead(placed.base, ahead, jobs)
-    return {(label, epsilon): tune(placed.axes[label], functools.partial(score, label, epsilon),
-                                   higher_is_better=True, max_extensions=placed.max_extensions)
-            for label, epsilon in keys}
+    tunings: dict[TuningKey, Tuning] = {}
+    for labels, axes in groups:
+        for epsilon in placed.tuning_epsilons:
+            joint = tune_jointly(axes, {label: functools.partial(score, label, epsilon) for label in labels},
+                                 higher_is_better=True, max_extensions=placed.max_extensions)
+            tunings.update({(label, epsilon): joint[label] for label in labels})
+    return {(label, epsilon): tunings[label, epsilon] for label in placed.axes for epsilon in placed.tuning_epsilons}
 
 
-def _unfinished(placed: PlacedSweep, out: Path, label: str, epsilon: float | None, extensions: int,
+def _unfinished(placed: PlacedSweep, out: Path, labels: Sequence[str], axes: Sequence[Axis],
+                epsilon: float | None, extensions: int,
                 score: Callable[[str, float | None, Mapping[str, float]], float]) -> list[RunSpec]:
-    """The tuning runs of ``label`` at ``epsilon`` not yet finished that the search with at most ``extensions``
-    extensions asks for: once the grids before it have run, those of its last grid (a point with an unfinished run
-    scores NaN, the worst, and the search stops at that grid)."""
+    """The tuning runs of ``labels`` (one joint group) at ``epsilon`` not yet finished that the search with at most
+    ``extensions`` extensions asks for: once the grids before it have run, those of its last grid (a point with an
+    unfinished run scores NaN, the worst, and the search stops at that grid)."""
     missing: list[RunSpec] = []
 
-    def known(point: Mapping[str, float]) -> float:
+    def known(label: str, point: Mapping[str, float]) -> float:
         specs = [_tuning_spec(placed, out, label, epsilon, point, seed) for seed in placed.tuning_seeds]
         waiting = [spec for spec in specs if not RunDirectory(spec.out / spec.name).holds_finished_run()]
         missing.extend(waiting)
         return math.nan if waiting else score(label, epsilon, point)
 
-    tune(placed.axes[label], known, higher_is_better=True, max_extensions=extensions)
+    tune_jointly(axes, {label: functools.partial(known, label) for label in labels}, higher_is_better=True,
+                 max_extensions=extensions)
     return missing
 
 
 def _tuning_text(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], control: str, quick: bool) -> str:
     seeds = placed.tuning_seeds
+    groups = "; ".join(", ".join(f"`{label}`" for label in labels) for labels, _ in _joint_groups(placed))
     parts = ["Every arm tuned the same way (client lr and the server lr or clip norm, grids of one size)"
-             + (" at every ε of the sweep." if placed.epsilons else ".")]
+             + (" at every ε of the sweep" if placed.epsilons else "")
+             + f", the arms that tune the same axes jointly on one union grid ({groups})."]
     parts += [f"`{label}`{f' at ε = {eps:g}' if eps is not None else ''}: {t.markdown()}"
               for (label, eps), t in tunings.items()]
     if control:
