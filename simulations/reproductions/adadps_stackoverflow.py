@@ -123,20 +123,25 @@ def achieved_epsilon(rows: Sequence[Row], base: Mapping[str, Any]) -> str:
             "reports ε = 34 for its setting (fixed-size sampling, its own accountant).")
 
 
-def majority_tag(base: Mapping[str, Any]) -> float:
+def majority_tag(base: Mapping[str, Any]) -> tuple[float, float]:
     """The majority-tag predictor's accuracy on ``base``'s data: the label most frequent among the private users'
-    posts, scored on the test users the claims are judged on."""
+    posts, scored on the test users the claims are judged on and on the validation users the gates read."""
     config = parse_config({**base, "seed": 0, "name": MAJORITY, "output_dir": "unused"}, "majority-tag predictor")
     experiment = build_experiment(config)
     train = np.concatenate([experiment.train.client_data(i).y.numpy() for i in experiment.private_ids])
-    test = np.concatenate([experiment.test.client_data(i).y.numpy() for i in experiment.eval_users.ids])
-    return float(np.mean(test == np.bincount(train).argmax()))
+    majority = np.bincount(train).argmax()
+
+    def rate(split: Any, ids: Sequence[str]) -> float:
+        return float(np.mean(np.concatenate([split.client_data(i).y.numpy() for i in ids]) == majority))
+
+    return rate(experiment.test, experiment.eval_users.ids), rate(experiment.train, experiment.validation_ids)
 
 
 def majority_tag_control(base: Mapping[str, Any], seeds: Sequence[int], quick: bool) -> tuple[list[Row], str]:
     """The majority-tag predictor as a control arm (one row a seed, the same value: it depends on the data only)."""
-    rate = majority_tag(base)
-    rows = [{"strategy": MAJORITY, "seed": seed, "target_epsilon": None, "eval_accuracy": rate} for seed in seeds]
+    rate, validation = majority_tag(base)
+    rows = [{"strategy": MAJORITY, "seed": seed, "target_epsilon": None, "eval_accuracy": rate,
+             "val_accuracy": validation} for seed in seeds]
     return rows, f"`{MAJORITY}` (the most frequent label of the private users' posts): test accuracy {rate:.4f}."
 
 

@@ -11,7 +11,7 @@ reproduction's gates checked first. The federated reproductions are run by
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from fedpub.simulations.reproductions.judge import (
     ANY,
@@ -29,19 +29,25 @@ def cell_of(epsilon: float | None) -> str:
     return ANY if epsilon is None else f"ε={epsilon:g}"
 
 
-def results_of(rows: Sequence[Mapping[str, Any]], headline: str) -> dict[str, dict[str, dict[int, float]]]:
-    """``{strategy: {cell: {seed: eval_<headline>}}}``; a seed twice in one cell is refused."""
+def results_of(rows: Sequence[Mapping[str, Any]], headline: str,
+               split: Literal["eval", "val"] = "eval") -> dict[str, dict[str, dict[int, float]]]:
+    """``{strategy: {cell: {seed: <split>_<headline>}}}`` (``eval``: the test users; ``val``: the validation users,
+    what the gates read); a seed twice in one cell, or a row without the metric, is refused."""
     results: dict[str, dict[str, dict[int, float]]] = {}
     for row in rows:
         cell = cell_of(row.get("target_epsilon"))
         seeds = results.setdefault(row["strategy"], {}).setdefault(cell, {})
         if row["seed"] in seeds:
             raise ValueError(f"{row['strategy']} seed {row['seed']} appears twice in {cell}")
-        seeds[row["seed"]] = float(row[f"eval_{headline}"])
+        metric = f"{split}_{headline}"
+        if metric not in row:
+            raise ValueError(f"{row['strategy']} seed {row['seed']} has no {metric}; its metrics are "
+                             f"{sorted(k for k in row if k.startswith(('eval_', 'val_')))}")
+        seeds[row["seed"]] = float(row[metric])
     return results
 
 
 def judge_claims(results: Results, claims: Sequence[Claim], gates: Sequence[Gate] = (),
-                 landscapes: Landscapes | None = None) -> list[ClaimJudgement]:
-    """Each claim judged on ``results``, ``gates`` checked in every cell first."""
-    return [judge_claim(claim, results, landscapes, gates) for claim in claims]
+                 landscapes: Landscapes | None = None, gate_results: Results | None = None) -> list[ClaimJudgement]:
+    """Each claim judged on ``results``, ``gates`` checked in every cell first (on ``gate_results`` where given)."""
+    return [judge_claim(claim, results, landscapes, gates, gate_results) for claim in claims]

@@ -22,8 +22,9 @@ paper's own figure for each, its tuning axes) and its ``main(argv)`` calls :func
 3. runs every (strategy, ε, seed) with the chosen values (``out/runs/``; a rerun resumes: a finished run is not
    run again) and writes the comparison (``compare.csv``, ``compare.md``, the two plots);
 4. judges the claims by :mod:`fedpub.simulations.reproductions.judge`, the reproduction's
-   :attr:`~FederatedReproduction.gates` checked in every cell first (a control's rows, run once, in the judge's
-   ``ANY`` cell), and writes ``comparison.md`` and ``claims.json``
+   :attr:`~FederatedReproduction.gates` checked in every cell first on the validation users' scores, never on the
+   test outcomes they guard (a control's rows, run once, in the judge's ``ANY`` cell), and writes
+   ``comparison.md`` and ``claims.json``
    (:mod:`fedpub.simulations.reproductions.results_record`) for the results page.
 
 The sweep file has the keys of a ``fedpub compare`` sweep (``base``, ``epsilons``, ``seeds``, ``strategies``);
@@ -520,7 +521,9 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
     landscapes: dict[str, dict[str, list[float]]] = {}
     for (label, eps), t in tunings.items():
         landscapes.setdefault(label, {})[cell_of(eps)] = list(t.scores.values())
-    judged = judge_claims(results_of([*rows, *control_rows], headline), repro.claims, repro.gates, landscapes)
+    every_row = [*rows, *control_rows]
+    judged = judge_claims(results_of(every_row, headline), repro.claims, repro.gates, landscapes,
+                          gate_results=results_of(every_row, headline, split="val"))
     tuning = _tuning_text(placed, tunings, control_text, args.quick)
     lines = [f"# {repro.title}", "", repro.paper, ""]
     if repro.setting is not None:

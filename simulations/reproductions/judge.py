@@ -634,9 +634,11 @@ class ClaimJudgement:
 
 
 def judge_claim(claim: Claim, results: Results, landscapes: Landscapes | None = None,
-                gates: Sequence[Gate] = ()) -> ClaimJudgement:
+                gates: Sequence[Gate] = (), gate_results: Results | None = None) -> ClaimJudgement:
     """``claim`` judged on ``results``: its primary cell, or every cell where both arms ran (an :data:`ANY` arm runs
-    in every cell), each checked first against ``gates`` (the reproduction's) and the claim's own."""
+    in every cell), each checked first against ``gates`` (the reproduction's) and the claim's own. The gates read
+    ``gate_results`` where given (validation scores: a gate decided on the test outcomes it guards would let them
+    choose whether a verdict is published; issue 45), else ``results``."""
     for arm in (claim.better, claim.worse):
         if arm not in results:
             raise ValueError(f"claim {claim.text!r} names the arm {arm!r}, which has no results; the arms are "
@@ -657,7 +659,8 @@ def judge_claim(claim: Claim, results: Results, landscapes: Landscapes | None = 
                       if claim.paired else
                       welch_difference(cell, list(better.values()), list(worse.values()),
                                        higher_is_better=claim.higher_is_better))
-        failed = [why for gate in (*gates, *claim.gates) if (why := gate.check(results, cell, landscapes or {}))]
+        read = results if gate_results is None else gate_results
+        failed = [why for gate in (*gates, *claim.gates) if (why := gate.check(read, cell, landscapes or {}))]
         if failed:
             difference = replace(difference, withheld="; ".join(failed))
         differences.append(difference)

@@ -291,3 +291,19 @@ def test_a_claim_of_every_cell_supports_only_where_every_cell_does():
     assert "at α (intersection–union), each must support" in every.sentence("a beats b at every ε", "a", "b")
     a["ε=1"] = {s: 0.80 + d for s, d in zip(SEEDS, clear)}
     assert judge_claim(Claim("a beats b at every ε", "a", "b", every=True), {"a": a, "b": b}).outcome == "supports"
+
+
+def test_the_gates_read_the_validation_scores_never_the_test_outcomes_they_guard():
+    """Issue 45: public-only beats the private arms on the test users but not on the validation users; a gate that
+    read the test outcomes would decide from them whether a verdict is published."""
+    test = {"a": _arm(0.80, eps1=0.0), "b": _arm(0.75, eps1=0.0), "public_only": {ANY: dict.fromkeys(SEEDS, 0.85)}}
+    test["a"]["ε=1"][0] += 0.001
+    validation = {"a": _arm(0.81, eps1=0.0), "b": _arm(0.76, eps1=0.0),
+                  "public_only": {ANY: dict.fromkeys(SEEDS, 0.78)}}
+    gate = Beats(("a", "b"), "public_only", 0.01, "public-only")
+    claim = Claim("a beats b", "a", "b")
+    assert judge_claim(claim, test, gates=[gate]).outcome == "not testable"
+    on_validation = judge_claim(claim, test, gates=[gate], gate_results=validation)
+    assert on_validation.outcome == "supports" and on_validation.differences[0].better.mean == pytest.approx(0.8002)
+    validation["public_only"][ANY] = dict.fromkeys(SEEDS, 0.82)
+    assert "a 0.8100 vs public-only 0.8200" in judge_claim(claim, test, gates=[gate], gate_results=validation).verdict

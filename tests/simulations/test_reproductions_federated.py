@@ -385,9 +385,9 @@ def test_every_quick_mode_runs_its_controls_and_gates_and_publishes_no_verdict_p
         if testable == 0:
             assert "gate '" in claim.verdict or "not judged" in claim.verdict
     if module is adadps_stackoverflow:  # the gates' majority rate is measured on the quick data, not a constant
-        rate = adadps_stackoverflow.majority_tag(place(module.REPRODUCTION, out, quick=True).base)
-        assert 0 < rate < 1 and f"`majority_tag` (the most frequent label of the private users' posts): test " \
-            f"accuracy {rate:.4f}" in record.tuning
+        rate, validation = adadps_stackoverflow.majority_tag(place(module.REPRODUCTION, out, quick=True).base)
+        assert 0 < rate < 1 and 0 < validation < 1 and f"`majority_tag` (the most frequent label of the private " \
+            f"users' posts): test accuracy {rate:.4f}" in record.tuning
     elif module.REPRODUCTION.control is not None:
         assert "`public_only` (centralised training on the pooled public users, run once for every ε" in record.tuning
 
