@@ -43,6 +43,9 @@ RECIPES: dict[str, dict[str, Any]] = {
                           "strategy": {**BASE, "name": "ppsgd", "sampling": {"clients_per_round": 4}}},
     "dp_ftrl_epoch_blocks": {"privacy": {"accountant": "rdp"},
                              "strategy": {**BASE, "name": "dp_ftrl", "sampling": {"clients_per_round": 4}}},
+    "dope_banded_mf_cyclic": {"data": PUBLIC, "strategy": {
+        **BASE, "name": "dope", "noise": {"kind": "banded_mf", "bands": 2, "factorization": "bsr"},
+        "sampling": {"kind": "cyclic_poisson", "clients_per_round": 4, "groups": 2}}},
 }
 SECRET = {"privacy": {"randomness": "secret"}, "strategy": {**BASE, "sampling": {"clients_per_round": 4}}}
 """A deployment's privacy randomness: rank 0's seed from the OS, sent to the other ranks, never released."""

@@ -3,7 +3,8 @@
 The same seeded config runs (a) in process (``fedpub run``'s engine and run session) and (b) through
 :meth:`FedpubStrategy.from_config` in a Flower user's own ServerApp over fedpub's ClientApp, its public pool and
 public trainer built from fedpub's own data: PDA-DPMD with its default warm start and the average of every round's
-model (Algorithm 1's output), PPSGD with model reuse. The released models (and the average) must be equal up to
+model (Algorithm 1's output), PPSGD with model reuse, DOPE with banded matrix-factorization noise on cyclic
+Poisson cohorts (the noise's band state kept by the strategy across rounds). The released models (and the average) must be equal up to
 float32 rounding (both train with one torch thread and sum the updates in the cohort's order: measured identical),
 and the warm start must have moved
 the model (so the released models would differ were a phase skipped on one side)."""
@@ -39,6 +40,8 @@ RECIPES = {
     "ppsgd": {"name": "ppsgd", "public_clients_per_round": 2,
               "public_schedule": {"budget_growth": 1.0, "noise_test_factor": 1e-9},
               "model_reuse": {"epochs": 1, "prox_weight": 0.5}},
+    "dope_banded_mf": {"name": "dope", "noise": {"kind": "banded_mf", "bands": 2, "factorization": "optimized"},
+                       "sampling": {"kind": "cyclic_poisson", "clients_per_round": 4, "groups": 2}},
 }
 PRIVACY = {"ppsgd": {"budget_epsilon": 100.0}}
 
@@ -102,7 +105,7 @@ def test_the_drop_in_strategy_runs_the_recipe_as_fedpub_run(tiny_emnist_dir, tmp
         print(f"{recipe}: max |Δ| of the averaged models {max_difference(averaged, local_average):.3g}")
         for k in local_average:
             torch.testing.assert_close(averaged[k], local_average[k], rtol=1e-5, atol=1e-6)
-    else:
+    elif recipe == "ppsgd":
         assert "model_reuse/train_loss" in strategy.phase_metrics
         private = RunDirectory(local_cfg.output_dir / local_cfg.name).load_checkpoint()["params"]
         assert max_difference(released, private) > 1e-4  # the released model is the reused one, not w_T
