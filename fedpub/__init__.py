@@ -2,7 +2,7 @@
 
 The core package is framework-free: it imports torch, numpy and dp_accounting, never flwr.
 
-It is also the Python API's front door (README "Python API"): ``fedpub.run``, ``fedpub.build`` and
+It is also the Python API's front door (docs/guides/python-api.md): ``fedpub.run``, ``fedpub.build`` and
 ``fedpub.Result`` come from :mod:`fedpub.simulations.run.api`, ``fedpub.load_config``, ``fedpub.parse_config``,
 ``fedpub.ExperimentConfig`` and ``fedpub.ConfigError`` from :mod:`fedpub.config`. They are imported on first use
 (:func:`__getattr__`), so ``import fedpub`` loads nothing else and the core never depends on the layers above it:

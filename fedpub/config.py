@@ -630,7 +630,7 @@ class MlflowConfig(Section):
 class TrackingConfig(Section):
     """Experiment trackers that also receive what a run releases (metrics.jsonl's records, the config, the final
     figures; never diagnostics), all off by default. Not part of what the run computes: changing this section
-    does not make a resumed run another config (README "Experiment tracking")."""
+    does not make a resumed run another config (docs/guides/tracking.md)."""
 
     tensorboard: bool = Field(
         False, description="TensorBoard event files in <run dir>/tensorboard/ (pip install 'fedpub[tracking]')"

@@ -47,7 +47,7 @@ def run_example(deployment: LocalDeployment, strategy: str, nodes: int) -> str:
     return output
 
 
-@pytest.mark.parametrize("strategy, nodes, public", [  # -m extended; the suite runs the README's snippet below
+@pytest.mark.parametrize("strategy, nodes, public", [  # -m extended; the suite runs the Flower guide's snippet below
     pytest.param("dp-fedavg", 4, 0, marks=pytest.mark.extended),
     pytest.param("dope-pool", 4, 0, marks=pytest.mark.extended),
     pytest.param("dope-nodes", 6, 2, marks=pytest.mark.extended),
@@ -67,17 +67,18 @@ def test_a_quickstart_app_runs_fedpubs_strategies_under_flwr_run_without_a_trace
         assert "no federated evaluation" in output and "'eval_acc'" not in output
 
 
-def readme_server_app() -> str:
-    """The README's own-app ServerApp, verbatim (the code block after its ``own-app-server`` marker)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = readme.split("<!-- own-app-server -->", 1)[1]
+def guide_server_app() -> str:
+    """The Flower guide's own-app ServerApp, verbatim (the code block after its ``own-app-server`` marker in
+    docs/guides/flower.md, where the README's Flower route leads)."""
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "flower.md").read_text()
+    block = guide.split("<!-- own-app-server -->", 1)[1]
     return block.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readmes_own_app_snippet_runs_verbatim_with_the_quickstart_client_app(superlink, tmp_path):
+def test_the_flower_guides_own_app_snippet_runs_verbatim_with_the_quickstart_client_app(superlink, tmp_path):
     app = tmp_path / "app"
     shutil.copytree(EXAMPLE, app, ignore=shutil.ignore_patterns("__pycache__"))
-    (app / "quickstart_dp" / "server_app.py").write_text(readme_server_app())
+    (app / "quickstart_dp" / "server_app.py").write_text(guide_server_app())
     result = flwr_run(superlink.registry, None, env=superlink.cli_env, app_dir=app, timeout=RUN_TIMEOUT,
                       log_path=superlink.logs / "readme.log", echo=False, num_supernodes=6, run_config="")
     output = result.output

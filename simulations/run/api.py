@@ -1,4 +1,4 @@
-"""fedpub's Python API: build and run an experiment from a script or a notebook (README "Python API").
+"""fedpub's Python API: build and run an experiment from a script or a notebook (docs/guides/python-api.md).
 
 ::
 
@@ -9,7 +9,7 @@
     result = fedpub.run(config, output_dir=None)   # nothing kept on disk
     result.model, result.metrics, result.epsilon
 
-    # your own model, task and users (README "Your own model, task and data"):
+    # your own model, task and users (docs/own-model-and-data.md):
     result = fedpub.run(config, model=make_model, loss=per_example_loss, metrics=[accuracy], data={"u1": (x, y)})
 
 The names are reached through :mod:`fedpub`'s lazy facade (``fedpub.run`` imports this module on first use), so

@@ -1,5 +1,5 @@
 """Experiment tracking: what a run releases also goes to TensorBoard, Weights & Biases or MLflow (the config's
-``tracking`` section, off by default; README "Experiment tracking").
+``tracking`` section, off by default; docs/guides/tracking.md).
 
 A tracker receives only what the run releases: the resolved config (less ``tracking``) as hyperparameters, each
 ``metrics.jsonl`` record at its round, and the final figures (the released model's final evaluation, ε, δ).

@@ -201,7 +201,7 @@ def run(
 ) -> None:
     """Run an experiment and write runs/<name>/ (resumes a checkpointed run). Ctrl-C (or SIGTERM) stops it at
     the end of the round under way, checkpointed, and exits 130. Started by torchrun, its ranks share each round
-    (README "Many workers"); rank 0 writes the run directory and prints.
+    (docs/guides/compare.md, "Many workers"); rank 0 writes the run directory and prints.
 
     CONFIG: the experiment YAML; omit it for the bundled quick-start."""
     from fedpub.simulations.run.backends import check_backend, check_config_for, run_experiment
@@ -353,7 +353,7 @@ def _show_comparison(table: str, out_dir: Path) -> None:
 
 @app.command()
 def compare(
-    sweep: Annotated[Path, typer.Argument(help="sweep YAML: base config, epsilons, seeds, strategies (see README)")],
+    sweep: Annotated[Path, typer.Argument(help="sweep YAML: base config, epsilons, seeds, strategies (see docs/guides/compare.md)")],
     fresh: Annotated[bool, typer.Option("--fresh", help="discard recorded results and restart every run")] = False,
     backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
     overrides: Annotated[Optional[list[str]], typer.Option(
@@ -369,7 +369,7 @@ def compare(
     compare.csv, compare.md and the ε–accuracy and round–accuracy plots into <output_dir>/<name>/. Ctrl-C stops
     the runs under way at the end of their round, checkpointed, and exits 130.
 
-    SWEEP: the sweep YAML (base config, epsilons, seeds, strategies; see the README)."""
+    SWEEP: the sweep YAML (base config, epsilons, seeds, strategies; see docs/guides/compare.md)."""
     from fedpub.simulations.run.backends import check_backend
     from fedpub.simulations.tools.compare import SweepInterrupted, load_sweep, run_sweep
     from fedpub.simulations.run.engine import RunInterrupted

@@ -1,0 +1,91 @@
+"""The documentation's generated blocks (fedpub issue 46: what the code knows is generated, never copied).
+
+A page holds a generated block between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; its text is
+:data:`GENERATORS` [NAME]() made from the code (today: ``transport-matrix``, which part of a recipe each transport
+runs, from :mod:`fedpub.recipe_registry`). ``--write`` rewrites every block of the pages under ``docs/`` and of the
+README; ``--check`` (and ``tests/test_docs_generated.py``) fails, naming the page and the block, where one is stale.
+
+    python -m fedpub.simulations.tools.docs_reference --write | --check
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from fedpub.recipe_registry import BASE_RECIPE, PARTS
+from fedpub.recipe_spec import TRANSPORTS
+
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def transport_matrix() -> str:
+    """Every part of the registry (the recipe names that switch it on, or the section that does) against every
+    transport: yes where the part declares it, and the cohort rule it needs where it needs one."""
+    header = ["part (section)", "switched on by", *(f"`{t}`" for t in TRANSPORTS), "needs sampling"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for part in PARTS:
+        names = ", ".join(f"`{r}`" for r in part.recipes) or "its section only"
+        cells = ["yes" if t in part.transports else "**no**" for t in TRANSPORTS]
+        needs = f"`{part.sampling_kind}` ({part.sampling_why})" if part.sampling_kind else "any"
+        rows.append(f"| `strategy.{part.section}` | {names} | " + " | ".join(cells) + f" | {needs} |")
+    legend = "; ".join(f"`{t}`: {what}" for t, what in TRANSPORTS.items())
+    return (f"`{BASE_RECIPE}` (DP-FedAvg's private mean) runs on every transport; each part adds to it.\n\n"
+            + "\n".join(rows) + f"\n\nTransports: {legend}. A transport refuses, by name, a part it does not run; "
+            "a cohort rule a transport cannot draw (SecAgg+ needs fixed-size cohorts) is refused when it starts.\n")
+
+
+GENERATORS: dict[str, Callable[[], str]] = {"transport-matrix": transport_matrix}
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    """The README and every page under ``docs/``."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def regenerated(text: str, page: Path) -> str:
+    """``text`` with every generated block made again; an unknown block name is refused, naming the page."""
+    def fill(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in GENERATORS:
+            raise ValueError(f"{page}: unknown generated block {name!r}; known: {sorted(GENERATORS)}")
+        return match.group(1) + GENERATORS[name]() + match.group(4)
+
+    return BLOCK.sub(fill, text)
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The pages (relative to ``root``) whose generated blocks differ from what the code makes now."""
+    found = []
+    for page in pages(root):
+        text = page.read_text(encoding="utf-8")
+        if regenerated(text, page) != text:
+            found.append(str(page.relative_to(root)))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--write", action="store_true", help="rewrite every generated block")
+    action.add_argument("--check", action="store_true", help="exit 1 naming the pages whose blocks are stale")
+    args = parser.parse_args(argv)
+    if args.write:
+        for page in pages():
+            text = page.read_text(encoding="utf-8")
+            if (new := regenerated(text, page)) != text:
+                page.write_text(new, encoding="utf-8")
+                print(f"wrote {page.relative_to(ROOT)}")
+        return 0
+    if found := stale():
+        print(f"stale generated blocks in {', '.join(found)}: run python -m fedpub.simulations.tools.docs_reference "
+              "--write")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
