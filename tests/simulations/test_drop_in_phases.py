@@ -44,6 +44,8 @@ RECIPES = {
                        "sampling": {"kind": "cyclic_poisson", "clients_per_round": 4, "groups": 2}},
 }
 PRIVACY = {"ppsgd": {"budget_epsilon": 100.0}}
+EXTENDED = ("dope_banded_mf",)
+"""Run with -m extended (about a minute; torchrun and Flower simulation run banded MF in the suite)."""
 
 
 def run_drop_in(config) -> tuple[FedpubStrategy, dict[str, torch.Tensor]]:
@@ -82,7 +84,8 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("recipe", [pytest.param(r, marks=pytest.mark.extended) if r in EXTENDED else r
+                                    for r in RECIPES])  # -m extended: banded MF through the drop-in
 def test_the_drop_in_strategy_runs_the_recipe_as_fedpub_run(tiny_emnist_dir, tmp_path, recipe, one_torch_thread):
     make = lambda where: tiny_config(  # noqa: E731
         tiny_emnist_dir, tmp_path / where, rounds=3, data=PUBLIC, strategy=RECIPES[recipe], flower=FLOWER,
