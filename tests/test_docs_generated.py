@@ -41,3 +41,16 @@ def test_the_readme_is_a_front_door():
     for link in ("docs/guides/configuration.md", "docs/own-model-and-data.md", "docs/guides/compare.md",
                  "docs/guides/flower.md", "docs/deployment.md", "docs/guides/reproductions.md"):
         assert f"]({link})" in readme and (Path(docs_reference.ROOT) / link).is_file()
+
+
+def test_the_config_reference_holds_every_field_of_every_section():
+    """Walks the models as a reader would: each section's heading, and a row for each of its fields."""
+    from fedpub.config import ExperimentConfig, PrivacyConfig, SamplingConfig
+
+    reference = docs_reference.config_reference()
+    for model, where in ((ExperimentConfig, "(top level)"), (PrivacyConfig, "privacy"),
+                         (SamplingConfig, "strategy.sampling")):
+        section = reference.split(f"### `{where}`: {model.__name__}", 1)[1].split("\n### ", 1)[0]
+        assert all(f"| `{name}` |" in section for name in model.model_fields), where
+    assert "`Literal['poisson', 'cyclic_poisson', 'fixed', 'epoch_blocks']` | `'poisson'`" in reference
+    assert "| `rounds` | `int` | `40` | ≥ 1, ≤ 100000 |" in reference

@@ -2,7 +2,8 @@
 
 A page holds a generated block between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; its text is
 :data:`GENERATORS` [NAME]() made from the code (today: ``transport-matrix``, which part of a recipe each transport
-runs, from :mod:`fedpub.recipe_registry`). ``--write`` rewrites every block of the pages under ``docs/`` and of the
+runs, from :mod:`fedpub.recipe_registry`; ``config-reference``, every config field from the pydantic models of
+:mod:`fedpub.config`). ``--write`` rewrites every block of the pages under ``docs/`` and of the
 README; ``--check`` (and ``tests/test_docs_generated.py``) fails, naming the page and the block, where one is stale.
 
     python -m fedpub.simulations.tools.docs_reference --write | --check
@@ -12,9 +13,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import typing
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from fedpub.config import ExperimentConfig
 from fedpub.recipe_registry import BASE_RECIPE, PARTS
 from fedpub.recipe_spec import TRANSPORTS
 
@@ -38,7 +44,58 @@ def transport_matrix() -> str:
             "a cohort rule a transport cannot draw (SecAgg+ needs fixed-size cohorts) is refused when it starts.\n")
 
 
-GENERATORS: dict[str, Callable[[], str]] = {"transport-matrix": transport_matrix}
+def _models(annotation: object) -> list[type[BaseModel]]:
+    """The config sections (pydantic models) an annotation holds, through unions, optionals and annotations."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+
+
+def _type_text(annotation: object) -> str:
+    text = str(annotation) if not isinstance(annotation, type) else annotation.__name__
+    text = re.sub(r"typing\.Annotated\[(.*?), Tag\(tag='\w+'\)\]", r"\1", text)
+    text = re.sub(r"typing\.Annotated\[(\w+), AfterValidator\(func=<function \w+ at 0x[0-9a-f]+>\)\]", r"\1", text)
+    text = re.sub(r"<function (\w+) at 0x[0-9a-f]+>", r"\1", text)  # no memory address: the page is stable
+    for noise in ("typing.", "fedpub.config.", "fedpub.data.emnist_dataset.", "pathlib.", "<class '", "'>"):
+        text = text.replace(noise, "")
+    return text.replace("|", "\\|")
+
+
+def _bounds(metadata: list[object]) -> str:
+    found = []
+    for item in metadata:
+        for name, sign in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"), ("min_length", "length ≥")):
+            if getattr(item, name, None) is not None:
+                found.append(f"{sign} {getattr(item, name)}")
+    return ", ".join(found)
+
+
+def config_reference() -> str:
+    """Every field of the config, section by section (``ExperimentConfig`` and the models it holds): its type
+    (with its allowed values), default, bounds and description, from the pydantic models of ``fedpub/config.py``."""
+    out, seen, queue = [], set(), [("(top level)", ExperimentConfig)]
+    while queue:
+        where, model = queue.pop(0)
+        if model in seen:
+            continue
+        seen.add(model)
+        doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        out += [f"### `{where}`: {model.__name__}", "", doc, "", "| field | type | default | bounds | description |",
+                "|---|---|---|---|---|"]
+        for name, info in model.model_fields.items():
+            default = "required" if info.default is PydanticUndefined and info.default_factory is None else (
+                "(computed)" if info.default is PydanticUndefined else f"`{info.default!r}`"
+                if not isinstance(info.default, BaseModel) else "(its defaults)")
+            description = (info.description or "").replace("|", "\\|").replace("\n", " ")
+            out.append(f"| `{name}` | `{_type_text(info.annotation)}` | {default.replace('|', '/')} | "
+                       f"{_bounds(info.metadata)} | {description} |")
+            prefix = "" if where == "(top level)" else where + "."
+            queue += [(prefix + name, sub) for sub in _models(info.annotation)]
+        out.append("")
+    return "\n".join(out)
+
+
+GENERATORS: dict[str, Callable[[], str]] = {"transport-matrix": transport_matrix, "config-reference": config_reference}
 
 
 def pages(root: Path = ROOT) -> list[Path]:
