@@ -56,7 +56,8 @@ def _type_text(annotation: object) -> str:
     text = re.sub(r"typing\.Annotated\[(.*?), Tag\(tag='\w+'\)\]", r"\1", text)
     text = re.sub(r"typing\.Annotated\[(\w+), AfterValidator\(func=<function \w+ at 0x[0-9a-f]+>\)\]", r"\1", text)
     text = re.sub(r"<function (\w+) at 0x[0-9a-f]+>", r"\1", text)  # no memory address: the page is stable
-    for noise in ("typing.", "fedpub.config.", "fedpub.data.emnist_dataset.", "pathlib.", "<class '", "'>"):
+    text = re.sub(r"\bfedpub(?:\.\w+)*\.(?=[A-Z])", "", text)  # a config model's module path
+    for noise in ("typing.", "pathlib.", "<class '", "'>"):
         text = text.replace(noise, "")
     return text.replace("|", "\\|")
 
