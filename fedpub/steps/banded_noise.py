@@ -36,7 +36,7 @@ from fedpub.noise_prefetch import prefetch_normals, standard_normals
 from fedpub.privacy.banded_factorization import BandedFactorization
 from fedpub.seeding import torch_generator
 from fedpub.step import Releases, Step, StepResult, after_sum_step
-from fedpub.steps.gaussian_noise import standard_normal
+from fedpub.steps.gaussian_noise import check_noise_multiplier, standard_normal
 from fedpub.types import Params, RoundContext, Updates
 
 
@@ -50,16 +50,14 @@ class BandedNoiseState(TypedDict):
 def banded_noise(factorization: BandedFactorization, noise_multiplier: float, seed: int) -> Step:
     """Add (C⁻¹Z)_t·z·C_t/m to the mean update, C the ``factorization``'s banded factor; z is the
     ``noise_multiplier`` input when a step supplies one this round, else the factory's."""
-    if not (noise_multiplier >= 0 and math.isfinite(noise_multiplier)):
-        raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier}")
+    check_noise_multiplier(noise_multiplier)
     coefficients = factorization.coefficients
     sensitivity = factorization.sensitivity()
     keep = factorization.bands - 1
 
     def multiplier(scheduled: float | None) -> float:
         z = noise_multiplier if scheduled is None else scheduled
-        if not (z >= 0 and math.isfinite(z)):
-            raise ValueError(f"noise_multiplier must be a finite number >= 0, got {z}")
+        check_noise_multiplier(z)
         return z
 
     def init(params: Params) -> BandedNoiseState:

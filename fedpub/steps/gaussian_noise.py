@@ -38,7 +38,8 @@ class NoiseState(TypedDict):
     rng: torch.Tensor
 
 
-def _check_noise_multiplier(z: float) -> None:
+def check_noise_multiplier(z: float) -> None:
+    """Refuse a noise multiplier that is negative, NaN or infinite (every noise step's input)."""
     if not (z >= 0 and math.isfinite(z)):
         raise ValueError(f"noise_multiplier must be a finite number >= 0, got {z}")
 
@@ -65,7 +66,7 @@ def gaussian_noise(
     with OpenDP from the OS's randomness (needs the ``secure-noise`` extra, checked here). ``prefetch`` (a model
     on the CPU): once a round's noise is drawn, the next round's standard normals are drawn in the background
     (:mod:`fedpub.noise_prefetch`; the same draws, only earlier)."""
-    _check_noise_multiplier(noise_multiplier)
+    check_noise_multiplier(noise_multiplier)
     if secure_sampler:
         require_secure_sampler()
     default_noise_multiplier = noise_multiplier
@@ -82,7 +83,7 @@ def gaussian_noise(
         noise_multiplier: float | None = None,
     ) -> StepResult:
         z = default_noise_multiplier if noise_multiplier is None else noise_multiplier
-        _check_noise_multiplier(z)
+        check_noise_multiplier(z)
         if z > 0 and math.isinf(clip_norm):
             raise ValueError("noise needs a finite clip_norm: the sensitivity is unbounded")
         std_on_sum = z * clip_norm if z > 0 else 0.0

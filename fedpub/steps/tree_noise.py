@@ -37,7 +37,7 @@ import torch
 from fedpub import tree
 from fedpub.seeding import torch_generator
 from fedpub.step import Releases, Step, StepResult, after_sum_step
-from fedpub.steps.gaussian_noise import standard_normal
+from fedpub.steps.gaussian_noise import check_noise_multiplier, standard_normal
 from fedpub.types import Params, RoundContext, Updates
 
 
@@ -64,8 +64,7 @@ def tree_noise(noise_multiplier: float, seed: int, *, rounds_per_tree: int, roun
     """Add the binary mechanism's increment noise to the mean update (node std z·C on the sum, z·C/m on the
     mean), restarting the tree every ``rounds_per_tree`` rounds of the run's ``rounds``."""
     z = noise_multiplier
-    if not (z >= 0 and math.isfinite(z)):
-        raise ValueError(f"noise_multiplier must be a finite number >= 0, got {z}")
+    check_noise_multiplier(z)
     if rounds_per_tree < 1 or rounds < 1:
         raise ValueError(f"rounds_per_tree and rounds must be >= 1, got {rounds_per_tree} and {rounds}")
 
