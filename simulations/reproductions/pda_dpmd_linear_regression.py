@@ -521,7 +521,7 @@ def table_markdown(rows: Sequence[Mapping[str, object]], grid: Grid, accountant:
     for dim in dims:
         cells = [_pm(at[a, dim]["empirical_loss_mean"], at[a, dim]["empirical_loss_std"]) for a in ALGORITHMS]
         lines.append(f"| {dim} | " + " | ".join(cells) + f" | {at[ALGORITHMS[0], dim]['hessian_condition_mean']:.1f} |")
-    lines += ["", "Population loss 0.01 + (θ − θ*)ᵀE[xxᵀ](θ − θ*), exact, mean ± std over seeds:", "",
+    lines += ["", "Population loss 0.01 + (θ − θ*)ᵀ E[xxᵀ] (θ − θ*), exact, mean ± std over seeds:", "",
               "| p | cold DP-SGD | warm DP-SGD | PDA-DPMD |", "|---|---|---|---|"]
     for dim in dims:
         cells = [_pm(at[a, dim]["population_loss_mean"], at[a, dim]["population_loss_std"]) for a in ALGORITHMS]

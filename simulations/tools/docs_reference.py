@@ -3,7 +3,8 @@
 A page holds a generated block between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; its text is
 :data:`GENERATORS` [NAME]() made from the code (today: ``transport-matrix``, which part of a recipe each transport
 runs, from :mod:`fedpub.recipe_registry`; ``config-reference``, every config field from the pydantic models of
-:mod:`fedpub.config`). ``--write`` rewrites every block of the pages under ``docs/`` and of the
+:mod:`fedpub.config`; ``part-card SECTION``, a recipe page's card: what switches the part on, its transports and
+its knobs). ``--write`` rewrites every block of the pages under ``docs/`` and of the
 README; ``--check`` (and ``tests/test_docs_generated.py``) fails, naming the page and the block, where one is stale.
 
     python -m fedpub.simulations.tools.docs_reference --write | --check
@@ -14,17 +15,17 @@ from __future__ import annotations
 import argparse
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from fedpub.config import ExperimentConfig
+from fedpub.config import ExperimentConfig, StrategyConfig
 from fedpub.recipe_registry import BASE_RECIPE, PARTS
 from fedpub.recipe_spec import TRANSPORTS
 
-BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+)(?: (?P<argument>[a-z_]+))? -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -71,6 +72,26 @@ def _bounds(metadata: list[object]) -> str:
     return ", ".join(found)
 
 
+def _field_rows(model: type[BaseModel], names: Collection[str] | None = None) -> list[str]:
+    """A table of ``model``'s fields (those in ``names``, else all): type (with its allowed values), default, bounds
+    and description."""
+    rows = ["| field | type | default | bounds | description |", "|---|---|---|---|---|"]
+    for name, info in model.model_fields.items():
+        if names is not None and name not in names:
+            continue
+        default = "required" if info.default is PydanticUndefined and info.default_factory is None else (
+            "(computed)" if info.default is PydanticUndefined else f"`{info.default!r}`"
+            if not isinstance(info.default, BaseModel) else "(its defaults)")
+        description = (info.description or "").replace("|", "\\|").replace("\n", " ")
+        rows.append(f"| `{name}` | `{_type_text(info.annotation)}` | {default.replace('|', '/')} | "
+                    f"{_bounds(info.metadata)} | {description} |")
+    return rows
+
+
+def _summary(model: type[BaseModel]) -> str:
+    return (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
 def config_reference() -> str:
     """Every field of the config, section by section (``ExperimentConfig`` and the models it holds): its type
     (with its allowed values), default, bounds and description, from the pydantic models of ``fedpub/config.py``."""
@@ -80,23 +101,49 @@ def config_reference() -> str:
         if model in seen:
             continue
         seen.add(model)
-        doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        out += [f"### `{where}`: {model.__name__}", "", doc, "", "| field | type | default | bounds | description |",
-                "|---|---|---|---|---|"]
-        for name, info in model.model_fields.items():
-            default = "required" if info.default is PydanticUndefined and info.default_factory is None else (
-                "(computed)" if info.default is PydanticUndefined else f"`{info.default!r}`"
-                if not isinstance(info.default, BaseModel) else "(its defaults)")
-            description = (info.description or "").replace("|", "\\|").replace("\n", " ")
-            out.append(f"| `{name}` | `{_type_text(info.annotation)}` | {default.replace('|', '/')} | "
-                       f"{_bounds(info.metadata)} | {description} |")
-            prefix = "" if where == "(top level)" else where + "."
-            queue += [(prefix + name, sub) for sub in _models(info.annotation)]
-        out.append("")
+        out += [f"### `{where}`: {model.__name__}", "", _summary(model), "", *_field_rows(model), ""]
+        prefix = "" if where == "(top level)" else where + "."
+        queue += [(prefix + name, sub) for name, info in model.model_fields.items() for sub in _models(info.annotation)]
     return "\n".join(out)
 
 
-GENERATORS: dict[str, Callable[[], str]] = {"transport-matrix": transport_matrix, "config-reference": config_reference}
+def part_card(section: str) -> str:
+    """A recipe page's card for the registry's part ``section`` (or ``dp_fedavg``, the private mean every recipe
+    shares): what switches it on, where it runs, the cohort rule it needs, and its knobs from ``fedpub/config.py``."""
+    strategy_fields = StrategyConfig.model_fields
+    if section == BASE_RECIPE:
+        own = [name for name in strategy_fields if name not in {p.section for p in PARTS}]
+        return (f"`strategy.name: {BASE_RECIPE}` (the default). Every recipe is this private mean plus its parts; it "
+                f"runs on every transport ({', '.join(f'`{t}`' for t in TRANSPORTS)}).\n\n"
+                f"Its knobs, the fields of `strategy` that belong to no part (StrategyConfig):\n\n"
+                + "\n".join(_field_rows(StrategyConfig, own)) + "\n")
+    part = next((p for p in PARTS if p.section == section), None)
+    if part is None:
+        raise ValueError(f"part-card {section!r}: no such part; parts: {[p.section for p in PARTS]} or {BASE_RECIPE}")
+    (model,) = _models(strategy_fields[section].annotation)
+    switched = (" or ".join(f"`strategy.name: {r}`" for r in part.recipes) + " (with its defaults), or "
+                if part.recipes else "") + f"setting `strategy.{section}`"
+    if part.default_in:
+        switched += f"; on by default in {', '.join(f'`{r}`' for r in part.default_in)}"
+    where = {None: "each round", "before_rounds": "before the private rounds",
+             "after_rounds": "after the private rounds", "across_rounds": "across the rounds (post-processing)"}[
+                 part.phase]
+    lines = [f"- **Switched on by** {switched}.",
+             f"- **Runs** {where}" + (f", in the slots {', '.join(f'`{s}`' for s in part.steps)}" if part.steps
+                                      else "") + ("; trains public users" if part.trains_public else "") + ".",
+             "- **Transports**: " + ", ".join(f"`{t}` {'yes' if t in part.transports else '**no**'}"
+                                              for t in TRANSPORTS) + ".",
+             "- **Sampling**: " + (f"`{part.sampling_kind}` ({part.sampling_why})" if part.sampling_kind else "any")
+             + "."]
+    if part.steers:
+        lines.append(f"- **Steers** {', '.join(f'`{s}`' for s in sorted(part.steers))} round by round.")
+    return "\n".join(lines) + f"\n\nIts knobs, `strategy.{section}` ({model.__name__}): {_summary(model)}\n\n" + (
+        "\n".join(_field_rows(model)) + "\n")
+
+
+GENERATORS: dict[str, Callable[..., str]] = {"transport-matrix": transport_matrix, "config-reference": config_reference,
+                                             "part-card": part_card}
+"""Each block's maker; a block written ``<!-- generated: NAME ARGUMENT -->`` calls it with the argument."""
 
 
 def pages(root: Path = ROOT) -> list[Path]:
@@ -110,7 +157,8 @@ def regenerated(text: str, page: Path) -> str:
         name = match["name"]
         if name not in GENERATORS:
             raise ValueError(f"{page}: unknown generated block {name!r}; known: {sorted(GENERATORS)}")
-        return match.group(1) + GENERATORS[name]() + match.group(4)
+        made = GENERATORS[name](match["argument"]) if match["argument"] else GENERATORS[name]()
+        return match.group(1) + made + match.group(5)
 
     return BLOCK.sub(fill, text)
 
