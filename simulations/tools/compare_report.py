@@ -6,7 +6,8 @@ metric and whose test examples evaluated it (``evaluated_on``: an evaluation on 
 in the tables and plots). Only released figures: no diagnostic (the rounds' wall time, the realised cohorts, the
 norms) stands beside them; each run's ``diagnostics.jsonl`` keeps those, outside DP. The
 markdown table (``compare.md``) has one row per (strategy, ε): mean ± std over seeds, the task's
-headline metric first. Two plots: the headline metric against ε (error bars: std over seeds) and
+headline metric first, then each strategy minus the first one, paired by seed (mean difference of the headline, its
+95 % t interval and how many seeds it led on). Two plots: the headline metric against ε (error bars: std over seeds) and
 against the round (mean over seeds, one panel per ε).
 """
 
@@ -30,6 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+from scipy import stats  # noqa: E402
 
 from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
 from fedpub.tasks import get_task  # noqa: E402
@@ -224,6 +226,39 @@ def markdown_table(runs: Sequence[ComparedRun], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired_table(runs: Sequence[ComparedRun]) -> str:
+    """Each strategy minus the first (the reference) in the headline metric, paired by seed at each ε: the mean
+    difference, its 95 % t interval over the seeds both ran and the seeds on which it led; "" with one strategy or no
+    ε with two shared seeds. Seeds share the data and the initial model; the privacy draws (cohorts, noise) are the
+    same only where the configs set ``privacy.draws_key``."""
+    labels, headline = _labels(runs), _metric_keys([r.row for r in runs], runs[0].headline)[0]
+    by_cell = {(label, epsilon): {r.row["seed"]: r.row.get(headline) for r in members}
+               for label, epsilon, members in _groups(runs)}
+    epsilons = sorted({epsilon for _, epsilon in by_cell})
+    lines = []
+    for label in labels[1:]:
+        for epsilon in epsilons:
+            ours, theirs = by_cell.get((label, epsilon), {}), by_cell.get((labels[0], epsilon), {})
+            diffs = [float(ours[s]) - float(theirs[s]) for s in sorted(set(ours) & set(theirs), key=str)
+                     if ours[s] is not None and theirs[s] is not None]
+            if len(diffs) < 2:
+                continue
+            mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+            half = stats.t.ppf(0.975, len(diffs) - 1) * sd / math.sqrt(len(diffs))
+            lines.append(f"| {label} | {epsilon:g} | {mean:+.4f} | [{mean - half:+.4f}, {mean + half:+.4f}] | "
+                         f"{sum(d > 0 for d in diffs)} of {len(diffs)} |")
+    if not lines:
+        return ""
+    name = headline.replace("eval_", "test ").replace("_", " ")
+    return "\n".join([
+        f"## Against `{labels[0]}`, paired by seed", "",
+        f"| strategy | ε | {name} minus `{labels[0]}`'s | 95 % CI (t over seeds) | seeds ahead |",
+        "|---|---|---|---|---|", *lines, "",
+        "Each seed's runs share the data and the initial model; their cohorts and noise are drawn apart unless the "
+        "configs set `privacy.draws_key`. An interval that holds 0 does not tell the two apart on these seeds.",
+    ]) + "\n"
+
+
 def evaluated_on(runs: Sequence[ComparedRun]) -> str:
     """Whose test examples the runs were evaluated on, in words (private users' are said so)."""
     labels = sorted({str(r.row.get("evaluated_on") or "unrecorded test examples") for r in runs})
@@ -296,6 +331,8 @@ def write_comparison(out_dir: Path, runs: Sequence[ComparedRun], title: str) -> 
     out_dir = Path(out_dir)
     write_text_atomic(out_dir / CSV_FILE, csv_text([r.row for r in runs], runs[0].headline))
     table = markdown_table(runs, title)
+    if paired := paired_table(runs):
+        table += "\n" + paired
     write_text_atomic(out_dir / TABLE_FILE, table)
     plot_metric_vs_epsilon(runs, out_dir / EPSILON_PLOT)
     plot_metric_vs_round(runs, out_dir / ROUND_PLOT)

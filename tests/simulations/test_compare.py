@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import shutil
 import statistics
@@ -226,3 +227,21 @@ def test_report_names_a_missing_run_and_says_when_runs_differ_in_data_or_rounds(
     assert result.exit_code == 0, result.output
     assert "The runs differ in their data or rounds" in (tmp_path / "compare.md").read_text()
     assert "7 rounds" in (tmp_path / "compare.md").read_text()
+
+
+def test_compare_md_pairs_each_strategy_with_the_first_by_seed():
+    """The paired section: per-seed differences against the first strategy, their t interval and the seeds ahead,
+    only over the seeds both ran; a strategy alone gives no section."""
+    from fedpub.simulations.tools.compare_report import ComparedRun, paired_table
+
+    def run(label: str, seed: int, accuracy: float) -> ComparedRun:
+        return ComparedRun({"strategy": label, "target_epsilon": 2.0, "seed": seed, "epsilon": 2.0, "delta": 1e-5,
+                            "noise_multiplier": 1.0, "eval_accuracy": accuracy}, [], "accuracy")
+
+    runs = [run("base", s, a) for s, a in enumerate([0.50, 0.60, 0.70])]
+    runs += [run("new", s, a) for s, a in enumerate([0.52, 0.63, 0.71, 0.99])]  # seed 3: no partner, left out
+    table = paired_table(runs)
+    diffs = [0.02, 0.03, 0.01]
+    half = 4.302652729911275 * statistics.stdev(diffs) / math.sqrt(3)  # t(0.975, 2)
+    assert f"| new | 2 | +0.0200 | [{0.02 - half:+.4f}, {0.02 + half:+.4f}] | 3 of 3 |" in table
+    assert paired_table(runs[:3]) == ""
