@@ -72,6 +72,10 @@ RECIPES = {  # every part whose per-user map runs on the device, each at least o
     "dp_ftrl+recenter": {"name": "dp_ftrl", "public_clients_per_round": 2, "recenter": {},
                          "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},
     "pdp": {"name": "pdp", "public_clients_per_round": 2, "projection": {"k": 2, "noise_space": "subspace"}},
+    # banded MF's noise step after the secure sum; b = 1 on SecAgg+'s fixed-size cohorts (b > 1 needs cyclic
+    # Poisson cohorts, which SecAgg+ refuses: test_what_secagg_cannot_run_is_refused_by_name)
+    "dope+banded_mf_b1": {"name": "dope", "public_clients_per_round": 2,
+                          "noise": {"kind": "banded_mf", "bands": 1, "factorization": "bsr"}},
 }
 PRIVACY = {"ppsgd": {"budget_epsilon": 100.0}}
 
@@ -188,6 +192,11 @@ def test_what_secagg_cannot_run_is_refused_by_name(tiny_emnist_dir, tmp_path, mo
     poisson = tiny_config(tiny_emnist_dir, tmp_path, strategy={"sampling": {"kind": "poisson", "clients_per_round": 2}})
     with pytest.raises(ValueError, match="sampling.kind: fixed"):
         check_supported(poisson)
+    banded = tiny_config(tiny_emnist_dir, tmp_path, strategy={
+        "sampling": {"kind": "cyclic_poisson", "clients_per_round": 2, "groups": 2},
+        "noise": {"kind": "banded_mf", "bands": 2}})  # banded MF with b > 1 needs cyclic Poisson cohorts
+    with pytest.raises(ValueError, match="sampling.kind: fixed"):
+        check_supported(banded)
     preloaded = _config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip").model_dump(mode="json")
     with pytest.raises(ValueError, match="data.preload: false"):
         check_supported(parse_config({**preloaded, "data": {**preloaded["data"], "preload": True}}))
