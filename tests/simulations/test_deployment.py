@@ -21,6 +21,7 @@ import pytest
 import torch
 import yaml
 
+import fedpub
 from fedpub.config import ExperimentConfig, load_config
 from fedpub.data.public_split import split_public
 from fedpub.data.users import load_data
@@ -246,6 +247,34 @@ def test_dope_with_public_users_on_their_own_supernodes(four_user_dir: Path, tmp
     # the public user's node (partition-id 1) was sent the public cohort's TRAIN message every round
     public_log = (deployment.logs / f"supernode-{users.index(public[0])}.log").read_text(errors="replace")
     assert public_log.count("Receiving: train message") == 2, public_log[-3000:]
+
+
+@pytest.mark.extended  # ~1 min; torchrun, Flower simulation and the drop-in strategy run banded MF too
+def test_banded_mf_noise_with_dope_on_real_supernodes(four_user_dir: Path, tmp_path: Path) -> None:
+    """Banded MF noise (b = 2, cyclic Poisson cohorts over 2 groups) with DOPE's public users on a real SuperLink and
+    one SuperNode per user: the run completes with the noise step's state checkpointed, and its ε and ledger events
+    are the same config's in process (the cohorts and noise differ: a deployment draws them from a secret seed)."""
+    banded = {**DOPE, "sampling": {"kind": "cyclic_poisson", "clients_per_round": 1, "groups": 2},
+              "noise": {"kind": "banded_mf", "bands": 2, "factorization": "bsr"}}
+    config_path = write_experiment(tmp_path / "exp.yaml", four_user_dir, tmp_path / "runs", rounds=3,
+                                   synthetic=FOUR_USERS, strategy=banded, public=PUBLIC,
+                                   flower={"public_users": "nodes"})
+    users, _, _ = users_of(load_config(config_path))
+    deployment = LocalDeployment(tmp_path / "deploy", num_nodes=len(users), cwd=tmp_path)
+    with deployment:
+        result = deployment.run(config_path, timeout=300, echo=False)
+    assert result.returncode == 0 and result.status == "finished:completed", result.output[-3000:]
+    assert_all_stopped(deployment.registry)
+    cfg = load_config(config_path)
+    root = cfg.output_dir / cfg.name
+    local = fedpub.run(cfg.model_copy(update={"name": "in_process"}))
+    assert [r["round"] for r in run_records(cfg)] == [0, 1, 2]
+    assert run_records(cfg)[-1]["epsilon"] == pytest.approx(local.epsilon, rel=1e-9)
+    deployed_ledger = json.loads((root / "ledger.json").read_text())
+    local_ledger = json.loads((local.run_dir / "ledger.json").read_text())
+    assert deployed_ledger["event"] == local_ledger["event"]
+    state = torch.load(root / "checkpoint.pt", weights_only=True)["strategy_state"]
+    assert len(state["noise"]["history"]) == 1  # the last b − 1 noise vectors, kept for the next round
 
 
 @needs_tls_tools
