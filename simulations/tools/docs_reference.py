@@ -89,7 +89,7 @@ def _field_rows(model: type[BaseModel], names: Collection[str] | None = None) ->
 
 
 def _summary(model: type[BaseModel]) -> str:
-    return (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+    return " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
 
 
 def config_reference() -> str:
@@ -129,7 +129,7 @@ def part_card(section: str) -> str:
              "after_rounds": "after the private rounds", "across_rounds": "across the rounds (post-processing)"}[
                  part.phase]
     lines = [f"- **Switched on by** {switched}.",
-             f"- **Runs** {where}" + (f", in the slots {', '.join(f'`{s}`' for s in part.steps)}" if part.steps
+             f"- **Runs** {where}" + (f", in the slot{'s' * (len(part.steps) > 1)} {', '.join(f'`{s}`' for s in part.steps)}" if part.steps
                                       else "") + ("; trains public users" if part.trains_public else "") + ".",
              "- **Transports**: " + ", ".join(f"`{t}` {'yes' if t in part.transports else '**no**'}"
                                               for t in TRANSPORTS) + ".",
