@@ -44,9 +44,13 @@ RECIPES = {  # each section at least once (adaptive clipping with three recipes)
     "dp_ftrl+recenter": {"name": "dp_ftrl", "public_clients_per_round": 2, "recenter": {},
                          "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},  # N = 12: 3 rounds, one tree
 }
-EXTENDED = ("dope+warm_start+model_average", "adadps_server+adaptive_clip", "dope+adaptive_clip", "ppsgd")
-"""Sections another recipe of the suite also runs on Flower (recenter: pdp and dp_ftrl; adaptive_clip: pda_dpmd; the
-run phases and PPSGD: tests/simulations/test_drop_in_phases.py; DOPE with adaptive clipping: the SecAgg+ test)."""
+EXTENDED = ("dope+warm_start+model_average", "adadps_server+adaptive_clip", "dope+adaptive_clip", "ppsgd",
+            "pda_dpmd+adaptive_clip")
+"""Sections another test of the suite also runs on Flower (recenter: pdp and dp_ftrl; adaptive_clip: DOPE under
+SecAgg+, which is Flower simulation; PPSGD's run phases: tests/simulations/test_drop_in_phases.py). The mirror
+(PDA-DPMD) runs on Flower with -m extended only (here and in the drop-in test); in the suite it runs on torchrun's
+ranks (tests/simulations/test_distributed.py) and in process: the round is cut at the sum, so a transport does not
+see which part runs after it."""
 PRIVACY = {"ppsgd": {"budget_epsilon": 100.0},  # PPSGD spends until a budget is gone
            "dp_ftrl+recenter": {"accountant": "rdp"}}  # tree aggregation is accounted by RDP only
 
