@@ -219,8 +219,10 @@ def _options(args: list[str]) -> list[str]:
     return [m.group(0) for arg in args if (m := re.match(r"--[a-z][a-z0-9-]*", arg.lstrip("[")))]
 
 
-def _not_in_help(options: list[str], helped: str) -> list[str]:
-    return [o for o in options if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", helped)]
+def _assert_takes(program: str, args: list[str], known: str, where: str) -> None:
+    """Every long option ``args`` give appears, as a whole word, in ``known`` (the program's help or option list)."""
+    missing = [o for o in _options(args) if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", known)]
+    assert not missing, f"{where}: `{program}` has no option {missing}"
 
 
 def _help_of_argparse(entry: Any, program: str) -> str:
@@ -253,8 +255,7 @@ def _check_click(program: str, args: list[str], where: str) -> None:
         from mkdocs.__main__ import cli as root
     command, _ = _click_command(root, args)
     known = " ".join(opt for param in command.params for opt in (*param.opts, *param.secondary_opts))
-    missing = _not_in_help(_options(args), known)
-    assert not missing, f"{where}: `{program}` has no option {missing}"
+    _assert_takes(program, args, known, where)
 
 
 def _check_flower_server(program: str, args: list[str], where: str) -> None:
@@ -262,30 +263,27 @@ def _check_flower_server(program: str, args: list[str], where: str) -> None:
     from flwr.superlink.cli import flower_superlink
     from flwr.supernode.cli import flower_supernode
 
-    helped = _help_of_argparse({"flower-superlink": flower_superlink, "flower-supernode": flower_supernode}[program],
-                               program)
-    missing = _not_in_help(_options(args), helped)
-    assert not missing, f"{where}: `{program}` has no option {missing}"
+    entry = {"flower-superlink": flower_superlink, "flower-supernode": flower_supernode}[program]
+    _assert_takes(program, args, _help_of_argparse(entry, program), where)
 
 
 def _check_module(module: str, args: list[str], where: str) -> None:
     helped = _help_of_argparse(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True), module)
-    missing = _not_in_help(_options(args), helped)
-    assert not missing, f"{where}: `python -m {module}` has no option {missing}"
+    _assert_takes(f"python -m {module}", args, helped, where)
 
 
 def _value_of(args: list[str], option: str) -> list[str]:
     return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == option]
 
 
-def _check_fedpub(args: list[str], where: str, runner: CliRunner) -> None:
+def _check_fedpub(args: list[str], where: str) -> None:
     command, rest = _click_command(typer.main.get_command(fedpub_app), args)
     assert command.name != "fedpub" or not args, f"{where}: `fedpub {args[0]}` is not a fedpub command"
     command.make_context(command.name, list(rest), resilient_parsing=False)  # unknown option or bad value: raises
     name = args[0]
     if name not in ("run", "compare", "account"):
         return
-    sets = _value_of(rest, "--set")
+    sets, runner = _value_of(rest, "--set"), CliRunner()
     if name == "account":
         result = runner.invoke(fedpub_app, args)
         assert result.exit_code == 0, f"{where}: {result.output}"
@@ -332,10 +330,9 @@ def test_a_shell_command_is_one_its_program_takes(command: tuple[str, ...], in_a
 
         start = args.index("-m")
         launcher = " ".join(o for action in get_args_parser()._actions for o in action.option_strings)
-        missing = _not_in_help(_options(args[:start]), launcher)
-        assert not missing, f"{where}: `torchrun` has no option {missing}"
+        _assert_takes("torchrun", args[:start], launcher, where)
         assert args[start + 1] == "fedpub.simulations", f"{where}: torchrun starts fedpub as -m fedpub.simulations"
-        _check_fedpub(args[start + 2:], where, CliRunner())
+        _check_fedpub(args[start + 2:], where)
         return
     if program == "bash":
         assert (ROOT / args[0]).is_file(), f"{where}: no script {args[0]}"
@@ -348,17 +345,17 @@ def test_a_shell_command_is_one_its_program_takes(command: tuple[str, ...], in_a
         return
     assert program == "fedpub", f"{where}: `{program}`: a program the tests do not know; add it to NOT_OURS if it " \
                                 "is not fedpub's"
-    _check_fedpub(args, where, CliRunner())
+    _check_fedpub(args, where)
 
 
 def test_a_renamed_option_or_field_fails_the_checks(in_a_fresh_folder: Path):
     """The checks can fail: an option fedpub does not have, a config key it does not have, a module's missing flag."""
     with pytest.raises(click.NoSuchOption):
-        _check_fedpub(["run", "--rounds", "3"], "here", CliRunner())
+        _check_fedpub(["run", "--rounds", "3"], "here")
     with pytest.raises(Exception, match="strategy.clip_nrom"):
-        _check_fedpub(["run", "CONFIG.yaml", "--set", "strategy.clip_nrom=0.5"], "here", CliRunner())
+        _check_fedpub(["run", "CONFIG.yaml", "--set", "strategy.clip_nrom=0.5"], "here")
     with pytest.raises(AssertionError, match="--node"):
         _check_module("fedpub.simulations.flower.deploy.local", ["--node", "3"], "here")
-    fragment = Block("page.md", 1, "yaml", "strategy:\n  recenter: {centre_clip: 1.0}\n")
+    fragment = load_yaml("strategy:\n  recenter: {centre_clip: 1.0}\n")
     with pytest.raises(Exception, match="centre_clip"):
-        parse_config(_merged(load_yaml(quickstart_config_path().read_text()), load_yaml(fragment.body)))
+        parse_config(_merged(load_yaml(quickstart_config_path().read_text()), fragment))

@@ -7,8 +7,8 @@ in the tables and plots). Only released figures: no diagnostic (the rounds' wall
 norms) stands beside them; each run's ``diagnostics.jsonl`` keeps those, outside DP. The
 markdown table (``compare.md``) has one row per (strategy, ε): mean ± std over seeds, the task's
 headline metric first, then each strategy minus the first one, paired by seed (mean difference of the headline, its
-95 % t interval and how many seeds it led on). Two plots: the headline metric against ε (error bars: std over seeds) and
-against the round (mean over seeds, one panel per ε).
+95 % t interval and how many seeds it led on). Two plots: the headline metric against ε (error bars: std over
+seeds) and against the round (mean over seeds, one panel per ε).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from fedpub.config import ExperimentConfig, StrategyConfig
 from fedpub.recipe_registry import BASE_RECIPE, PARTS
 from fedpub.recipe_spec import TRANSPORTS
 
-BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+)(?: (?P<argument>[a-z_]+))? -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+)(?: (?P<argument>[a-z_]+))? -->\n)(?P<body>.*?)"
+                   r"(<!-- end generated -->)", re.DOTALL)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -128,9 +129,10 @@ def part_card(section: str) -> str:
     where = {None: "each round", "before_rounds": "before the private rounds",
              "after_rounds": "after the private rounds", "across_rounds": "across the rounds (post-processing)"}[
                  part.phase]
+    named = ", ".join(f"`{s}`" for s in part.steps)
+    slots = f", in the slot{'s' * (len(part.steps) > 1)} {named}" if part.steps else ""
     lines = [f"- **Switched on by** {switched}.",
-             f"- **Runs** {where}" + (f", in the slot{'s' * (len(part.steps) > 1)} {', '.join(f'`{s}`' for s in part.steps)}" if part.steps
-                                      else "") + ("; trains public users" if part.trains_public else "") + ".",
+             f"- **Runs** {where}{slots}" + ("; trains public users" if part.trains_public else "") + ".",
              "- **Transports**: " + ", ".join(f"`{t}` {'yes' if t in part.transports else '**no**'}"
                                               for t in TRANSPORTS) + ".",
              "- **Sampling**: " + (f"`{part.sampling_kind}` ({part.sampling_why})" if part.sampling_kind else "any")
