@@ -217,6 +217,9 @@ class ClientConfig(Section):
         return self.model_dump(exclude={"path", "vectorise_min_users"})
 
 
+CYCLIC_SAMPLING = ("cyclic_poisson", "cyclic_fixed")
+
+
 class SamplingConfig(Section):
     """Give exactly one of ``clients_per_round`` (expected cohort m) or ``sampling_rate`` (q). ``epoch_blocks``
     samples nothing (DP-FTRL, Kairouz et al. 2021): each epoch deals the private users, shuffled, into blocks of
@@ -224,21 +227,24 @@ class SamplingConfig(Section):
     neighbours; ``privacy.accountant: rdp``). ``cyclic_poisson`` splits the private users into ``groups`` k by a
     keyed hash of the privacy seed and samples Poisson from group t mod k in round t (Choquette-Choo et al. 2023):
     each user at most once every k rounds; ``sampling_rate`` q is the rate within the group (expected cohort
-    qN/k), and ``clients_per_round`` m gives q = mk/N."""
+    qN/k), and ``clients_per_round`` m gives q = mk/N. ``cyclic_fixed`` is its fixed-size form (for SecAgg+):
+    the users are dealt by a seeded permutation into k groups and round t draws exactly m of group t mod k
+    (replace-one neighbours; ``privacy.accountant: rdp``); ``sampling_rate`` q gives m = round(qN)."""
 
-    kind: Literal["poisson", "cyclic_poisson", "fixed", "epoch_blocks"] = "poisson"
+    kind: Literal["poisson", "cyclic_poisson", "fixed", "cyclic_fixed", "epoch_blocks"] = "poisson"
     clients_per_round: float | None = Field(None, gt=0)
     sampling_rate: float | None = Field(None, gt=0, le=1)
-    groups: int | None = Field(None, ge=1, description="cyclic_poisson: k, the groups the users are split into")
+    groups: int | None = Field(None, ge=1, description="cyclic_poisson, cyclic_fixed: k, the groups the users are "
+                                                       "split into")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SamplingConfig:
         if (self.clients_per_round is None) == (self.sampling_rate is None):
             raise ValueError("give exactly one of clients_per_round or sampling_rate")
-        if (self.kind == "cyclic_poisson") != (self.groups is not None):
-            raise ValueError(f"groups (an integer >= 1) goes with sampling kind `cyclic_poisson` and only with it, "
-                             f"got kind `{self.kind}` and groups {self.groups!r}")
-        if self.kind in ("fixed", "epoch_blocks") and self.clients_per_round is not None:
+        if (self.kind in CYCLIC_SAMPLING) != (self.groups is not None):
+            raise ValueError(f"groups (an integer >= 1) goes with sampling kinds `cyclic_poisson` and "
+                             f"`cyclic_fixed` and only with them, got kind `{self.kind}` and groups {self.groups!r}")
+        if self.kind in ("fixed", "cyclic_fixed", "epoch_blocks") and self.clients_per_round is not None:
             if self.clients_per_round != int(self.clients_per_round):
                 raise ValueError(f"clients_per_round must be a whole number for sampling kind `{self.kind}`")
         return self
@@ -379,8 +385,8 @@ class TreeAggregationConfig(Section):
 class NoiseConfig(Section):
     """Banded matrix-factorization DP-FTRL (Choquette-Choo et al. 2023): the private mean's noise is correlated
     across rounds, (C⁻¹Z)_t with C b-banded, so that it partly cancels in the model's running sum. bands > 1 needs
-    each user at most once every b rounds: ``sampling.kind: cyclic_poisson`` with groups >= bands, which also
-    amplifies it. bands 1 is DP-FedAvg's independent noise."""
+    each user at most once every b rounds: ``sampling.kind: cyclic_poisson`` (or ``cyclic_fixed``, for SecAgg+) with
+    groups >= bands, which also amplifies it. bands 1 is DP-FedAvg's independent noise."""
 
     kind: Literal["banded_mf"] = Field(..., description="banded_mf: banded matrix-factorization noise")
     bands: int = Field(..., ge=1, description="b: how many past rounds' noise each round's correlates with, plus one")
@@ -485,9 +491,9 @@ class StrategyConfig(Section):
                 raise ValueError(f"{part.section} {part.sampling_why}: sampling.kind must be {part.sampling_kind}, "
                                  f"got {self.sampling.kind}")
         varying = [p.section for p in recipe_registry.active(self) if "noise_multiplier" in p.steers]
-        if self.sampling.kind == "cyclic_poisson" and self.sampling.groups > 1 and varying:
-            raise ValueError(f"sampling.kind cyclic_poisson prices group 0's rounds for every group, true only when "
-                             f"every round has the same noise multiplier: remove {varying[0]} (or set groups: 1)")
+        if self.sampling.kind in CYCLIC_SAMPLING and self.sampling.groups > 1 and varying:
+            raise ValueError(f"sampling.kind {self.sampling.kind} prices group 0's rounds for every group, true only "
+                             f"when every round has the same noise multiplier: remove {varying[0]} (or set groups: 1)")
         public = recipe_registry.public_cohort(self)
         if public and self.public_clients_per_round == 0:
             raise ValueError(f"public_clients_per_round is 0, but {'/'.join(public)} train public users each round")

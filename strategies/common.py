@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from fedpub.config import SamplingConfig
-from fedpub.privacy.events import CohortRule, CyclicPoissonSampling, EpochBlocks, FixedSizeSampling, PoissonSampling
+from fedpub.privacy.events import (
+    CohortRule,
+    CyclicFixedSizeSampling,
+    CyclicPoissonSampling,
+    EpochBlocks,
+    FixedSizeSampling,
+    PoissonSampling,
+)
 
 
 def make_sampling(config: SamplingConfig, population: int) -> CohortRule:
     """q = m / N for Poisson sampling, N being the *private* population of the dataset; q = mk / N within one of the
-    k groups for cyclic Poisson sampling; m users a round for fixed-size sampling; blocks of m users, each user once
-    an epoch, for epoch blocks."""
+    k groups for cyclic Poisson sampling; m users a round for fixed-size sampling (of one of the k groups for cyclic
+    fixed-size sampling); blocks of m users, each user once an epoch, for epoch blocks."""
     if config.kind in ("poisson", "cyclic_poisson"):
         groups = config.groups or 1
         pool = population / groups
@@ -29,6 +36,12 @@ def make_sampling(config: SamplingConfig, population: int) -> CohortRule:
                          f"{population} private users")
     if config.kind == "epoch_blocks":
         return EpochBlocks(population=population, block_size=int(m))
+    if config.kind == "cyclic_fixed":
+        if m > population // config.groups:
+            raise ValueError(f"strategy.sampling.clients_per_round={m:g} exceeds the smallest group's "
+                             f"{population // config.groups} private users (N // groups = {population} // "
+                             f"{config.groups}): lower it or set fewer groups")
+        return CyclicFixedSizeSampling(population=population, cohort_size=int(m), groups=config.groups)
     return FixedSizeSampling(population=population, cohort_size=int(m))
 
 

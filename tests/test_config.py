@@ -31,7 +31,7 @@ def test_the_resolved_config_holds_only_its_own_datasets_sections(dataset):
         ({"rounds": 0}, "field `rounds`: Input should be greater than or equal to 1"),
         ({"strategy": {"noise_multiplier": 1, "clip": 1}}, "unknown key `strategy.clip`; allowed keys here: name, clip_norm"),
         ({"colour": "red"}, "unknown key `colour`"),
-        ({"strategy": {"noise_multiplier": 1, "sampling": {"kind": "uniform", "clients_per_round": 2}}}, "'poisson', 'cyclic_poisson', 'fixed' or 'epoch_blocks'"),
+        ({"strategy": {"noise_multiplier": 1, "sampling": {"kind": "uniform", "clients_per_round": 2}}}, "'poisson', 'cyclic_poisson', 'fixed', 'cyclic_fixed' or 'epoch_blocks'"),
         ({"strategy": {"noise_multiplier": 1, "target_epsilon": 2}}, "exactly one of noise_multiplier or target_epsilon"),
         ({"strategy": {"noise_multiplier": 1, "sampling": {"clients_per_round": 2, "sampling_rate": 0.1}}}, "exactly one of clients_per_round"),
         ({"model": {"name": "resnet"}}, "emnist_cnn_dropout, emnist_mlp, emnist_small_cnn"),

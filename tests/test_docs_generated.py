@@ -52,5 +52,5 @@ def test_the_config_reference_holds_every_field_of_every_section():
                          (SamplingConfig, "strategy.sampling")):
         section = reference.split(f"### `{where}`: {model.__name__}", 1)[1].split("\n### ", 1)[0]
         assert all(f"| `{name}` |" in section for name in model.model_fields), where
-    assert "`Literal['poisson', 'cyclic_poisson', 'fixed', 'epoch_blocks']` | `'poisson'`" in reference
+    assert "`Literal['poisson', 'cyclic_poisson', 'fixed', 'cyclic_fixed', 'epoch_blocks']` | `'poisson'`" in reference
     assert "| `rounds` | `int` | `40` | ≥ 1, ≤ 100000 |" in reference

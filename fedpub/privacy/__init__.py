@@ -1,7 +1,8 @@
 """User-level differential privacy accounting for fedpub, built on dp-accounting.
 
 events: cohort rules and the DpEvent of a round (McMahan et al. 2018 user-level DP-FedAvg; Kairouz et al.
-2021 DP-FTRL's epoch blocks; Choquette-Choo et al. 2023's cyclic Poisson sampling); accountant: PLD by default, RDP as cross-check, and the budget; calibration:
+2021 DP-FTRL's epoch blocks; Choquette-Choo et al. 2023's cyclic Poisson sampling and its fixed-size form); accountant: PLD by default, RDP as
+cross-check, and the budget; calibration:
 the noise multiplier for a target epsilon over a planned run (cached); ledger: the composed event as JSON,
 so anyone can recompute epsilon; empirical: the epsilon that canary statistics imply (the one-shot audit's
 estimators).
@@ -20,6 +21,7 @@ from fedpub.privacy.calibration import calibrate, calibrate_noise_multiplier
 from fedpub.privacy.errors import BudgetExceededError, PrivacyError
 from fedpub.privacy.events import (
     CohortRule,
+    CyclicFixedSizeSampling,
     CyclicPoissonSampling,
     EpochBlocks,
     FixedSizeSampling,
@@ -36,6 +38,7 @@ __all__ = [
     "AccountantKind",
     "BudgetExceededError",
     "CohortRule",
+    "CyclicFixedSizeSampling",
     "CyclicPoissonSampling",
     "EpochBlocks",
     "FixedSizeSampling",

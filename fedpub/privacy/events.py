@@ -16,6 +16,13 @@ sum is divided by, and how it amplifies a Gaussian release on the cohort:
   t mod k only, so a user takes part at most once every k rounds and in at most ⌈T/k⌉ of T rounds. Group 0's rounds
   are the worst case: round t's Gaussian is ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` when t mod k = 0 and
   ``NoOpDpEvent`` otherwise, so a run composes ⌈T/k⌉ sampled Gaussians (every round must release the same z).
+* Cyclic fixed-size sampling (m of a group, k groups; the fixed-size form of the above, for transports that need a
+  known cohort, SecAgg+), replace-one neighbours: a seeded permutation of the users' positions, drawn once a run,
+  deals them into k groups of ⌊N/k⌋ or ⌈N/k⌉, and round t draws m of group t mod k without replacement. The
+  partition is uniform and does not read the data, so a replaced user's replacement takes its place in its group;
+  given the group, the other groups' rounds do not read either. The accountant prices ⌈T/k⌉ rounds (group 0's, the
+  most) of ``SampledWithoutReplacementDpEvent(⌊N/k⌋, m, GaussianDpEvent(z / 2))`` (the smallest group's), an upper
+  bound for every group, exact when k divides N; the other rounds are ``NoOpDpEvent``.
 * Epoch blocks, no sampling (DP-FTRL: Kairouz et al. 2021, "Practical and Private (Deep) Learning without
   Sampling or Shuffling", §3 and Definition 1.1): each epoch deals the users into fixed blocks, one block a
   round; a user replaced by the special (zero) record moves a C-clipped sum by C, so a Gaussian release is
@@ -90,6 +97,13 @@ def _check_rate(q: object) -> float:
     return float(q)
 
 
+def _check_groups(groups: object) -> int:
+    """``groups`` as an int >= 1."""
+    if isinstance(groups, bool) or not isinstance(groups, Integral) or groups < 1:
+        raise PrivacyError(f"groups must be an integer >= 1, got {groups!r}")
+    return int(groups)
+
+
 def _check_population(rule: FixedSizeSampling | EpochBlocks, client_ids: Sequence[str]) -> None:
     if rule.population != len(client_ids):
         raise ValueError(f"{type(rule).__name__} was set up for {rule.population} users, got {len(client_ids)}")
@@ -136,10 +150,7 @@ class CyclicPoissonSampling:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampling_rate", _check_rate(self.sampling_rate))
-        k = self.groups
-        if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
-            raise PrivacyError(f"groups must be an integer >= 1, got {k!r}")
-        object.__setattr__(self, "groups", int(k))
+        object.__setattr__(self, "groups", _check_groups(self.groups))
 
     @property
     def neighboring_relation(self) -> NeighboringRelation:
@@ -187,14 +198,65 @@ class FixedSizeSampling:
         return float(self.cohort_size)
 
     def sampled(self, gaussian: dp_event.GaussianDpEvent, round_index: int) -> dp_event.DpEvent:
-        return dp_event.SampledWithoutReplacementDpEvent(
-            self.population, self.cohort_size, dp_event.GaussianDpEvent(gaussian.noise_multiplier / 2)
-        )
+        return self._without_replacement(self.population, gaussian)
 
     def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
         _check_population(self, client_ids)
+        return self._drawn(client_ids, np.arange(self.population), seed, round_index)
+
+    def _without_replacement(self, source: int, gaussian: dp_event.GaussianDpEvent) -> dp_event.DpEvent:
+        """m of ``source`` users without replacement; replacing a user moves the C-clipped sum by 2C: z / 2."""
+        return dp_event.SampledWithoutReplacementDpEvent(
+            source, self.cohort_size, dp_event.GaussianDpEvent(gaussian.noise_multiplier / 2)
+        )
+
+    def _drawn(self, client_ids: Sequence[str], positions: np.ndarray, seed: int, round_index: int) -> list[str]:
+        """m of the users at ``positions`` (ascending), drawn for round ``round_index``, in the order of the ids."""
         rng = numpy_generator(seed, round_index, "cohort")
-        return [client_ids[i] for i in np.sort(rng.choice(len(client_ids), size=self.cohort_size, replace=False))]
+        return [client_ids[i] for i in positions[np.sort(rng.choice(len(positions), self.cohort_size, replace=False))]]
+
+
+@dataclass(frozen=True)
+class CyclicFixedSizeSampling(FixedSizeSampling):
+    """Cyclic fixed-size sampling: :class:`CyclicPoissonSampling`'s participation pattern with
+    :class:`FixedSizeSampling`'s known cohort and neighbours (what SecAgg+ needs). A seeded permutation of the ``population``
+    users' positions, drawn once a run, deals them into ``groups`` k of ⌊N/k⌋ or ⌈N/k⌉ users; round t draws exactly
+    ``cohort_size`` m of group t mod k without replacement. A user takes part at most once every k rounds, which
+    banded matrix-factorization noise of at most k bands needs. Replace-one neighbours: the partition is uniform and
+    reads no data, so the replacing user stands in the replaced one's group; given that group, the run is the
+    composition of the group's rounds, each an m-of-n sample without replacement. The accountant prices ⌈T/k⌉ of
+    them (group 0's rounds, the most of any group) at the smallest group's size ⌊N/k⌋: an upper bound for every
+    group, exact when k divides N, and the worst case only when every round releases the same noise multiplier
+    (the strategy's build refuses a schedule that varies it). k = 1 is :class:`FixedSizeSampling`, cohorts and
+    events alike."""
+
+    groups: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", _check_groups(self.groups))
+        super().__post_init__()
+        if self.cohort_size > self.smallest_group:
+            raise PrivacyError(f"cohort_size must be at most the smallest group's {self.smallest_group} users "
+                               f"(population {self.population} // groups {self.groups}), got {self.cohort_size}")
+
+    @property
+    def smallest_group(self) -> int:
+        """⌊N/k⌋, the users of the smallest group."""
+        return self.population // self.groups
+
+    def sampled(self, gaussian: dp_event.GaussianDpEvent, round_index: int) -> dp_event.DpEvent:
+        if round_index % self.groups:
+            return dp_event.NoOpDpEvent()
+        return self._without_replacement(self.smallest_group, gaussian)
+
+    def group_positions(self, seed: int) -> list[np.ndarray]:
+        """The k groups under the privacy ``seed``: the users' positions, each group in ascending order."""
+        permutation = numpy_generator(seed, "cohort_groups").permutation(self.population)
+        return [np.sort(group) for group in np.array_split(permutation, self.groups)]
+
+    def draw(self, client_ids: Sequence[str], seed: int, round_index: int) -> list[str]:
+        _check_population(self, client_ids)
+        return self._drawn(client_ids, self.group_positions(seed)[round_index % self.groups], seed, round_index)
 
 
 @dataclass(frozen=True)
@@ -238,7 +300,7 @@ def neighboring_relation(rule: CohortRule) -> NeighboringRelation:
     if not isinstance(rule, CohortRule):
         raise PrivacyError(
             f"the sampling must be a cohort rule (PoissonSampling, CyclicPoissonSampling, FixedSizeSampling, "
-            f"EpochBlocks, ...), "
+            f"CyclicFixedSizeSampling, EpochBlocks, ...), "
             f"got {type(rule).__name__}"
         )
     return rule.neighboring_relation
@@ -299,7 +361,7 @@ def run_event(
 ) -> dp_event.DpEvent:
     """``rounds`` rounds (0 to ``rounds`` − 1) each releasing ``mechanism_events``: every round's
     :func:`round_event` composed in order, equal consecutive rounds self-composed (``T`` times one event for a
-    rule that amplifies every round alike; ⌈T/k⌉ for cyclic Poisson sampling)."""
+    rule that amplifies every round alike; ⌈T/k⌉ for cyclic sampling)."""
     if isinstance(rounds, bool) or not isinstance(rounds, Integral) or rounds < 1:
         raise PrivacyError(f"rounds must be an integer >= 1, got {rounds!r}")
     groups: list[Group] = []

@@ -23,9 +23,10 @@ Recipes: every part whose declaration lists the transport ``flower_secagg`` (:mo
 with another part is refused by name when the run is built. The device builds the same chain from the config (its
 per-user maps read only the values it is sent; the privacy seed stays on the server).
 
-Cohorts: fixed-size (``strategy.sampling.kind: fixed``) or DP-FTRL's epoch blocks, with ``accountant: rdp``. Poisson
-cohorts are refused: SecAgg+ halts a round of fewer than 2 users, and a release that happens only for some cohort
-sizes is not the mechanism the accountant prices. A round whose users all dropped releases the noise on a zero sum; a
+Cohorts: fixed-size (``strategy.sampling.kind: fixed``; ``cyclic_fixed``, m of one of k groups a round, for banded
+MF noise of more than one band) or DP-FTRL's epoch blocks, with ``accountant: rdp``. Poisson cohorts are refused:
+SecAgg+ halts a round of fewer than 2 users, and a release that happens only for some cohort sizes is not the
+mechanism the accountant prices. A round whose users all dropped releases the noise on a zero sum; a
 round SecAgg+ could not finish (fewer survivors than its reconstruction threshold) releases nothing and is run again.
 
 Quantisation (:class:`Quantisation`): each coordinate of the reply (the mapped update over C_t, of L2 norm at most 1,
@@ -155,7 +156,7 @@ def quantisation_for(cohort_size: int, modulus_range: int = MODULUS_RANGE) -> Qu
 
 def largest_cohort(sampling: CohortRule) -> int:
     """The most users a round of ``sampling`` sums: the fixed size, or the largest epoch block (⌈N/k⌉)."""
-    if isinstance(sampling, FixedSizeSampling):
+    if isinstance(sampling, FixedSizeSampling):  # cyclic or not
         return sampling.cohort_size
     if isinstance(sampling, EpochBlocks):
         return math.ceil(sampling.population / sampling.rounds_per_epoch)
@@ -176,7 +177,8 @@ def check_supported(config: ExperimentConfig) -> None:
     if config.strategy.sampling.kind in ("poisson", "cyclic_poisson"):
         raise ValueError(
             "the SecAgg+ transport needs a fixed number of users each round: set strategy.sampling.kind: fixed "
-            "(or epoch_blocks; and privacy.accountant: rdp, which accounts both)"
+            "(cyclic_fixed in place of cyclic_poisson, or epoch_blocks; and privacy.accountant: rdp, which accounts "
+            "them)"
         )
     if not math.isfinite(config.strategy.clip_norm):
         raise ValueError("the SecAgg+ transport needs a finite strategy.clip_norm (clients clip, SecAgg+ quantises)")

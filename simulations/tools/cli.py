@@ -61,22 +61,33 @@ def _fail(error: Exception) -> None:
 
 def _sampling(q: Optional[float], population: Optional[int], cohort: Optional[int], groups: Optional[int] = None):
     from fedpub.privacy.errors import PrivacyError
-    from fedpub.privacy.events import CyclicPoissonSampling, FixedSizeSampling, PoissonSampling
+    from fedpub.privacy.events import CyclicFixedSizeSampling, CyclicPoissonSampling, FixedSizeSampling, PoissonSampling
 
     if q is not None and (population is None and cohort is None):
         return PoissonSampling(q) if groups is None else CyclicPoissonSampling(q, groups)
-    if q is None and population is not None and cohort is not None and groups is None:
-        return FixedSizeSampling(population=population, cohort_size=cohort)
-    raise PrivacyError("give --q (Poisson sampling; with --groups, cyclic Poisson) or both --population and "
-                       "--cohort (fixed size)")
+    if q is None and population is not None and cohort is not None:
+        if groups is None:
+            return FixedSizeSampling(population=population, cohort_size=cohort)
+        return CyclicFixedSizeSampling(population=population, cohort_size=cohort, groups=groups)
+    raise PrivacyError("give --q (Poisson sampling) or both --population and --cohort (fixed size); with --groups, "
+                       "their cyclic form")
 
 
 def _cohort_rule(rule: CohortRule) -> str:
     """How a run's cohorts are chosen, in a few words."""
-    from fedpub.privacy.events import CyclicPoissonSampling, EpochBlocks, FixedSizeSampling, PoissonSampling
+    from fedpub.privacy.events import (
+        CyclicFixedSizeSampling,
+        CyclicPoissonSampling,
+        EpochBlocks,
+        FixedSizeSampling,
+        PoissonSampling,
+    )
 
     if isinstance(rule, CyclicPoissonSampling):
         return f"cyclic Poisson, q={rule.sampling_rate:.4g} in one of {rule.groups} groups a round"
+    if isinstance(rule, CyclicFixedSizeSampling):
+        return (f"cyclic fixed size, {rule.cohort_size} of one of {rule.groups} groups of the {rule.population} "
+                f"a round, without replacement")
     if isinstance(rule, PoissonSampling):
         return f"Poisson, q={rule.sampling_rate:.4g}"
     if isinstance(rule, EpochBlocks):
@@ -86,6 +97,7 @@ def _cohort_rule(rule: CohortRule) -> str:
     return type(rule).__name__
 
 
+GROUPS_HELP = "k, for cyclic sampling (Poisson with --q, fixed-size with --population and --cohort)"
 SET_HELP = ("override one config key, KEY=VALUE with a dotted KEY (strategy.clip_norm=0.5; VALUE read as YAML: "
             "null, true, 0.5, cuda:1); repeatable, applied in order, recorded in the run's config.yaml")
 
@@ -295,7 +307,7 @@ def account(
     q: Annotated[Optional[float], typer.Option("--q", help="Poisson sampling rate")] = None,
     population: Annotated[Optional[int], typer.Option(help="N, for fixed-size sampling")] = None,
     cohort: Annotated[Optional[int], typer.Option(help="m, for fixed-size sampling")] = None,
-    groups: Annotated[Optional[int], typer.Option(min=1, help="k, for cyclic Poisson sampling (with --q)")] = None,
+    groups: Annotated[Optional[int], typer.Option(min=1, help=GROUPS_HELP)] = None,
 ) -> None:
     """User-level ε after T rounds of the sampled Gaussian mechanism, with PLD and RDP."""
     from fedpub.privacy.accountant import cross_check
@@ -329,7 +341,7 @@ def calibrate(
     population: Annotated[Optional[int], typer.Option(help="N, for fixed-size sampling")] = None,
     cohort: Annotated[Optional[int], typer.Option(help="m, for fixed-size sampling")] = None,
     accountant: Annotated[str, typer.Option(help="pld or rdp")] = "pld",
-    groups: Annotated[Optional[int], typer.Option(min=1, help="k, for cyclic Poisson sampling (with --q)")] = None,
+    groups: Annotated[Optional[int], typer.Option(min=1, help=GROUPS_HELP)] = None,
 ) -> None:
     """The smallest noise multiplier z whose ε after T rounds is at most the target (cached)."""
     from fedpub.privacy.calibration import calibrate_noise_multiplier

@@ -38,6 +38,17 @@ def test_account_fixed_size_reports_rdp_only():
     assert "unsupported" in result.output
 
 
+def test_account_cyclic_fixed_size_prices_the_groups_rounds_with_dp_accounting():
+    result = runner.invoke(app, ["account", "--population", "400", "--cohort", "10", "--groups", "4", "-z", "1.0",
+                                 "-T", "100"])
+    assert result.exit_code == 0, result.output
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+        100, 10, dp_accounting.GaussianDpEvent(0.5)), 25)
+    expected = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE).compose(event)
+    assert _numbers(result.output)["RDP"] == pytest.approx(expected.get_epsilon(1e-5), abs=1e-4)
+    assert "groups=4" in result.output and "unsupported" in result.output
+
+
 def test_account_without_sampling_is_a_clear_error():
     result = runner.invoke(app, ["account", "-z", "1.0", "-T", "10"])
     assert result.exit_code == 2 and "--q" in result.output

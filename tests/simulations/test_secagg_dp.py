@@ -72,10 +72,10 @@ RECIPES = {  # every part whose per-user map runs on the device, each at least o
     "dp_ftrl+recenter": {"name": "dp_ftrl", "public_clients_per_round": 2, "recenter": {},
                          "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},
     "pdp": {"name": "pdp", "public_clients_per_round": 2, "projection": {"k": 2, "noise_space": "subspace"}},
-    # banded MF's noise step after the secure sum; b = 1 on SecAgg+'s fixed-size cohorts (b > 1 needs cyclic
-    # Poisson cohorts, which SecAgg+ refuses: test_what_secagg_cannot_run_is_refused_by_name)
-    "dope+banded_mf_b1": {"name": "dope", "public_clients_per_round": 2,
-                          "noise": {"kind": "banded_mf", "bands": 1, "factorization": "bsr"}},
+    # banded MF's noise step after the secure sum, b = 2 on cyclic fixed-size cohorts: 3 of one of 2 groups a round
+    "dope+banded_mf_b2": {"name": "dope", "public_clients_per_round": 2,
+                          "sampling": {"kind": "cyclic_fixed", "clients_per_round": 3, "groups": 2},
+                          "noise": {"kind": "banded_mf", "bands": 2, "factorization": "bsr"}},
 }
 PRIVACY = {"ppsgd": {"budget_epsilon": 100.0}}
 
@@ -194,9 +194,10 @@ def test_what_secagg_cannot_run_is_refused_by_name(tiny_emnist_dir, tmp_path, mo
         check_supported(poisson)
     banded = tiny_config(tiny_emnist_dir, tmp_path, strategy={
         "sampling": {"kind": "cyclic_poisson", "clients_per_round": 2, "groups": 2},
-        "noise": {"kind": "banded_mf", "bands": 2}})  # banded MF with b > 1 needs cyclic Poisson cohorts
-    with pytest.raises(ValueError, match="sampling.kind: fixed"):
+        "noise": {"kind": "banded_mf", "bands": 2}})
+    with pytest.raises(ValueError, match="sampling.kind: fixed .cyclic_fixed in place of cyclic_poisson"):
         check_supported(banded)
+    check_supported(_config(tiny_emnist_dir, tmp_path, "dope+banded_mf_b2"))  # its fixed-size form runs
     preloaded = _config(tiny_emnist_dir, tmp_path, "dope+adaptive_clip").model_dump(mode="json")
     with pytest.raises(ValueError, match="data.preload: false"):
         check_supported(parse_config({**preloaded, "data": {**preloaded["data"], "preload": True}}))
@@ -274,13 +275,15 @@ def test_every_recipe_with_secagg_gives_the_in_process_model_and_ledger(tiny_emn
     rounds: list[SecAggRound] = []
     remote = run_secagg_simulation(secure_cfg, RunOptions(on_round=rounds.append))
     assert remote.rounds_done == local.rounds_done == 3 and [r.round for r in rounds] == [0, 1, 2]
+    experiment = build_experiment(secure_cfg)
+    assert [r.cohort for r in rounds] == [experiment.strategy.sample_cohort(experiment.private_ids, t)
+                                          for t in range(3)]  # the cohort rule's users (cyclic: one group a round)
     local_dir, secure_dir = local.run_dir.root, remote.run_dir.root
     private_model = _last_private_model(secure_dir)
     for k, v in _last_private_model(local_dir).items():
         torch.testing.assert_close(private_model[k], v, rtol=1e-5, atol=1e-6)
     # the released model: the in-process run phase on the SecAgg+ run's own w_T (PPSGD's model reuse trains a
     # noisy model for an epoch, which can grow the secure sum's 1e-9 rounding into 1e-4 differences)
-    experiment = build_experiment(secure_cfg)
     trainer = PooledPublicTrainer(experiment.new_model(), experiment.public_data, experiment.public_ids,
                                   experiment.task, secure_cfg.seed)
     released, _ = RunPhases.from_config(secure_cfg.strategy).after_rounds(private_model, trainer)

@@ -1,6 +1,6 @@
 """Banded MF DP-FTRL as a recipe part (``strategy.noise: {kind: banded_mf}``; Choquette-Choo et al. 2023): what it
-is priced at under cyclic Poisson sampling, calibration against an independent dp-accounting oracle, the parts it
-composes with, and each refusal naming its field."""
+is priced at under cyclic Poisson and cyclic fixed-size sampling, calibration against an independent dp-accounting
+oracle, the parts it composes with, and each refusal naming its field."""
 
 import math
 
@@ -8,7 +8,7 @@ import dp_accounting as dpa
 import pytest
 
 from fedpub.config import ConfigError, parse_config
-from fedpub.privacy import CyclicPoissonSampling
+from fedpub.privacy import CyclicFixedSizeSampling, CyclicPoissonSampling
 from fedpub.strategies.build import build_private_strategy
 
 DELTA = 1e-5
@@ -65,6 +65,15 @@ def test_it_composes_with_the_public_data_parts(strategy):
     assert isinstance(paid, dpa.PoissonSampledDpEvent) and built.core.planned_round_event(1) == dpa.NoOpDpEvent()
 
 
+def test_on_fixed_size_cohorts_a_run_costs_ceil_rounds_over_groups_samples_without_replacement():
+    built = _build(_config(rounds=10, privacy={"accountant": "rdp"},
+                           sampling={"kind": "cyclic_fixed", "clients_per_round": 10, "groups": 4}), population=403)
+    paid = dpa.SampledWithoutReplacementDpEvent(100, 10, dpa.GaussianDpEvent(pytest.approx(0.5)))
+    assert built.planned_event == dpa.SelfComposedDpEvent(paid, 3)
+    assert [built.core.planned_round_event(t) for t in range(5)] == [paid, *[dpa.NoOpDpEvent()] * 3, paid]
+    assert built.core.sampling == CyclicFixedSizeSampling(403, 10, 4) and built.core.expected_cohort == 10
+
+
 def test_one_band_runs_on_any_cohort_rule():
     built = _build(_config(noise={**BANDED, "bands": 1}, sampling={"kind": "poisson", "clients_per_round": 10}))
     assert built.planned_event == dpa.SelfComposedDpEvent(
@@ -74,8 +83,12 @@ def test_one_band_runs_on_any_cohort_rule():
 @pytest.mark.parametrize(("strategy", "message"), [
     ({"sampling": {"kind": "poisson", "clients_per_round": 10}},
      r"^strategy.noise.bands 4 needs each user at most once every 4 rounds: set strategy.sampling.kind: "
-     r"cyclic_poisson with groups >= 4 \(got PoissonSampling\(sampling_rate=0.025\)\), or bands: 1$"),
-    ({"sampling": {**CYCLIC, "groups": 3}}, r"cyclic_poisson with groups >= 4 \(got CyclicPoissonSampling"),
+     r"cyclic_poisson \(cyclic_fixed for fixed-size cohorts\) with groups >= 4 "
+     r"\(got PoissonSampling\(sampling_rate=0.025\)\), or bands: 1$"),
+    ({"sampling": {**CYCLIC, "groups": 3}}, r"with groups >= 4 \(got CyclicPoissonSampling"),
+    ({"sampling": {"kind": "fixed", "clients_per_round": 10}}, r"with groups >= 4 \(got FixedSizeSampling"),
+    ({"sampling": {"kind": "cyclic_fixed", "clients_per_round": 10, "groups": 2}},
+     r"with groups >= 4 \(got CyclicFixedSizeSampling"),
     ({"noise": {**BANDED, "bands": 30}, "sampling": {**CYCLIC, "groups": 30, "clients_per_round": 1}},
      r"^strategy.noise.bands 30 exceeds the run's 20 rounds: set bands <= rounds$"),
     ({"noise": {**BANDED, "bands": 1}, "name": "dp_ftrl", "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},
