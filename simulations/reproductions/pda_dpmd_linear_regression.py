@@ -62,6 +62,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import scipy.sparse.linalg  # noqa: E402  (scipy comes with dp-accounting)
 import torch  # noqa: E402
 
@@ -119,13 +120,15 @@ NAME = "pda_dpmd_linear_regression"
 @dataclass(frozen=True)
 class Problem:
     """One draw of the regression. A feature vector is stored as the indices of its
-    ``HEAD_ACTIVE + TAIL_ACTIVE`` non-zero coordinates, each equal to ``FEATURE_VALUE``."""
+    ``HEAD_ACTIVE + TAIL_ACTIVE`` non-zero coordinates, each equal to ``FEATURE_VALUE`` (the head's times
+    ``head_scale``: 1 in the paper; :func:`feature_values`)."""
 
     theta_star: torch.Tensor  # (p,)
     private_idx: torch.Tensor  # (n, k) int64
     private_y: torch.Tensor  # (n,)
     public_idx: torch.Tensor  # (n_pub, k) int64
     public_y: torch.Tensor  # (n_pub,)
+    head_scale: float = 1.0
 
     @property
     def dim(self) -> int:
@@ -150,11 +153,20 @@ def sample_features(rows: int, dim: int, generator: torch.Generator) -> torch.Te
                       head + _random_subsets(rows, dim - head, TAIL_ACTIVE, generator)], dim=1)
 
 
-def design_matrix(idx: torch.Tensor, dim: int, transpose: bool = False) -> torch.Tensor:
+def feature_values(head_scale: float = 1.0) -> torch.Tensor:
+    """The value of each active coordinate of a feature vector, in the order of its indices: ``FEATURE_VALUE``
+    times ``head_scale`` for the ``HEAD_ACTIVE`` head ones (1 in the paper; a larger scale stretches the head block
+    of the Hessian by its square: a worse-conditioned problem at the same p), ``FEATURE_VALUE`` for the tail."""
+    values = torch.full((HEAD_ACTIVE + TAIL_ACTIVE,), FEATURE_VALUE, dtype=DTYPE)
+    values[:HEAD_ACTIVE] *= head_scale
+    return values
+
+
+def design_matrix(idx: torch.Tensor, dim: int, transpose: bool = False, head_scale: float = 1.0) -> torch.Tensor:
     """The feature matrix X (rows of ``idx``, ``dim`` columns), or Xᵀ, as a sparse CSR tensor: a product with it
     reads only the active coordinates (a dense gather of them costs about 10× more at 24 models)."""
     rows, active = idx.shape
-    values = torch.full((rows * active,), FEATURE_VALUE, dtype=DTYPE)
+    values = feature_values(head_scale).repeat(rows)
     with warnings.catch_warnings():  # torch calls its CSR support "beta" once per process
         warnings.simplefilter("ignore", UserWarning)
         if not transpose:
@@ -164,38 +176,38 @@ def design_matrix(idx: torch.Tensor, dim: int, transpose: bool = False) -> torch
         order = columns.argsort(stable=True)
         row_starts = torch.zeros(dim + 1, dtype=torch.int64)
         row_starts[1:] = torch.bincount(columns, minlength=dim).cumsum(0)
-        return torch.sparse_csr_tensor(row_starts, torch.arange(rows).repeat_interleave(active)[order], values,
-                                       (dim, rows), check_invariants=False)
+        return torch.sparse_csr_tensor(row_starts, torch.arange(rows).repeat_interleave(active)[order],
+                                       values[order], (dim, rows), check_invariants=False)
 
 
-def predict(theta: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+def predict(theta: torch.Tensor, idx: torch.Tensor, head_scale: float = 1.0) -> torch.Tensor:
     """x·θ for every example (rows of ``idx``) and every model (rows of ``theta``, shape (G, p)): (G, rows)."""
-    return (design_matrix(idx, theta.shape[1]) @ theta.T).T
+    return (design_matrix(idx, theta.shape[1], head_scale=head_scale) @ theta.T).T
 
 
 def generate_problem(dim: int, seed: int | str, n_private: int = N_PRIVATE,
-                     public_per_dim: float = PUBLIC_PER_DIM) -> Problem:
+                     public_per_dim: float = PUBLIC_PER_DIM, head_scale: float = 1.0) -> Problem:
     """θ* ~ N(0, I_p), ``n_private`` private and round(1.5·p) public samples, y ~ N(θ*·x, 0.01), all from one
-    generator seeded by (p, seed)."""
+    generator seeded by (p, seed): every ``head_scale`` has the same θ*, active coordinates and label noise."""
     gen = torch_generator(NAME, dim, seed, "data")
     theta_star = torch.randn(dim, generator=gen, dtype=DTYPE)
 
     def samples(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = sample_features(rows, dim, gen)
         noise = math.sqrt(LABEL_NOISE_VARIANCE) * torch.randn(rows, generator=gen, dtype=DTYPE)
-        return idx, predict(theta_star[None], idx)[0] + noise
+        return idx, predict(theta_star[None], idx, head_scale)[0] + noise
 
     private_idx, private_y = samples(n_private)
     public_idx, public_y = samples(round(public_per_dim * dim))
-    return Problem(theta_star, private_idx, private_y, public_idx, public_y)
+    return Problem(theta_star, private_idx, private_y, public_idx, public_y, head_scale)
 
 
-def empirical_loss(theta: torch.Tensor, idx: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def empirical_loss(theta: torch.Tensor, idx: torch.Tensor, y: torch.Tensor, head_scale: float = 1.0) -> torch.Tensor:
     """(1/n)‖Xθ − y‖² for each row of ``theta`` (G, p), one model at a time to bound memory."""
-    return torch.stack([(predict(row[None], idx)[0] - y).square().mean() for row in theta])
+    return torch.stack([(predict(row[None], idx, head_scale)[0] - y).square().mean() for row in theta])
 
 
-def population_loss(theta: torch.Tensor, theta_star: torch.Tensor) -> torch.Tensor:
+def population_loss(theta: torch.Tensor, theta_star: torch.Tensor, head_scale: float = 1.0) -> torch.Tensor:
     """E[(x·θ − y)²] = 0.01 + dᵀ E[xxᵀ] d with d = θ − θ*, exactly, for each row of ``theta``. Within a block of
     m coordinates with k active, E[x_j x_l] is 0.05²·k/m (j = l) or 0.05²·k(k−1)/(m(m−1)); across blocks the
     product of the marginals: so dᵀE[xxᵀ]d needs only each block's Σd_j and Σd_j²."""
@@ -203,21 +215,25 @@ def population_loss(theta: torch.Tensor, theta_star: torch.Tensor) -> torch.Tens
     diff = theta - theta_star
     total = torch.full(diff.shape[:-1], LABEL_NOISE_VARIANCE, dtype=diff.dtype)
     weighted_sums = []
-    for block, active in ((diff[..., :head], HEAD_ACTIVE), (diff[..., head:], TAIL_ACTIVE)):
+    values = (FEATURE_VALUE * head_scale, FEATURE_VALUE)
+    for block, active, value in ((diff[..., :head], HEAD_ACTIVE, values[0]), (diff[..., head:], TAIL_ACTIVE, values[1])):
         size = block.shape[-1]
         marginal, pair = active / size, active * (active - 1) / (size * (size - 1))
         squares, block_sum = block.square().sum(-1), block.sum(-1)
-        total = total + FEATURE_VALUE**2 * (marginal * squares + pair * (block_sum.square() - squares))
+        total = total + value**2 * (marginal * squares + pair * (block_sum.square() - squares))
         weighted_sums.append(marginal * block_sum)
-    return total + 2 * FEATURE_VALUE**2 * weighted_sums[0] * weighted_sums[1]
+    return total + 2 * values[0] * values[1] * weighted_sums[0] * weighted_sums[1]
 
 
-def public_hessian(idx: torch.Tensor, dim: int) -> torch.Tensor:
-    """The Hessian (2/n_pub)·XᵀX of the public loss (1/n_pub)‖Xθ − y‖², from co-occurrence counts."""
+def public_hessian(idx: torch.Tensor, dim: int, head_scale: float = 1.0) -> torch.Tensor:
+    """The Hessian (2/n_pub)·XᵀX of the public loss (1/n_pub)‖Xθ − y‖², from co-occurrence counts (each pair of
+    active coordinates weighted by the product of their values over 0.05²)."""
     counts = torch.zeros(dim * dim, dtype=DTYPE)
+    relative = feature_values(head_scale) / FEATURE_VALUE
+    weight = (relative[:, None] * relative[None, :]).reshape(-1)
     for rows in idx.split(512):
         pairs = (rows[:, :, None] * dim + rows[:, None, :]).reshape(-1)
-        counts.index_add_(0, pairs, torch.ones(pairs.numel(), dtype=DTYPE))
+        counts.index_add_(0, pairs, weight.repeat(rows.shape[0]))
     return counts.view(dim, dim) * (2 * FEATURE_VALUE**2 / idx.shape[0])
 
 
@@ -245,8 +261,10 @@ def mirror_map(hessian: torch.Tensor) -> tuple[MirrorMap, Spectrum]:
     lower_inverse = torch.linalg.solve_triangular(cholesky, torch.eye(hessian.shape[0], dtype=hessian.dtype),
                                                   upper=False)
     inverse = lower_inverse.T @ lower_inverse
-    inverse_top = scipy.sparse.linalg.eigsh(inverse.numpy(), k=2, which="LA", return_eigenvectors=False, tol=1e-8)
-    top = scipy.sparse.linalg.eigsh(hessian.numpy(), k=1, which="LA", return_eigenvectors=False, tol=1e-8)
+    start = np.random.default_rng(0).standard_normal(hessian.shape[0])  # ARPACK's own start is random per process
+    inverse_top = scipy.sparse.linalg.eigsh(inverse.numpy(), k=2, which="LA", return_eigenvectors=False, tol=1e-8,
+                                            v0=start)
+    top = scipy.sparse.linalg.eigsh(hessian.numpy(), k=1, which="LA", return_eigenvectors=False, tol=1e-8, v0=start)
     second, first = sorted(float(v) for v in inverse_top)
     spectrum = Spectrum(smallest=1 / first, second_smallest=1 / second, largest=float(top[0]))
     return MirrorMap(inverse * spectrum.smallest), spectrum
@@ -264,16 +282,18 @@ class Draw:
     """P with its rows and columns permuted at random (:data:`CONTROLS`)."""
 
 
-def prepare(dim: int, seed: int | str, n_private: int = N_PRIVATE, ridge: float = RIDGE) -> Draw:
+def prepare(dim: int, seed: int | str, n_private: int = N_PRIVATE, ridge: float = RIDGE,
+            head_scale: float = 1.0) -> Draw:
     """Generate a problem; the mirror map of H + ridge·mean(diag H)·I; θ_pub, the minimiser of the public
     loss (with that ridge): (H + cI)⁻¹·(2/n_pub)·Xᵀy."""
-    problem = generate_problem(dim, seed, n_private)
-    hessian = public_hessian(problem.public_idx, dim)
+    problem = generate_problem(dim, seed, n_private, head_scale=head_scale)
+    hessian = public_hessian(problem.public_idx, dim, head_scale)
     hessian.diagonal().add_(ridge * hessian.diagonal().mean())
     mirror, spectrum = mirror_map(hessian)
     idx = problem.public_idx
     rhs = torch.zeros(dim, dtype=DTYPE).index_add_(
-        0, idx.reshape(-1), (2 * FEATURE_VALUE / idx.shape[0] * problem.public_y).repeat_interleave(idx.shape[1]))
+        0, idx.reshape(-1), ((2 * FEATURE_VALUE / idx.shape[0] * problem.public_y)[:, None]
+                             * (feature_values(head_scale) / FEATURE_VALUE)).reshape(-1))
     theta_pub = rhs @ mirror.matrix / spectrum.smallest
     order = torch.randperm(dim, generator=torch_generator(NAME, dim, seed, "misspecified"))
     return Draw(problem, mirror, theta_pub, spectrum, MirrorMap(mirror.matrix[order][:, order]))
@@ -288,13 +308,14 @@ def noisy_mean(clipped_sum: torch.Tensor, clip_norms: torch.Tensor, noise_multip
 
 
 def clipped_gradient_sum(theta: torch.Tensor, idx: torch.Tensor, y: torch.Tensor,
-                         clip_norms: torch.Tensor) -> torch.Tensor:
-    """Σ_i clip(∇(x_i·θ − y_i)², C) for each model row (G, p). The gradient 2r_i·x_i has norm 2|r_i|·0.05·√k
-    because the k active indices are distinct."""
-    residual = predict(theta, idx) - y
-    factor = torch.clamp(clip_norms[:, None] / (2 * residual.abs() * FEATURE_VALUE * math.sqrt(idx.shape[1])), max=1.0)
-    coefficients = 2 * residual * factor  # the gradient is coefficient · x, x's entries being 0.05
-    return (design_matrix(idx, theta.shape[1], transpose=True) @ coefficients.T).T
+                         clip_norms: torch.Tensor, head_scale: float = 1.0) -> torch.Tensor:
+    """Σ_i clip(∇(x_i·θ − y_i)², C) for each model row (G, p). The gradient 2r_i·x_i has norm
+    2|r_i|·0.05·√(40·s² + 80) (s the head's scale) because the active indices are distinct."""
+    residual = predict(theta, idx, head_scale) - y
+    active = math.sqrt(HEAD_ACTIVE * head_scale**2 + TAIL_ACTIVE)  # √k when every value is 0.05
+    factor = torch.clamp(clip_norms[:, None] / (2 * residual.abs() * FEATURE_VALUE * active), max=1.0)
+    coefficients = 2 * residual * factor  # the gradient is coefficient · x
+    return (design_matrix(idx, theta.shape[1], transpose=True, head_scale=head_scale) @ coefficients.T).T
 
 
 @dataclass(frozen=True)
@@ -315,7 +336,8 @@ def train(problem: Problem, start: torch.Tensor, lrs: torch.Tensor, clip_norms: 
     step = None if mirror is None else quadratic_mirror(mirror.matrix)
     for t in range(steps):
         batch = torch.rand(population, generator=generator) < sampling_rate
-        gradient_sum = clipped_gradient_sum(theta, problem.private_idx[batch], problem.private_y[batch], clip_norms)
+        gradient_sum = clipped_gradient_sum(theta, problem.private_idx[batch], problem.private_y[batch], clip_norms,
+                                            problem.head_scale)
         direction = noisy_mean(gradient_sum, clip_norms, noise_multiplier, sampling_rate * population, generator)
         if step is not None:
             ctx = RoundContext(round=t, seed=0, population=population, sampling_rate=sampling_rate,
@@ -413,17 +435,21 @@ def run_algorithm(draw: Draw, seed: int | str, algorithm: str, schedule: Schedul
                  _train_generator(problem.dim, seed, schedule), _mirror(draw, algorithm))
 
 
-def tune_draw(draw: Draw, grid: Grid, accountant: str = "pld") -> tuple[dict[str, Choice], dict[str, Tuning]]:
-    """Per algorithm, :func:`~fedpub.simulations.reproductions.tuning.tune` over (epochs, C, lr factor) on the
-    validation draw, lowest empirical loss; the released iterate (last or average) is the better one at each point.
-    Points are trained in batches: the first score asked for at some epochs trains every (C, lr) seen so far."""
+def tune_draw(draw: Draw, grid: Grid, accountant: str = "pld", arms: Sequence[str] = ARMS,
+              more: Sequence[tuple[Draw, str]] = ()) -> tuple[dict[str, Choice], dict[str, Tuning]]:
+    """Per algorithm of ``arms``, :func:`~fedpub.simulations.reproductions.tuning.tune` over (epochs, C, lr factor)
+    on the validation draw (trained with the seed "tune"), and on each (draw, seed) of ``more`` (the score is then
+    the mean over the draws, the lr factor scaled by each draw's own unit and the chosen lr by their mean unit),
+    lowest empirical loss; the released iterate (last or average) is the better one at each point. Points are
+    trained in batches: the first score asked for at some epochs trains every (C, lr) seen so far."""
+    draws = [(draw, "tune"), *more]
     choices, tunings = {}, {}
-    for algorithm in ARMS:
-        unit = _unit(draw, algorithm)
+    for algorithm in arms:
+        unit = statistics.fmean(_unit(one, algorithm) for one, _ in draws)
         scored: dict[tuple[float, float, float], tuple[float, str]] = {}
         seen = (set(grid.clip_norms[algorithm]), set(grid.lr_factors[algorithm]))
 
-        def score(values: Mapping[str, float], algorithm: str = algorithm, unit: float = unit,
+        def score(values: Mapping[str, float], algorithm: str = algorithm,
                   scored: dict = scored, seen: tuple = seen) -> float:
             epochs, c, factor = values["epochs"], values["C"], values["lr factor"]
             if (epochs, c, factor) not in scored:
@@ -432,12 +458,15 @@ def tune_draw(draw: Draw, grid: Grid, accountant: str = "pld") -> tuple[dict[str
                 pairs = [(cc, ff) for cc in sorted(seen[0]) for ff in sorted(seen[1]) if (epochs, cc, ff) not in scored]
                 schedule = Schedule(grid.sampling_rate, epochs)
                 clips = torch.tensor([cc for cc, _ in pairs], dtype=DTYPE)
-                lrs = torch.tensor([ff * unit for _, ff in pairs], dtype=DTYPE)
-                iterates = run_algorithm(draw, "tune", algorithm, schedule, noise_multiplier(schedule, accountant),
-                                         lrs, clips)
-                losses = {output: torch.nan_to_num(empirical_loss(getattr(iterates, output), draw.problem.private_idx,
-                                                                  draw.problem.private_y), nan=math.inf)
-                          for output in OUTPUTS}
+                losses = {output: torch.zeros(len(pairs), dtype=DTYPE) for output in OUTPUTS}
+                for one, seed in draws:
+                    lrs = torch.tensor([ff * _unit(one, algorithm) for _, ff in pairs], dtype=DTYPE)
+                    iterates = run_algorithm(one, seed, algorithm, schedule, noise_multiplier(schedule, accountant),
+                                             lrs, clips)
+                    for output in OUTPUTS:
+                        losses[output] += torch.nan_to_num(empirical_loss(
+                            getattr(iterates, output), one.problem.private_idx, one.problem.private_y,
+                            one.problem.head_scale), nan=math.inf) / len(draws)
                 for i, (cc, ff) in enumerate(pairs):
                     scored[epochs, cc, ff] = min((float(losses[o][i]), o) for o in OUTPUTS)
             return scored[epochs, c, factor][0]
@@ -473,8 +502,9 @@ def evaluate(draw: Draw, seed: int, choices: Mapping[str, Choice]) -> list[Resul
         iterates = run_algorithm(draw, seed, algorithm, choice.schedule, choice.noise_multiplier, lr, clip_norm)
         theta = getattr(iterates, choice.output)
         results.append(Result(algorithm, problem.dim, seed,
-                              float(empirical_loss(theta, problem.private_idx, problem.private_y)[0]),
-                              float(population_loss(theta, problem.theta_star)[0]), condition))
+                              float(empirical_loss(theta, problem.private_idx, problem.private_y,
+                                                   problem.head_scale)[0]),
+                              float(population_loss(theta, problem.theta_star, problem.head_scale)[0]), condition))
     return results
 
 

@@ -1,0 +1,97 @@
+"""Seed 000's conditioning claim at a fixed dimension (issue 45, item 5): the head features' scale sets the public
+Hessian's conditioning, the population loss stays exact, tuning on several draws, the verdicts and the files of a quick run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedpub.seeding import torch_generator
+from fedpub.simulations.reproductions import pda_dpmd_conditioning as conditioning
+from fedpub.simulations.reproductions import pda_dpmd_linear_regression as regression
+from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_larger_head_scale_stretches_the_head_of_the_hessian_and_worsens_its_conditioning():
+    problems = {scale: regression.generate_problem(250, 0, 300, head_scale=scale) for scale in (1.0, 4.0)}
+    plain, scaled = problems[1.0], problems[4.0]
+    for name in ("theta_star", "private_idx", "public_idx"):  # one draw: only the head features' value moves
+        assert torch.equal(getattr(plain, name), getattr(scaled, name))
+    x = torch.zeros(len(scaled.public_idx), 250, dtype=regression.DTYPE).scatter_(
+        1, scaled.public_idx, regression.feature_values(4.0).expand(len(scaled.public_idx), -1))
+    assert set(x[:, :50].unique().tolist()) == {0.0, 0.2} and set(x[:, 50:].unique().tolist()) == {0.0, 0.05}
+    torch.testing.assert_close(regression.public_hessian(scaled.public_idx, 250, 4.0), 2 * x.T @ x / len(x))
+    torch.testing.assert_close(regression.predict(scaled.theta_star[None], scaled.public_idx, 4.0)[0],
+                               x @ scaled.theta_star)
+    theta = torch.randn(3, 250, generator=torch_generator("test", 3), dtype=regression.DTYPE)
+    gradient = regression.clipped_gradient_sum(theta, scaled.private_idx[:1], scaled.private_y[:1],
+                                               torch.full((3,), 1e9, dtype=regression.DTYPE), 4.0)
+    dense = torch.zeros(250, dtype=regression.DTYPE).scatter_(0, scaled.private_idx[0], regression.feature_values(4.0))
+    expected = 2 * (theta @ dense - scaled.private_y[0])[:, None] * dense
+    torch.testing.assert_close(gradient, expected)  # C = 1e9 never clips
+    clipped = regression.clipped_gradient_sum(theta, scaled.private_idx[:1], scaled.private_y[:1],
+                                              torch.full((3,), 1e-3, dtype=regression.DTYPE), 4.0)
+    torch.testing.assert_close(clipped.norm(dim=1), torch.full((3,), 1e-3, dtype=regression.DTYPE))
+    conditions = [(d.spectrum.largest / d.spectrum.second_smallest)
+                  for d in (regression.prepare(250, 0, 10, head_scale=scale) for scale in (1.0, 2.0, 4.0))]
+    assert conditions == sorted(conditions) and conditions[-1] > 4 * conditions[0], conditions
+
+
+def test_the_population_loss_stays_exact_at_another_head_scale():
+    dim, scale, rows = 250, 3.0, 40_000
+    idx = regression.sample_features(rows, dim, torch_generator("test", 1))
+    x = torch.zeros(rows, dim, dtype=regression.DTYPE).scatter_(1, idx, regression.feature_values(scale).expand(rows, -1))
+    gen = torch_generator("test", 2)
+    theta_star, theta = (torch.randn(dim, generator=gen, dtype=regression.DTYPE) for _ in range(2))
+    monte_carlo = regression.LABEL_NOISE_VARIANCE + ((x @ (theta - theta_star)) ** 2).mean()
+    exact = regression.population_loss(theta[None], theta_star, scale)[0]
+    assert float(exact) == pytest.approx(float(monte_carlo), rel=0.02)
+    assert float(exact) != pytest.approx(float(regression.population_loss(theta[None], theta_star)[0]), rel=0.02)
+
+
+def test_tuning_on_the_same_draw_twice_chooses_what_one_draw_chooses():
+    draw = regression.prepare(250, "tune", 300)
+    arms = ("warm_dp_sgd", "pda_dpmd")
+    once, _ = regression.tune_draw(draw, regression.QUICK_GRID, "rdp", arms)
+    twice, _ = regression.tune_draw(draw, regression.QUICK_GRID, "rdp", arms, more=[(draw, "tune")])
+    assert once == twice
+
+
+def _level(scale: float, condition: float, gains: list[float]) -> conditioning.Level:
+    warm = {s: 0.05 + g for s, g in enumerate(gains)}
+    pda = {s: 0.05 for s in range(len(gains))}
+    wrong = {s: 0.06 + 0.001 * s for s in range(len(gains))}
+    return conditioning.Level(scale, {}, {}, {"warm_dp_sgd": warm, "pda_dpmd": pda, "pda_misspecified": wrong},
+                              (condition,))
+
+
+def test_the_gain_must_grow_with_the_condition_number_in_every_step():
+    growing = [_level(2, 50.0, [0.001, 0.002, 0.0015, 0.0012]), _level(5, 200.0, [0.010, 0.012, 0.011, 0.013]),
+               _level(10, 800.0, [0.030, 0.033, 0.031, 0.029])]
+    judged = conditioning.claim_judgements(growing)
+    assert all(judged[key].verdict.startswith("supports") for key in ("pda_beats_warm", "gain_grows", "control"))
+    flat_at_the_top = [*growing[:2], _level(10, 800.0, [0.011, 0.012, 0.010, 0.013])]
+    assert conditioning.claim_judgements(flat_at_the_top)["gain_grows"].verdict.startswith("supports") is False
+
+
+def test_quick_mode_writes_its_claims_and_paired_values(tmp_path):
+    out = conditioning.main(["--quick", "--out", str(tmp_path / "out")])
+    record = read_claims_json(out / "claims.json")
+    assert record.quick and record.seeds == 3 and record.seed_paper == "000" and record.name == conditioning.NAME
+    assert len(record.claims) == len(conditioning.CLAIM_TEXTS)
+    assert all(c.verdict.startswith(VERDICTS) for c in record.claims)
+    assert all((out / path).exists() for path in (*record.tables, *record.figures))
+    paired = json.loads((out / "paired.json").read_text())
+    assert set(paired["values"]) == set(conditioning.ARMS) and paired["seeds"] == [0, 1, 2]
+    assert len(paired["values"]["pda_dpmd"]) == 2  # s = 1 and 4
+    assert "2 draws disjoint from the test seeds" in record.tuning
