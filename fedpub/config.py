@@ -229,7 +229,8 @@ class SamplingConfig(Section):
     each user at most once every k rounds; ``sampling_rate`` q is the rate within the group (expected cohort
     qN/k), and ``clients_per_round`` m gives q = mk/N. ``cyclic_fixed`` is its fixed-size form (for SecAgg+):
     the users are dealt by a seeded permutation into k groups and round t draws exactly m of group t mod k
-    (replace-one neighbours; ``privacy.accountant: rdp``); ``sampling_rate`` q gives m = round(qN)."""
+    (replace-one neighbours; ``privacy.accountant: rdp``); ``sampling_rate`` q, the rate within a group, gives
+    m = round(q·⌊N/k⌋)."""
 
     kind: Literal["poisson", "cyclic_poisson", "fixed", "cyclic_fixed", "epoch_blocks"] = "poisson"
     clients_per_round: float | None = Field(None, gt=0)

@@ -16,7 +16,7 @@ from fedpub.privacy.events import (
 def make_sampling(config: SamplingConfig, population: int) -> CohortRule:
     """q = m / N for Poisson sampling, N being the *private* population of the dataset; q = mk / N within one of the
     k groups for cyclic Poisson sampling; m users a round for fixed-size sampling (of one of the k groups for cyclic
-    fixed-size sampling); blocks of m users, each user once an epoch, for epoch blocks."""
+    fixed-size sampling, where q gives m = q·⌊N/k⌋); blocks of m users, each user once an epoch, for epoch blocks."""
     if config.kind in ("poisson", "cyclic_poisson"):
         groups = config.groups or 1
         pool = population / groups
@@ -28,7 +28,8 @@ def make_sampling(config: SamplingConfig, population: int) -> CohortRule:
                 f"{'' if groups == 1 else ' of a round'}"
             )
         return PoissonSampling(q) if config.kind == "poisson" else CyclicPoissonSampling(q, groups)
-    m = config.clients_per_round if config.clients_per_round is not None else round(config.sampling_rate * population)
+    pool = population // config.groups if config.kind == "cyclic_fixed" else population  # q: the rate within a group
+    m = config.clients_per_round if config.clients_per_round is not None else round(config.sampling_rate * pool)
     if m > population:
         raise ValueError(f"strategy.sampling.clients_per_round={m} exceeds the {population} private users")
     if m < 1:

@@ -114,6 +114,8 @@ def test_config_and_its_refusals():
 
     config = parse_config(strategy({"kind": "cyclic_fixed", "clients_per_round": 10, "groups": 4}))
     assert make_sampling(config.strategy.sampling, 203) == CyclicFixedSizeSampling(203, 10, 4)
+    by_rate = parse_config(strategy({"kind": "cyclic_fixed", "sampling_rate": 0.2, "groups": 4}))
+    assert make_sampling(by_rate.strategy.sampling, 203) == CyclicFixedSizeSampling(203, 10, 4)  # q within a group
     with pytest.raises(ConfigError, match="groups"):
         parse_config(strategy({"kind": "cyclic_fixed", "clients_per_round": 10}))
     with pytest.raises(ConfigError, match="groups"):
