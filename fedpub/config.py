@@ -196,7 +196,9 @@ class ClientConfig(Section):
     path: Literal["auto", "vectorised", "loop"] = Field(
         "auto", description="in-process: how each group of users with the same number of local steps trains: "
         "auto = time vectorised (vmap) and user by user on the run's first groups of each size and keep the "
-        "faster (recorded in the run's paths.json) | vectorised | loop (user by user)"
+        "faster (recorded in the run's paths.json) | vectorised | loop (user by user). The two agree up to "
+        "floating-point rounding, which noisy rounds can grow (the quick start ends at 0.9030 or 0.9074 as idle or "
+        "busy cores choose): for runs that must match bit for bit on any machine, set vectorised or loop"
     )
     vectorise_min_users: int = Field(
         1, ge=1, description="with path: vectorised, groups of fewer users train one by one"
