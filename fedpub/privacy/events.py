@@ -219,14 +219,14 @@ class FixedSizeSampling:
 @dataclass(frozen=True)
 class CyclicFixedSizeSampling(FixedSizeSampling):
     """Cyclic fixed-size sampling: :class:`CyclicPoissonSampling`'s participation pattern with
-    :class:`FixedSizeSampling`'s known cohort and neighbours (what SecAgg+ needs). A seeded permutation of the ``population``
-    users' positions, drawn once a run, deals them into ``groups`` k of ⌊N/k⌋ or ⌈N/k⌉ users; round t draws exactly
-    ``cohort_size`` m of group t mod k without replacement. A user takes part at most once every k rounds, which
-    banded matrix-factorization noise of at most k bands needs. Replace-one neighbours: the partition is uniform and
-    reads no data, so the replacing user stands in the replaced one's group; given that group, the run is the
-    composition of the group's rounds, each an m-of-n sample without replacement. The accountant prices ⌈T/k⌉ of
-    them (group 0's rounds, the most of any group) at the smallest group's size ⌊N/k⌋: an upper bound for every
-    group, exact when k divides N, and the worst case only when every round releases the same noise multiplier
+    :class:`FixedSizeSampling`'s known cohort and neighbours (what SecAgg+ needs). A seeded permutation of the
+    ``population`` users' positions, drawn once a run, deals them into ``groups`` k of ⌊N/k⌋ or ⌈N/k⌉ users; round t
+    draws exactly ``cohort_size`` m of group t mod k without replacement. A user takes part at most once every k
+    rounds, which banded matrix-factorization noise of at most k bands needs. Replace-one neighbours: the partition
+    is uniform and reads no data, so the replacing user stands in the replaced one's group; given that group, the
+    run is the composition of the group's rounds, each an m-of-n sample without replacement. The accountant prices
+    ⌈T/k⌉ of them (group 0's rounds, the most of any group) at the smallest group's size ⌊N/k⌋: an upper bound for
+    every group, exact when k divides N, and the worst case only when every round releases the same noise multiplier
     (the strategy's build refuses a schedule that varies it). k = 1 is :class:`FixedSizeSampling`, cohorts and
     events alike."""
 

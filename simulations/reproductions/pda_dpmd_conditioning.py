@@ -43,7 +43,12 @@ import torch  # noqa: E402
 
 from fedpub.atomic import atomic_path, write_text_atomic  # noqa: E402
 from fedpub.simulations.reproductions import pda_dpmd_linear_regression as regression  # noqa: E402
-from fedpub.simulations.reproductions.judge import RULE, ClaimJudgement, paired_difference, welch_difference  # noqa: E402
+from fedpub.simulations.reproductions.judge import (  # noqa: E402
+    RULE,
+    ClaimJudgement,
+    paired_difference,
+    welch_difference,
+)
 from fedpub.simulations.reproductions.paired import PairedClaim, paired_line, write_paired_json  # noqa: E402
 from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     ClaimRecord,
@@ -208,7 +213,8 @@ def write_outputs(out: Path, levels: Sequence[Level], *, dim: int, seeds: int, t
         *(paired_line(values, claim, higher_is_better=False) for claim in paired), "", tuning, ""]))
     write_claims_json(out, ReproductionRecord(
         NAME, "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning, RULE,
-        tuple(ClaimRecord.of(text, *CLAIM_SIDES[key], judged[key], figure) for key, (text, figure) in CLAIM_TEXTS.items()),
+        tuple(ClaimRecord.of(text, *CLAIM_SIDES[key], judged[key], figure)
+              for key, (text, figure) in CLAIM_TEXTS.items()),
         ("table.md", "comparison.md"), ("figure.png",)))
     return lines
 

@@ -216,7 +216,8 @@ def population_loss(theta: torch.Tensor, theta_star: torch.Tensor, head_scale: f
     total = torch.full(diff.shape[:-1], LABEL_NOISE_VARIANCE, dtype=diff.dtype)
     weighted_sums = []
     values = (FEATURE_VALUE * head_scale, FEATURE_VALUE)
-    for block, active, value in ((diff[..., :head], HEAD_ACTIVE, values[0]), (diff[..., head:], TAIL_ACTIVE, values[1])):
+    blocks = ((diff[..., :head], HEAD_ACTIVE, values[0]), (diff[..., head:], TAIL_ACTIVE, values[1]))
+    for block, active, value in blocks:
         size = block.shape[-1]
         marginal, pair = active / size, active * (active - 1) / (size * (size - 1))
         squares, block_sum = block.square().sum(-1), block.sum(-1)

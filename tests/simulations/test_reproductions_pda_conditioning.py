@@ -1,5 +1,6 @@
 """Seed 000's conditioning claim at a fixed dimension (issue 45, item 5): the head features' scale sets the public
-Hessian's conditioning, the population loss stays exact, tuning on several draws, the verdicts and the files of a quick run."""
+Hessian's conditioning, the population loss stays exact, tuning on several draws, the verdicts and the files of a
+quick run."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_a_larger_head_scale_stretches_the_head_of_the_hessian_and_worsens_its_c
 def test_the_population_loss_stays_exact_at_another_head_scale():
     dim, scale, rows = 250, 3.0, 40_000
     idx = regression.sample_features(rows, dim, torch_generator("test", 1))
-    x = torch.zeros(rows, dim, dtype=regression.DTYPE).scatter_(1, idx, regression.feature_values(scale).expand(rows, -1))
+    values = regression.feature_values(scale).expand(rows, -1)
+    x = torch.zeros(rows, dim, dtype=regression.DTYPE).scatter_(1, idx, values)
     gen = torch_generator("test", 2)
     theta_star, theta = (torch.randn(dim, generator=gen, dtype=regression.DTYPE) for _ in range(2))
     monte_carlo = regression.LABEL_NOISE_VARIANCE + ((x @ (theta - theta_star)) ** 2).mean()
