@@ -95,12 +95,26 @@ def _describe_sqlite(path: Path, report: FileReport, deep: bool) -> None:
             "yes" if indexed else "none (as TFF writes it): each client read scans the whole table; "
             "fedpub.data.tff_sqlite.add_client_index adds one",
         )
+        if deep and not report.problems:
+            _check_integrity(connection, report)
         if deep and not report.problems and describers is not None and describers.sqlite_reader is not None:
             _check_every_example(path, connection, sorted(names), describers.sqlite_reader, report)
             if not report.problems:
-                report.add("checked", "tables, per-client example counts, every example decoded as a run decodes it")
+                report.add("checked", "SQLite's integrity check, tables, per-client example counts, every example "
+                                      "decoded as a run decodes it")
     finally:
         connection.close()
+
+
+def _check_integrity(connection: sqlite3.Connection, report: FileReport) -> None:
+    """SQLite's own ``PRAGMA integrity_check``: a damaged page or an index that disagrees with its table (a run reads
+    each client through the index, the scan below reads the table, so only this check sees them disagree)."""
+    try:
+        found = [str(row[0]) for row in connection.execute("PRAGMA integrity_check(5)")]
+    except sqlite3.DatabaseError as error:
+        found = [str(error)]
+    if found != ["ok"]:
+        report.problems.append(f"SQLite's integrity check fails ({found[0]}): the file is damaged; download it again")
 
 
 def _check_every_example(

@@ -145,6 +145,7 @@ def corrupt_bytes(path: Path, edits: list[tuple]) -> None:
 @example(kind="stackoverflow_h5", edits=[("flip", 0.09375, 1)])  # h5py: RuntimeError listing the clients
 @example(kind="stackoverflow_h5", edits=[("flip", 0.125, 1)])  # h5py: RuntimeError checking a client exists
 @example(kind="emnist_sqlite", edits=[("flip", 0.052734375, 128)])  # sqlite3: UnicodeDecodeError in the schema
+@example(kind="emnist_sqlite", edits=[("flip", 0.234375, 1)])  # the index disagrees with the table: verify must say so
 def test_bytes_flipped_or_truncated(files: dict[str, Path], kind: str, edits: list[tuple]) -> None:
     read = {
         "emnist_h5": read_emnist_h5,
