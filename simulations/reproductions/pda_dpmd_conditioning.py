@@ -98,8 +98,8 @@ class Level:
 def run_level(scale: float, seeds: int, grid: regression.Grid, *, dim: int, n_private: int, tuning_draws: int,
               accountant: str) -> Level:
     """Tune the arms on ``tuning_draws`` draws at head scale ``scale``, then run every test seed."""
-    draws = [(regression.prepare(dim, f"tune{i}" if i else "tune", n_private, head_scale=scale),
-              f"tune{i}" if i else "tune") for i in range(tuning_draws)]
+    seeds_of_tuning = ["tune", *(f"tune{i}" for i in range(1, tuning_draws))]  # "tune": the regression's own
+    draws = [(regression.prepare(dim, seed, n_private, head_scale=scale), seed) for seed in seeds_of_tuning]
     choices, tunings = regression.tune_draw(draws[0][0], grid, accountant, ARMS, more=draws[1:])
     losses: dict[str, dict[int, float]] = {arm: {} for arm in ARMS}
     conditions = []

@@ -460,10 +460,10 @@ def tune_draw(draw: Draw, grid: Grid, accountant: str = "pld", arms: Sequence[st
                 schedule = Schedule(grid.sampling_rate, epochs)
                 clips = torch.tensor([cc for cc, _ in pairs], dtype=DTYPE)
                 losses = {output: torch.zeros(len(pairs), dtype=DTYPE) for output in OUTPUTS}
+                z = noise_multiplier(schedule, accountant)
                 for one, seed in draws:
                     lrs = torch.tensor([ff * _unit(one, algorithm) for _, ff in pairs], dtype=DTYPE)
-                    iterates = run_algorithm(one, seed, algorithm, schedule, noise_multiplier(schedule, accountant),
-                                             lrs, clips)
+                    iterates = run_algorithm(one, seed, algorithm, schedule, z, lrs, clips)
                     for output in OUTPUTS:
                         losses[output] += torch.nan_to_num(empirical_loss(
                             getattr(iterates, output), one.problem.private_idx, one.problem.private_y,

@@ -15,12 +15,7 @@ from fedpub.simulations.reproductions import pda_dpmd_linear_regression as regre
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # single-threaded, as the command runs
 
 
 def test_a_larger_head_scale_stretches_the_head_of_the_hessian_and_worsens_its_conditioning():
