@@ -57,7 +57,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -106,35 +106,62 @@ class Landscape:
     scale: float = 1.0  # P
 
     def gate(self, theta1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q(θ₁) of eq. 1 and its derivative."""
-        size = theta1.abs()
+        """q(θ₁) of eq. 1 on the shell ‖θ₁‖ ∈ [M − R₁, M + R₁] and k with ∇q = k·θ₁, both (..., 1) for θ₁ (..., D)
+        (in one dimension the shell is the two basins at ±M)."""
+        size = theta1.norm(dim=-1, keepdim=True)
         outer, inner = size - (self.center + self.basin_halfwidth), (self.center - self.basin_halfwidth) - size
         distance = torch.clamp(torch.maximum(outer, inner), min=0.0)
         q = torch.clamp(1 - distance / self.gate_width, min=0.0)
         sloped = (distance > 0) & (distance < self.gate_width)
-        slope = torch.where(outer > 0, torch.sign(theta1), -torch.sign(theta1)) * (-1 / self.gate_width)
+        slope = torch.where(outer > 0, -1 / self.gate_width, 1 / self.gate_width) / size.clamp_min(1e-300)
         return q, torch.where(sloped, slope, torch.zeros_like(slope))
 
     def losses(self, theta: torch.Tensor, d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
-        """ℓ(θ; d) for every model (leading dims of ``theta``, last dim 1 + m) and example: (..., n)."""
-        r1 = theta[..., :1] - d1
-        quad2 = (theta[..., None, 1:] - d2).square().sum(-1) / (2 * self.radius**2)
+        """ℓ(θ; d) for every model (leading dims of ``theta``, last dim D + m) and example (d₁ (n, D), d₂ (n, m)):
+        (..., n)."""
+        dim1 = d1.shape[-1]
+        half1 = 0.5 * _squared_distances(theta[..., :dim1], d1)
+        quad2 = _squared_distances(theta[..., dim1:], d2) / (2 * self.radius**2)
         if self.kind == "convex":
-            return 0.5 * r1.square() + self.scale * quad2
-        q, _ = self.gate(theta[..., :1])
-        return torch.clamp(0.5 * r1.square(), max=4.5) + self.scale * q * torch.clamp(quad2 - 0.5, max=0.0)
+            return half1 + self.scale * quad2
+        q, _ = self.gate(theta[..., :dim1])
+        return torch.clamp(half1, max=4.5) + self.scale * q * torch.clamp(quad2 - 0.5, max=0.0)
 
-    def gradients(self, theta: torch.Tensor, d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
-        """Per-example gradients (..., n, 1 + m), in closed form (the tests check them against autograd)."""
-        r1 = theta[..., :1] - d1
-        diff2 = theta[..., None, 1:] - d2
+    def gradient_sum(self, theta: torch.Tensor, d1: torch.Tensor, d2: torch.Tensor, clips: torch.Tensor | None = None,
+                     weights: torch.Tensor | None = None) -> torch.Tensor:
+        """Σᵢ wᵢ·min(1, C/‖∇ℓ(θ; dᵢ)‖)·∇ℓ(θ; dᵢ) for every model (leading dims of ``theta``): the clipped (``clips``
+        broadcast to (..., 1); None: unclipped) and weighted (``weights`` (..., n); None: every example once) sum of
+        the per-example gradients, without forming them. Every per-example gradient is aᵢ·θ₁ − bᵢ·d₁ᵢ on θ₁ (the
+        gate's slope is parallel to θ₁) and cᵢ·(θ₂ − d₂ᵢ) on θ₂, so norms and sums are matrix products with the
+        data (the tests check them against autograd)."""
+        dim1 = d1.shape[-1]
+        theta1, theta2 = theta[..., :dim1], theta[..., dim1:]
+        inner1 = theta1 @ d1.T
+        sq1 = _squared_distances(theta1, d1, inner1)
+        sq2 = _squared_distances(theta2, d2)
         if self.kind == "convex":
-            return torch.cat([r1[..., None], self.scale * diff2 / self.radius**2], dim=-1)
-        quad2 = diff2.square().sum(-1) / (2 * self.radius**2) - 0.5
-        q, slope = self.gate(theta[..., :1])
-        g1 = torch.where(0.5 * r1.square() < 4.5, r1, 0.0) + self.scale * torch.clamp(quad2, max=0.0) * slope
-        g2 = (self.scale * q * (quad2 < 0))[..., None] * diff2 / self.radius**2
-        return torch.cat([g1[..., None], g2], dim=-1)
+            a = b = torch.ones_like(sq1)
+            c = torch.full_like(sq2, self.scale / self.radius**2)
+        else:
+            q, slope = self.gate(theta1)
+            b = (0.5 * sq1 < 4.5).to(theta.dtype)
+            quad2 = sq2 / (2 * self.radius**2) - 0.5
+            a = b + self.scale * torch.clamp(quad2, max=0.0) * slope
+            c = self.scale * q * (quad2 < 0) / self.radius**2
+        norms = (a.square() * theta1.square().sum(-1, keepdim=True) - 2 * a * b * inner1
+                 + b.square() * d1.square().sum(-1) + c.square() * sq2).clamp_min(0.0).sqrt()
+        w = torch.ones_like(norms) if weights is None else weights
+        if clips is not None:
+            w = w * torch.clamp(clips / norms.clamp_min(1e-300), max=1.0)
+        return torch.cat([theta1 * (w * a).sum(-1, keepdim=True) - (w * b) @ d1,
+                          theta2 * (w * c).sum(-1, keepdim=True) - (w * c) @ d2], dim=-1)
+
+
+def _squared_distances(points: torch.Tensor, data: torch.Tensor, inner: torch.Tensor | None = None) -> torch.Tensor:
+    """‖x − dᵢ‖² for every point x (..., k) and row dᵢ of ``data`` (n, k): (..., n), from the inner products
+    (``inner``, x·dᵢ, when already computed)."""
+    inner = points @ data.T if inner is None else inner
+    return (points.square().sum(-1, keepdim=True) - 2 * inner + data.square().sum(-1)).clamp_min(0.0)
 
 
 @dataclass(frozen=True)
@@ -149,36 +176,40 @@ class Sizes:
     public: int = 20
     validation: int = 2000
     test: int = 5000
+    dim1: int = 1  # D: θ₁'s dimension (1 in the paper's figure; the high-dimensional regime's is large)
     dim2: int = 4  # m
-    spread1: float = 0.5  # s₁
+    spread1: float = 0.5  # s₁: the norm of d₁'s spread (per coordinate s₁/√D)
     spread2: float = 0.5  # s₂ / r (per coordinate)
 
 
 @dataclass(frozen=True)
 class Data:
-    """d₁ (n,) and d₂ (n, m) for each split, and the population's (M, μ₂)."""
+    """d₁ (n, D) and d₂ (n, m) for each split, and the population's (M·e₁, μ₂)."""
 
     private: tuple[torch.Tensor, torch.Tensor]
     public: tuple[torch.Tensor, torch.Tensor]
     validation: tuple[torch.Tensor, torch.Tensor]
     test: tuple[torch.Tensor, torch.Tensor]
-    optimum: torch.Tensor  # (1 + m,)
+    optimum: torch.Tensor  # (D + m,)
 
 
 def make_data(land: Landscape, sizes: Sizes, seed: int | str) -> Data:
-    """One draw: μ₂ a uniformly random direction of norm r/2; every split i.i.d. from the same distribution."""
+    """One draw: θ₁'s population minimum M·e₁ (DP-SGD's noise is isotropic, so one direction serves for all), μ₂ a
+    uniformly random direction of norm r/2; every split i.i.d. from the same distribution."""
     gen = torch_generator(NAME, seed, "data")
     direction = torch.randn(sizes.dim2, generator=gen, dtype=DTYPE)
     mu2 = direction / direction.norm() * land.radius / 2
+    theta1 = torch.zeros(sizes.dim1, dtype=DTYPE)
+    theta1[0] = land.center
 
     def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        d1 = land.center + sizes.spread1 * torch.randn(n, generator=gen, dtype=DTYPE)
+        d1 = theta1 + sizes.spread1 / math.sqrt(sizes.dim1) * torch.randn(n, sizes.dim1, generator=gen, dtype=DTYPE)
         d2 = mu2 + sizes.spread2 * land.radius * torch.randn(n, sizes.dim2, generator=gen, dtype=DTYPE)
         norms = d2.norm(dim=1, keepdim=True)
         return d1, d2 * torch.clamp(land.radius / norms, max=1.0)
 
     return Data(split(sizes.private), split(sizes.public), split(sizes.validation), split(sizes.test),
-                torch.cat([torch.tensor([land.center], dtype=DTYPE), mu2]))
+                torch.cat([theta1, mu2]))
 
 
 def excess_loss(land: Landscape, theta: torch.Tensor, split: tuple[torch.Tensor, torch.Tensor],
@@ -192,19 +223,16 @@ def excess_loss(land: Landscape, theta: torch.Tensor, split: tuple[torch.Tensor,
 def private_sgd(land: Landscape, data: tuple[torch.Tensor, torch.Tensor], theta: torch.Tensor, lrs: torch.Tensor,
                 clips: torch.Tensor, noise_multipliers: Sequence[float], sampling_rate: float,
                 generator: torch.Generator) -> torch.Tensor:
-    """DP-SGD for every (lr, C) row and replicate chain: ``theta`` (G, K, 1 + m). Step t draws each chain's Poisson
-    batch (K, n) and standard normal (K, 1 + m) from ``generator`` (shared by the G rows and by every arm given the
+    """DP-SGD for every (lr, C) row and replicate chain: ``theta`` (G, K, D + m). Step t draws each chain's Poisson
+    batch (K, n) and standard normal (K, D + m) from ``generator`` (shared by the G rows and by every arm given the
     same generator: common random numbers), clips per example, adds z_t·C times the normal and divides by qn."""
     d1, d2 = data
-    n = d1.numel()
+    n = d1.shape[0]
     chains = theta.shape[1]
     for z in noise_multipliers:
         batch = (torch.rand(chains, n, generator=generator, dtype=DTYPE) < sampling_rate).to(DTYPE)
         standard = torch.randn(chains, theta.shape[-1], generator=generator, dtype=DTYPE)
-        grads = land.gradients(theta, d1, d2)
-        norms = grads.norm(dim=-1).clamp_min(1e-300)
-        weights = torch.clamp(clips[:, None, None] / norms, max=1.0) * batch
-        summed = (grads * weights[..., None]).sum(-2)
+        summed = land.gradient_sum(theta, d1, d2, clips[:, None, None], batch)
         noisy = (summed + z * clips[:, None, None] * standard) / (sampling_rate * n)
         theta = theta - lrs[:, None, None] * noisy
     return theta
@@ -214,7 +242,7 @@ def public_gd(land: Landscape, data: tuple[torch.Tensor, torch.Tensor], theta: t
               lr: float) -> torch.Tensor:
     """``steps`` full-batch gradient-descent steps on the public examples (non-private)."""
     for _ in range(steps):
-        theta = theta - lr * land.gradients(theta, *data).mean(-2)
+        theta = theta - lr / data[0].shape[0] * land.gradient_sum(theta, *data)
     return theta
 
 
@@ -282,7 +310,7 @@ def compared(plan: Plan) -> tuple[tuple[str, str], ...]:
     """(better, worse) of every claim and control: each is judged at the arms' own points and with the better arm
     at the worse arm's (the control's) tuned point."""
     first, last = figure4_arms(plan)
-    return ("early", "late"), ("early", "even"), (first, last), ("late", "early"), (last, first)
+    return ("early", "late"), ("early", "even"), (first, last), (first, "even"), ("late", "early"), (last, first)
 
 
 def arms(plan: Plan) -> tuple[str, ...]:
@@ -294,7 +322,7 @@ def arms(plan: Plan) -> tuple[str, ...]:
 
 def run_arm(land: Landscape, data: Data, plan: Plan, arm: str, zs: Mapping[str, list[float]], lrs: torch.Tensor,
             clips: torch.Tensor, replicates: int, stream: int | str) -> torch.Tensor:
-    """The final models of one arm, (G, K, 1 + m), for the (lr, C) rows; ``stream`` names the batches and noise
+    """The final models of one arm, (G, K, D + m), for the (lr, C) rows; ``stream`` names the batches and noise
     (the same for every arm of a seed)."""
     theta = torch.zeros(lrs.numel(), replicates, data.optimum.numel(), dtype=DTYPE)
     generator = torch_generator(NAME, stream, "train")
@@ -385,24 +413,22 @@ def run(kinds: Sequence[Kind], epsilons: Sequence[float], seeds: int, plan: Plan
     for kind in kinds:
         land = Landscape(kind)
         draws = [make_data(land, sizes, f"tune{i}") for i in range(tuning_draws)]
-        tests = [make_data(land, sizes, seed) for seed in range(seeds)]
         for epsilon in epsilons:
             cell, tick = cell_name(kind, epsilon), time.perf_counter()
             zs = {s: noise_schedule(plan, s, epsilon, cache_dir) for s in SCHEDULES}
             joint = tune_arms(land, draws, plan, zs, replicates, grid)
             tunings.update({(arm, cell): tuning for arm, tuning in joint.items()})
+            points = {arm: {"lr": 0.0, "C": 1.0} if arm in ("public_only", "origin")  # nothing private to tune
+                      else joint[arm.partition("@")[2] or arm].best for arm in arms(plan)}
             for arm in arms(plan):
-                trained, _, owner = arm.partition("@")
-                if arm in ("public_only", "origin"):
-                    best = {"lr": 0.0, "C": 1.0}  # nothing private: nothing to tune
-                else:
-                    best = joint[owner or arm].best
-                lr, clip = (torch.tensor([best[k]], dtype=DTYPE) for k in TUNED)
                 values[arm][cell], right[arm][cell] = {}, {}
-                for seed, data in enumerate(tests):
-                    theta = run_arm(land, data, plan, trained, zs, lr, clip, replicates, seed)[0]
+            for seed in range(seeds):  # a seed's data made once for every arm, and never all seeds' at once
+                data = make_data(land, sizes, seed)
+                for arm in arms(plan):
+                    lr, clip = (torch.tensor([points[arm][k]], dtype=DTYPE) for k in TUNED)
+                    theta = run_arm(land, data, plan, arm.partition("@")[0], zs, lr, clip, replicates, seed)[0]
                     values[arm][cell][seed] = float(excess_loss(land, theta, data.test, data.optimum).mean())
-                    q, _ = land.gate(theta[:, :1])
+                    q, _ = land.gate(theta[:, :sizes.dim1])
                     right[arm][cell][seed] = float(((theta[:, 0] > 0) & (q[:, 0] > 0)).to(DTYPE).mean())
             missed = 1 - statistics.fmean(right["even"][cell].values())
             regime = f"; cold even misses the basin at +M in {missed:.1%} of chains" if kind == "two_basin" else ""
@@ -416,6 +442,10 @@ TABLE2_FIGURE = ("Table 2 (CIFAR-10, 60 epochs, σ² = 0.6 on one epoch): first 
                  "epoch 46.3 / 48.0 / 52.0 % at ε = 1 / 3 / 8 (± 0.3–0.9)")
 FIGURE4 = ("Figure 4 (CIFAR-10, T_pub = 200 public epochs): accuracy rises with the epochs spent on pretraining; all "
            "200 before private training is best")
+
+
+THEOREM = ("Theorem 2.1: with n_pub ≪ n_priv, public pretraining then private fine-tuning reaches excess loss O(1/p) "
+           "where private training alone (and public alone: the gate row) stays Ω(1)")
 
 
 LEARNS_MARGIN = 0.005
@@ -463,6 +493,8 @@ def claims(plan: Plan, kinds: Sequence[Kind], epsilons: Sequence[float],
                      "training is more beneficial'"),
         *both_points("Two basins: all public steps before private training beat all after it (Figure 4)", first,
                      last, cells("two_basin"), gated, paper_figure=FIGURE4),
+        *both_points("Two basins: public pretraining then private training beats private training alone "
+                     "(Theorem 2.1)", first, "even", cells("two_basin"), (REGIME_GATE,), paper_figure=THEOREM),
         *both_points("Convex control: the last epoch's budget beats the first's (the prediction flips)", "late",
                      "early", cells("convex"), learns, role="control"),
         *both_points("Convex control: public steps after private training beat those before (the prediction flips)",
@@ -480,15 +512,16 @@ PAPER = ("Ganesh et al. 2023, \"Why is public pretraining necessary for private 
          "construction, Figure 2's one-dimensional toy) and §3.1 (Table 2, Figure 4).")
 
 
-def write_outputs(out: Path, outcome: Outcome, found: Sequence[PairedClaim], plan: Plan, sizes: Sizes, seeds: int,
+def write_outputs(out: Path, outcome: Outcome, found: Sequence[PairedClaim], regime: Regime, seeds: int,
                   replicates: int, draws: int, wall: float, quick: bool) -> list[str]:
     """paired.json, comparison.md, tuning.md and claims.json; returns the comparison's claim lines."""
     out.mkdir(parents=True, exist_ok=True)
-    write_paired_json(out, NAME, "test excess loss", False, outcome.values, found, outcome.measures)
+    plan, sizes = regime.plan, regime.sizes
+    write_paired_json(out, regime.name, "test excess loss", False, outcome.values, found, outcome.measures)
     lines = [paired_line(outcome.values, c, higher_is_better=False) for c in found]
     basin = [f"- {arm}: " + ", ".join(f"{cell} {statistics.fmean(per.values()):.2f}" for cell, per in cells.items())
              for arm, cells in outcome.right_basin.items()]
-    regime = [f"- {cell}: cold `even` misses the basin at +M in {statistics.fmean(per.values()):.1%} of chains "
+    gate_lines = [f"- {cell}: cold `even` misses the basin at +M in {statistics.fmean(per.values()):.1%} of chains "
               f"(gate ≥ {MISS_FLOOR:.0%}: {'passes' if statistics.fmean(per.values()) >= MISS_FLOOR else 'fails'})"
               for cell, per in outcome.measures[MISSED].items() if cell.startswith("two_basin")]
     write_text_atomic(out / "tuning.md", "\n".join(
@@ -504,19 +537,21 @@ def write_outputs(out: Path, outcome: Outcome, found: Sequence[PairedClaim], pla
               + (f"still on an edge: {'; '.join(flagged)}. " if flagged else "none on an edge. ")
               + "Each claim judged at the arms' own points and with both at the control's (the worse arm's) point. "
               "Not counted in ε.")
-    setup = (f"{sizes.private} private, {sizes.public} public examples a draw; m = {sizes.dim2}; {plan.epochs} epochs "
+    setup = (f"{sizes.private} private, {sizes.public} public examples a draw; D = {sizes.dim1}, m = {sizes.dim2}; "
+             f"{plan.epochs} epochs "
              f"at q = {plan.sampling_rate:g} ({plan.steps} steps), δ = {plan.delta:g}, {plan.accountant.upper()} "
              f"accountant; T_pub = {plan.public_steps} public GD steps at lr {plan.public_lr:g}; {seeds} seeds × "
              f"{replicates} chains; wall time {wall:.0f} s.")
     write_text_atomic(out / "comparison.md", "\n".join([
-        f"# {TITLE}", "", PAPER, "", setup, "", "## Paired differences (test excess loss, lower is better)", "",
+        f"# {regime.title}", "", PAPER, "", setup, "", "## Paired differences (test excess loss, lower is better)", "",
         *lines, "", "## Judged (paired t on the seeds, Holm over ε, the gates first)", "", RULE, "",
         *(judgement(outcome.values, c, False, outcome.measures).sentence(c.text, c.better, c.worse) for c in found),
-        "", "## Regime gate of the two-basin claims", "", *regime, "",
+        "", "## Regime gate of the two-basin claims", "", *gate_lines, "",
         "## Share of chains ending in the basin at +M (mean over seeds)", "", *basin, "", tuning, ""]))
-    command = f"python -m fedpub.simulations.reproductions.{NAME}" + (" --quick" if quick else "")
+    command = (f"python -m fedpub.simulations.reproductions.{NAME}"
+               + (f" --regime {regime.key}" if regime.key != DEFAULT_REGIME else "") + (" --quick" if quick else ""))
     write_claims_json(out, ReproductionRecord(
-        NAME, "001", TITLE, PAPER, command, quick, seeds, wall, tuning, RULE,
+        regime.name, "001", regime.title, PAPER, command, quick, seeds, wall, tuning, RULE,
         tuple(ClaimRecord.of(c.text, c.better, c.worse, judgement(outcome.values, c, False, outcome.measures),
                              c.paper_figure)
               for c in found),
@@ -524,32 +559,67 @@ def write_outputs(out: Path, outcome: Outcome, found: Sequence[PairedClaim], pla
     return lines
 
 
+@dataclass(frozen=True)
+class Regime:
+    """Where the construction is run: its record's name and title, the private run and the data, the default seeds
+    and chains."""
+
+    key: str
+    name: str
+    title: str
+    plan: Plan
+    sizes: Sizes
+    seeds: int
+    replicates: int
+
+
+DEFAULT_REGIME = "figure2"
+REGIMES = {
+    DEFAULT_REGIME: Regime(DEFAULT_REGIME, NAME, TITLE, Plan(), Sizes(), seeds=20, replicates=16),
+    "high_dim": Regime(
+        "high_dim", f"{NAME}_high_dim",
+        "Seed 001 in the regime of its Theorem 2.1: the two-basin construction with θ₁ in 2,000 dimensions, 100 "
+        "private and 5 public examples, with a convex control",
+        Plan(public_steps=400, pretrain_splits=(0, 100, 200, 300, 400)),
+        Sizes(private=100, public=5, validation=500, test=2000, dim1=2000), seeds=50, replicates=8),
+}
+"""``figure2``: the paper's one-dimensional toy (Figure 2), where a private choice of one of two basins is easy once
+εn is large. ``high_dim`` (fedpub issue 45, item 5): θ₁ high-dimensional (the theorem's θ₁ has p⁴ coordinates), far
+fewer public than private examples, so private mean estimation of θ₁ — reaching the shell where ℓ₂ opens — is hard
+at the noise ε asks for while 5 public examples find it, and 5 public examples estimate θ₂ worse than 100 private
+ones; 400 public GD steps at lr 0.01 bring θ₁ to within 2 % of the public minimum."""
+
 QUICK_PLAN = Plan(epochs=2, sampling_rate=0.1, public_steps=40, pretrain_splits=(0, 40), accountant="rdp")
 QUICK_SIZES = Sizes(private=100, public=10, validation=200, test=300)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=20, help="paired seeds (default 20)")
+    parser.add_argument("--regime", choices=sorted(REGIMES), default=DEFAULT_REGIME,
+                        help=f"the paper's one-dimensional toy ({DEFAULT_REGIME}, default) or Theorem 2.1's "
+                             "high-dimensional regime (high_dim, its own folder)")
+    parser.add_argument("--seeds", type=int, default=None, help="paired seeds (default 20; high_dim 50)")
     parser.add_argument("--epsilons", default="1,3,8", help="target ε list (default 1,3,8: Table 2's)")
-    parser.add_argument("--replicates", type=int, default=16, help="chains a seed (default 16)")
+    parser.add_argument("--replicates", type=int, default=None, help="chains a seed (default 16; high_dim 8)")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
+                        help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)}; "
+                             "high_dim: the regime's name in place of two_basin)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny data, 2 epochs, ε = 1, 3 seeds × 4 chains, a 2×2 grid, RDP: seconds, for the tests")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    out = args.out or default_out(NAME, args.quick)
+    regime = REGIMES[args.regime]
+    out = args.out or default_out(regime.name, args.quick)
     start = time.perf_counter()
     if args.quick:
-        plan, sizes, epsilons, seeds, replicates, draws = QUICK_PLAN, QUICK_SIZES, [1.0], 3, 4, 1
-        grid = ((0.005, 0.01), (1.0, 3.0))
+        regime = replace(regime, plan=QUICK_PLAN, sizes=replace(QUICK_SIZES, dim1=min(regime.sizes.dim1, 50)))
+        epsilons, seeds, replicates, draws, grid = [1.0], 3, 4, 1, ((0.005, 0.01), (1.0, 3.0))
     else:
-        plan, sizes, seeds, replicates, draws = Plan(), Sizes(), args.seeds, args.replicates, TUNING_DRAWS
-        epsilons, grid = [float(e) for e in args.epsilons.split(",")], (LR_GRID, CLIP_GRID)
-    outcome = run(KINDS, epsilons, seeds, plan, sizes, replicates, draws, grid)
-    found = claims(plan, KINDS, epsilons, outcome.tunings)
-    lines = write_outputs(out, outcome, found, plan, sizes, seeds, replicates, draws, time.perf_counter() - start,
+        seeds, replicates = args.seeds or regime.seeds, args.replicates or regime.replicates
+        draws, epsilons, grid = TUNING_DRAWS, [float(e) for e in args.epsilons.split(",")], (LR_GRID, CLIP_GRID)
+    outcome = run(KINDS, epsilons, seeds, regime.plan, regime.sizes, replicates, draws, grid)
+    found = claims(regime.plan, KINDS, epsilons, outcome.tunings)
+    lines = write_outputs(out, outcome, found, regime, seeds, replicates, draws, time.perf_counter() - start,
                           args.quick)
     print("\n".join(lines))
     print(f"wall time {time.perf_counter() - start:.1f} s; results in {out}")

@@ -18,25 +18,35 @@ from fedpub.simulations.reproductions.results_record import VERDICTS, read_claim
 SIZES = tb.Sizes(private=200, public=200, validation=10, test=4000, spread1=0.05)
 
 
+@pytest.mark.parametrize("dim1", [1, 6])
 @pytest.mark.parametrize("kind", tb.KINDS)
-def test_gradients_are_the_losses_derivatives(kind):
+def test_clipped_weighted_gradient_sums_are_autograds(kind, dim1):
+    """gradient_sum (matrix products with the data, no per-example gradients formed) equals the sum of autograd's
+    per-example gradients, clipped and weighted, on points inside, on the slopes of and outside the gate's shell."""
     land = tb.Landscape(kind)
-    data = tb.make_data(land, SIZES, 0)
-    d1, d2 = data.private[0][:30], data.private[1][:30]
+    data = tb.make_data(land, tb.Sizes(private=30, public=5, validation=5, test=5, dim1=dim1), 0)
+    d1, d2 = data.private
     gen = torch.Generator().manual_seed(0)
-    theta1 = torch.tensor([-0.7, -0.55, -0.3, 0.0, 0.25, 0.45, 0.65, 0.75], dtype=tb.DTYPE)[:, None]
-    theta = torch.cat([theta1, data.optimum[1:] + 0.03 * torch.randn(8, SIZES.dim2, generator=gen, dtype=tb.DTYPE)],
-                      dim=1).requires_grad_(True)
-    expected = torch.stack([torch.autograd.grad(land.losses(row, d1, d2)[i], row)[0]
-                            for row in theta for i in range(30)]).reshape(8, 30, -1)
-    torch.testing.assert_close(land.gradients(theta.detach(), d1, d2), expected)
+    sizes = torch.tensor([0.0, 0.25, 0.3, 0.45, 0.55, 0.65, 0.75, 0.95], dtype=tb.DTYPE)
+    direction = torch.randn(8, dim1, generator=gen, dtype=tb.DTYPE)
+    theta1 = direction / direction.norm(dim=1, keepdim=True) * sizes[:, None] * torch.where(
+        torch.arange(8) % 2 == 0, 1.0, -1.0)[:, None].to(tb.DTYPE)
+    theta = torch.cat([theta1, data.optimum[dim1:] + 0.03 * torch.randn(8, 4, generator=gen, dtype=tb.DTYPE)], dim=1)
+    per_example = torch.stack([torch.autograd.grad(land.losses(row, d1, d2)[i], row)[0]
+                               for row in theta.clone().requires_grad_(True) for i in range(30)]).reshape(8, 30, -1)
+    clips = torch.tensor([0.05, 0.3, 1.0, 10.0, 0.05, 0.3, 1.0, 10.0], dtype=tb.DTYPE)[:, None]
+    weights = (torch.rand(8, 30, generator=gen) < 0.6).to(tb.DTYPE)
+    scale = torch.clamp(clips / per_example.norm(dim=-1), max=1.0) * weights
+    torch.testing.assert_close(land.gradient_sum(theta, d1, d2, clips, weights),
+                               (per_example * scale[..., None]).sum(1))
+    torch.testing.assert_close(land.gradient_sum(theta, d1, d2), per_example.sum(1))
 
 
 def test_two_basins_the_global_one_at_plus_m_and_the_gate_closed_at_the_origin():
     land = tb.Landscape("two_basin")
     data = tb.make_data(land, SIZES, 1)
-    q, _ = land.gate(torch.tensor([-0.5, -0.4, 0.0, 0.2, 0.5, 0.6, 0.9], dtype=tb.DTYPE))
-    assert q.tolist() == pytest.approx([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    q, _ = land.gate(torch.tensor([-0.5, -0.4, 0.0, 0.2, 0.5, 0.6, 0.9], dtype=tb.DTYPE)[:, None])
+    assert q[:, 0].tolist() == pytest.approx([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
     right, wrong, origin = data.optimum.clone(), data.optimum.clone(), torch.zeros_like(data.optimum)
     wrong[0] = -land.center
     loss = {name: float(land.losses(theta, *data.test).mean()) for name, theta in
@@ -173,3 +183,14 @@ def test_a_claim_whose_arm_was_tuned_to_the_lowest_learning_rate_is_not_testable
     tunings["even", CELL] = tuned(0.0025)
     found = {c.text: c for c in tb.claims(tb.QUICK_PLAN, ("two_basin",), (1.0,), tunings)}
     assert judgement(values, found[table2 + " — both at late's tuned (lr, C)"], False, measures).outcome == "supports"
+
+
+def test_the_high_dimensional_regime_writes_its_own_record_with_theorem_2_1s_claim(tmp_path):
+    out = tb.main(["--quick", "--regime", "high_dim", "--out", str(tmp_path / "out")])
+    record = read_claims_json(out / "claims.json")
+    assert record.name == "two_basin_high_dim" and record.command.endswith("two_basin --regime high_dim --quick")
+    assert "D = 50, m = 4" in (out / "comparison.md").read_text()
+    theorem = [c for c in record.claims if "(Theorem 2.1)" in c.text]
+    assert [c.worse for c in theorem] == ["even", "even"] and theorem[1].better == "pre_40@even"
+    full = tb.REGIMES["high_dim"].sizes  # the quick mode's sizes are its own; the full regime's, far fewer public
+    assert full.dim1 == 2000 and 10 * full.public <= full.private
