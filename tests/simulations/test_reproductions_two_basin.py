@@ -194,3 +194,17 @@ def test_the_high_dimensional_regime_writes_its_own_record_with_theorem_2_1s_cla
     assert [c.worse for c in theorem] == ["even", "even"] and theorem[1].better == "pre_40@even"
     full = tb.REGIMES["high_dim"].sizes  # the quick mode's sizes are its own; the full regime's, far fewer public
     assert full.dim1 == 2000 and 10 * full.public <= full.private
+
+
+def test_the_basin_of_the_minimum_is_the_gates_support_around_it_in_any_dimension():
+    """In one dimension, within R₁ + R₂ of θ₁* is the basin at +M (θ₁ > 0 with the gate open); in 3 dimensions a
+    point on the shell but away from θ₁* missed it."""
+    land = tb.Landscape("two_basin")
+    theta1 = torch.linspace(-1, 1, 401, dtype=tb.DTYPE)[:, None]
+    q, _ = land.gate(theta1)
+    optimum = torch.tensor([land.center, 0.0], dtype=tb.DTYPE)
+    theta = torch.cat([theta1, torch.zeros_like(theta1)], dim=1)
+    assert torch.equal(land.in_basin(theta, optimum, 1), (theta1[:, 0] > 0) & (q[:, 0] > 0))
+    on_shell = torch.tensor([[0.5, 0, 0, 0], [0, 0.5, 0, 0], [-0.5, 0, 0, 0], [0.45, 0.2, 0, 0]], dtype=tb.DTYPE)
+    optimum3 = torch.tensor([land.center, 0, 0, 0], dtype=tb.DTYPE)
+    assert land.in_basin(on_shell, optimum3, 3).tolist() == [True, False, False, True]
