@@ -38,10 +38,11 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ from fedpub.simulations.tools.compare_report import (
 from fedpub.simulations.run.engine import run_in_process
 from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.reproductions.claims import cell_of, judge_claims, results_of
-from fedpub.simulations.reproductions.judge import RULE, Beats, Claim, Gate, NotDegenerate, NotFlat
+from fedpub.simulations.reproductions.judge import RULE, Beats, Claim, Gate, NotDegenerate, NotFlat, PrivateStepOn
 from fedpub.simulations.reproductions.results_record import (
     ClaimRecord,
     ReproductionRecord,
@@ -71,7 +72,8 @@ from fedpub.simulations.reproductions.results_record import (
     read_claims_json,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, grid_points, tune_jointly
+from fedpub.simulations.reproductions.round_zero import start_of, warm_start_metrics
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_low_edge, grid_points, tune_jointly
 from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunInterrupted
 from fedpub.simulations.tools.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
@@ -106,7 +108,11 @@ CHANCE_MARGIN = 0.05
 FLAT = 0.01
 """A tuning landscape whose validation scores span less than this is flat (the :class:`~.judge.NotFlat` gate)."""
 BEATS_MARGIN = 0.01
-"""By how much the best private arm must beat public-only (or the trivial predictor) for a cell to be testable."""
+"""By how much the best private arm must beat public-only (or the trivial predictor) for a cell to be testable,
+and a warm-started arm its own round 0."""
+PRIVATE_STEP = SERVER_LR.name
+"""The axis that sizes the private step (it scales signal and noise alike): tuned to its grid's low edge, private
+training was switched off (:func:`_private_step_gated`)."""
 
 
 def emnist_gates(arms: tuple[str, ...], private: tuple[str, ...] = ()) -> tuple[Gate, ...]:
@@ -450,6 +456,41 @@ def _tuned_overrides(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], l
     return _with_values(placed.strategies[label], tunings[label, epsilon].best)
 
 
+def _round_zero(placed: PlacedSweep, out: Path, headline: str) -> tuple[list[Row], str]:
+    """Every warm-started strategy's start (:mod:`.round_zero`) on every test seed: rows named
+    :func:`~.round_zero.start_of` its label, with no ε (the warm start spends none), and a sentence for the tuning
+    paragraph."""
+    rows: list[Row] = []
+    for label, overrides in placed.strategies.items():
+        for seed in placed.seeds:
+            config = RunSpec(overrides, None, seed, f"{label}__round0", out / "runs").config(placed.base)
+            if config.strategy.warm_start is None:
+                break
+            rows.append({"strategy": start_of(label), "seed": seed, "target_epsilon": None,
+                         **warm_start_metrics(config)})
+    text = "; ".join(f"`{name}` {statistics.fmean(r[f'eval_{headline}'] for r in rows if r['strategy'] == name):.4f}"
+                     for name in dict.fromkeys(r["strategy"] for r in rows))
+    return rows, (f"Round 0 of the warm-started arms (their warm start evaluated: the start each must improve on by "
+                  f"{BEATS_MARGIN:g}), mean test {headline}: {text}." if text else "")
+
+
+def _private_step_gated(claims: Sequence[Claim], placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning],
+                        starts: Sequence[str]) -> tuple[Claim, ...]:
+    """Each claim with the :class:`~.judge.PrivateStepOn` gate of its tuned arms (fedpub issue 45, item 2): not
+    testable in a cell where an arm's tuned server lr (:data:`PRIVATE_STEP`) sits at its grid's low edge, or where a
+    warm-started arm (its round-0 rows in ``starts``) ends less than :data:`BEATS_MARGIN` past its own start."""
+    gated = []
+    for claim in claims:
+        arms = tuple(arm for arm in (claim.better, claim.worse) if arm in placed.axes)
+        edges = {arm: {cell_of(eps): at_low_edge(tunings[arm, eps], [PRIVATE_STEP] if PRIVATE_STEP in
+                                                 tunings[arm, eps].grid else []) for eps in placed.tuning_epsilons}
+                 for arm in arms}
+        own_starts = {arm: start_of(arm) for arm in arms if start_of(arm) in starts}
+        gated.append(replace(claim, gates=(*claim.gates, PrivateStepOn(arms, edges, own_starts, BEATS_MARGIN)))
+                     if arms else claim)
+    return tuple(gated)
+
+
 def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path:
     """Tune, run the test sweep, judge the claims; write comparison.md and claims.json into ``--out``."""
     parser = argparse.ArgumentParser(description=repro.title)
@@ -518,18 +559,20 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
         rows = [{**r, "target_epsilon": float(f"{max(r['epsilon'] for r in rows):.3g}")} for r in rows]
     control_rows, control_text = ([], "") if repro.control is None else repro.control(
         placed.base, placed.seeds, args.quick)
+    start_rows, start_text = _round_zero(placed, out, headline)
     landscapes: dict[str, dict[str, list[float]]] = {}
     for (label, eps), t in tunings.items():
         landscapes.setdefault(label, {})[cell_of(eps)] = list(t.scores.values())
-    every_row = [*rows, *control_rows]
-    judged = judge_claims(results_of(every_row, headline), repro.claims, repro.gates, landscapes,
+    every_row = [*rows, *control_rows, *start_rows]
+    claims = _private_step_gated(repro.claims, placed, tunings, {r["strategy"] for r in start_rows})
+    judged = judge_claims(results_of(every_row, headline), claims, repro.gates, landscapes,
                           gate_results=results_of(every_row, headline, split="val"))
-    tuning = _tuning_text(placed, tunings, control_text, args.quick)
+    tuning = _tuning_text(placed, tunings, " ".join(t for t in (control_text, start_text) if t), args.quick)
     lines = [f"# {repro.title}", "", repro.paper, ""]
     if repro.setting is not None:
         lines += [repro.setting(rows, placed.base), ""]
     lines += ["## Claims checked", "", RULE, "",
-              *(j.sentence(c.text, c.better, c.worse) for c, j in zip(repro.claims, judged, strict=True)), ""]
+              *(j.sentence(c.text, c.better, c.worse) for c, j in zip(claims, judged, strict=True)), ""]
     if repro.note:
         lines += [repro.note, ""]
     lines += ["## Tuning", "", tuning, "",
@@ -543,7 +586,7 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
         repro.name, repro.seed_paper, repro.title, repro.paper, command, args.quick, len(placed.seeds),
         _earlier_wall_time(out) + time.perf_counter() - started, tuning, RULE,
         tuple(ClaimRecord.of(c.text, c.better, c.worse, j, c.paper_figure)
-              for c, j in zip(repro.claims, judged, strict=True)),
+              for c, j in zip(claims, judged, strict=True)),
         ("comparison.md", TABLE_FILE), (EPSILON_PLOT, ROUND_PLOT),
     ))
     return out / "comparison.md"

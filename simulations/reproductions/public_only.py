@@ -16,9 +16,9 @@ from fedpub.clients.public_training import pooled_data, train_on_public
 from fedpub.config import ExperimentConfig, PublicTrainingConfig, parse_config
 from fedpub.models.seeded import model_params
 from fedpub.simulations.tools.compare import deep_merge
-from fedpub.simulations.run.evaluation import EvaluationSet, evaluate
 from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.reproductions.federated import TUNING_SEED, TUNING_SEEDS, Row
+from fedpub.simulations.reproductions.round_zero import evaluated
 from fedpub.simulations.reproductions.tuning import Axis, tune
 
 
@@ -39,11 +39,7 @@ def public_only(base: Mapping[str, Any], seed: int, training: PublicTrainingConf
     data = pooled_data(experiment.public_data, experiment.public_ids)
     params, _ = train_on_public(model, model_params(model), data, training, experiment.task, seed=seed,
                                 purpose="public_only")
-    test = EvaluationSet.pooled(experiment.test, experiment.eval_users.ids, experiment.device)
-    val = EvaluationSet.pooled(experiment.train, experiment.validation_ids, experiment.device)
-    metrics = evaluate(model, params, test, experiment.task)
-    metrics |= {f"val_{k.removeprefix('eval_')}": v for k, v in evaluate(model, params, val, experiment.task).items()}
-    return metrics
+    return evaluated(experiment, model, params)
 
 
 def public_only_control(base: Mapping[str, Any], seeds: Sequence[int], quick: bool) -> tuple[list[Row], str]:

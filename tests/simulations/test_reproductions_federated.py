@@ -402,3 +402,59 @@ def test_a_stopped_reproduction_exits_130_saying_how_to_resume(tmp_path, monkeyp
     assert exit_info.value.code == 130
     err = capsys.readouterr().err
     assert "interrupted after 3 of 60 rounds" in err and "run the same command again to resume" in err
+
+
+def test_round_zero_is_the_model_a_warm_arms_private_rounds_start_from(tmp_path):
+    """The round-0 rows evaluate the very model a warm arm's run starts from: a real run of that arm whose private
+    step is ~0 (server lr 1e-12, the quick mode's two rounds) ends where round 0 says, on the test and the validation users; an arm
+    without a warm start is refused by name."""
+    from fedpub.simulations.reproductions.round_zero import warm_start_metrics
+
+    placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path / "out", quick=True)
+    base = placed.base
+    overrides = _with_values(placed.strategies["dp_fedavg_warm"], {SERVER_LR.name: 1e-12})
+    spec = federated.RunSpec(overrides, None, 0, "dp_fedavg_warm__seed0", tmp_path / "runs")
+    start = warm_start_metrics(spec.config(base))
+    ran = federated.run_one(base, spec).row
+    for metric in ("eval_accuracy", "val_accuracy"):
+        assert ran[metric] == start[metric]
+    for metric in ("eval_loss", "val_loss"):
+        assert ran[metric] == pytest.approx(start[metric], rel=1e-6)
+    cold = federated.RunSpec(placed.strategies["dp_fedavg_cold"], None, 0, "cold", tmp_path / "runs")
+    with pytest.raises(ValueError, match="strategy.warm_start is not set"):
+        warm_start_metrics(cold.config(base))
+
+
+def test_a_claims_arm_tuned_to_the_low_edge_or_not_past_its_round_zero_makes_its_cell_not_testable(tmp_path):
+    """Issue 45, item 2, in the federated runner: each claim carries the PrivateStepOn gate of its tuned arms (the
+    server lr at its grid's low edge; a warm arm less than the margin past its own round 0)."""
+    from fedpub.simulations.reproductions.claims import judge_claims
+    from fedpub.simulations.reproductions.judge import Claim
+    from fedpub.simulations.reproductions.tuning import Tuning
+
+    placed = dataclasses.replace(place(pda_dpmd_federated.REPRODUCTION, tmp_path / "out", quick=False),
+                                 epsilons=(2.0,))
+    grid = {CLIENT_LR.name: (0.03, 0.1), SERVER_LR.name: (0.3, 1.0)}
+
+    def tuned(server_lr):
+        return Tuning({CLIENT_LR.name: 0.1, SERVER_LR.name: server_lr}, 0.8, 4, (), grid)
+
+    tunings = {(label, 2.0): tuned(1.0) for label in placed.axes}
+    claim = Claim("warm beats cold", "dp_fedavg_warm", "dp_fedavg_cold", "figure")
+    seeds = range(4)
+    results = {"dp_fedavg_warm": {"ε=2": dict.fromkeys(seeds, 0.80)},
+               "dp_fedavg_cold": {"ε=2": {s: 0.70 + 0.001 * s for s in seeds}},
+               "dp_fedavg_warm@round0": {"*": dict.fromkeys(seeds, 0.795)}}
+
+    def outcome(starts):
+        [gated] = federated._private_step_gated([claim], placed, tunings, starts)
+        return judge_claims(results, [gated], gate_results=results)[0]
+
+    assert outcome(set()).outcome == "supports"
+    flat = outcome({"dp_fedavg_warm@round0"})
+    assert flat.outcome == "not testable" and "dp_fedavg_warm improves its start dp_fedavg_warm@round0 by +0.0050" \
+        in flat.verdict
+    tunings["dp_fedavg_cold", 2.0] = tuned(0.3)
+    low = outcome(set())
+    assert low.outcome == "not testable" and \
+        "dp_fedavg_cold's tuned private step is at its grid's low edge (strategy.server_optimizer.lr)" in low.verdict
