@@ -278,6 +278,10 @@ class RecenterConfig(Section):
         "moves the model further than a private user may); .inf = unclipped (public users drawn like the private)"
     )
     extended: bool = Field(False, description="public updates also enter the average, outside the noisy sum")
+    clip_around_center: bool = Field(
+        True, description="clip each private update around the center (DOPE); false: around zero, the center still "
+        "added back at DOPE's weight: the control that removes the recentering alone"
+    )
 
 
 class PreconditionConfig(Section):

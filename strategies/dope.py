@@ -3,7 +3,8 @@ preserving machine learning", Alg. 2, eq. 2 and Table 7): each round a few publi
 too, and the private updates are clipped around their mean update c_t (clipped to λ):
 Δ̄ = c_t + (Σ_k clip(Δ_k − c_t, C) + N(0, z²C²)) / m. The center is added outside the noisy sum, so
 the mechanism, its sensitivity C and its accounting are DP-FedAvg's; with c_t = 0 it is DP-FedAvg.
-"Extended" mode also averages the public updates in, outside the noisy sum.
+"Extended" mode also averages the public updates in, outside the noisy sum. ``recenter.clip_around_center:
+false`` clips around zero and still adds c_t: the control that removes the recentering alone.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ def recenter_steps(ctx: BuildContext) -> list[tuple[str, Step]]:
     added to the model outside the noisy sum, so an unclipped one lets a diverged public user move the model
     without bound."""
     config = ctx.config.recenter
-    return [("recenter", recenter(ctx.config.clip_norm if config.center_clip is None else config.center_clip))]
+    center_clip = ctx.config.clip_norm if config.center_clip is None else config.center_clip
+    return [("recenter", recenter(center_clip, subtract=config.clip_around_center))]
 
 
 def add_center_steps(ctx: BuildContext) -> list[tuple[str, Step]]:

@@ -217,8 +217,9 @@ def test_adaptive_clipping_calibrated_to_a_target_spends_exactly_that_budget():
             update={"count_noise_std": 0.3})}), privacy, population=100, rounds=20, seed=0, reproducible=True)
 
 
-def _dope(clip_norm, z, population, center_clip=math.inf, seed=0):
-    cfg = StrategyConfig(name="dope", clip_norm=clip_norm, noise_multiplier=z, recenter={"center_clip": center_clip})
+def _dope(clip_norm, z, population, center_clip=math.inf, seed=0, clip_around_center=True):
+    cfg = StrategyConfig(name="dope", clip_norm=clip_norm, noise_multiplier=z,
+                         recenter={"center_clip": center_clip, "clip_around_center": clip_around_center})
     return build_strategy(
         cfg, sampling=PoissonSampling(5 / population), population=population, noise_multiplier=z, seed=seed, rounds=10
     )
@@ -236,6 +237,25 @@ def test_dope_with_a_zero_center_is_dp_fedavg_exactly():
         for k in params:
             assert torch.equal(outcome.params[k], reference.params[k])
         assert outcome.event == reference.event
+
+
+def test_dope_without_recentering_is_dp_fedavg_plus_the_center_at_dopes_weight():
+    """The control that removes recentering alone: the same noisy DP-FedAvg mean (clipped around zero, the same
+    draws), plus the public mean at DOPE's weight 1, and the same event."""
+    params = _random_tree(SHAPES, 0)
+    updates = [_random_tree(SHAPES, s, scale=2.0) for s in range(1, 6)]
+    public = [_random_tree(SHAPES, 10 + s, scale=0.5) for s in range(3)]
+    fedavg = _strategy(1.0, 0.9, PoissonSampling(5 / 50), 50, seed=4)
+    reference = fedavg.aggregate(params, updates, fedavg.init(params), 0)
+    core = _dope(1.0, 0.9, 50, seed=4, clip_around_center=False)
+    outcome = core.aggregate(params, updates, core.init(params), 0, public_updates=public)
+    center = tree.mean(public)
+    for k in params:
+        torch.testing.assert_close(outcome.params[k], reference.params[k] + center[k])
+    assert outcome.event == reference.event
+    recentered = _dope(1.0, 0.9, 50, seed=4)
+    differs = recentered.aggregate(params, updates, recentered.init(params), 0, public_updates=public).params
+    assert any(not torch.allclose(differs[k], outcome.params[k]) for k in params)
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,6 +7,10 @@ the noisy sum: Δ̄ = c_t + (Σ_k clip(Δ_k − c_t, C) + N(0, z²C²)) / m. Add
 user then moves the noisy sum by at most C whatever c_t is, and c_t (public) costs no privacy.
 With no public update this round, c_t = 0 and the round is DP-FedAvg. ``recenter`` is a per-user step whose
 map reads only c_t (what a device would be sent); ``add_center`` runs after the sum.
+
+``recenter(subtract=False)`` is the mechanism control that removes the recentering alone: the updates are clipped
+around zero, c_t is still added back at DOPE's own weight, Δ̄ = c_t + (Σ_k clip(Δ_k, C) + N(0, z²C²)) / m (not the
+paper's only-private arm, which averages the public mean in at weight k / (m + k)).
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from fedpub.steps.clip import clip_factors
 from fedpub.types import Params, RoundContext, Updates
 
 
-def recenter(center_clip: float = math.inf) -> Step:
-    """Subtract c_t = clip(public mean update, λ = ``center_clip``) from every private update."""
+def recenter(center_clip: float = math.inf, subtract: bool = True) -> Step:
+    """Subtract c_t = clip(public mean update, λ = ``center_clip``) from every private update (``subtract``
+    False: leave the updates as they are and only hand c_t on to ``add_center``)."""
     if not center_clip > 0:
         raise ValueError(f"center_clip must be > 0 (or inf), got {center_clip}")
 
@@ -45,7 +50,7 @@ def recenter(center_clip: float = math.inf) -> Step:
 
     def apply(updates: Cohort, values: Mapping[str, Any]) -> Mapped:
         center = values["center"]
-        return Mapped(updates.map(lambda row: tree.sub(row, center)))
+        return Mapped(updates.map(lambda row: tree.sub(row, center)) if subtract else updates)
 
     return user_step(prepare, apply=apply, optional_inputs=("public_mean",), outputs=("center",))
 

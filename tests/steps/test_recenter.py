@@ -35,3 +35,14 @@ def test_add_center_adds_the_center_back_and_extended_averages_the_public_mean_i
     assert all(torch.equal(v, torch.full_like(v, (2.5 * 5 + 4.0 * 5) / 10)) for v in result.updates.values())
     unused = extended.update(mean, {}, ctx=ctx, center=center, public_mean=public_mean)  # no public user this round
     assert all(torch.equal(v, torch.full_like(v, 2.5)) for v in unused.updates.values())
+
+
+def test_without_subtracting_the_updates_are_clipped_around_zero_and_the_center_still_goes_on(params, stacked, ctx):
+    """The control that removes recentering alone: the updates pass unchanged, the same c_t is handed to add_center."""
+    public_mean = {k: 3 * torch.ones_like(v) for k, v in params.items()}
+    kept = recenter(center_clip=1.0, subtract=False)
+    result = kept.update(cohort(stacked), kept.init(params), ctx=ctx, public_mean=public_mean)
+    assert all(torch.equal(v, stacked[k]) for k, v in result.updates.stacked().items())
+    dope = recenter(center_clip=1.0)
+    center = dope.update(cohort(stacked), dope.init(params), ctx=ctx, public_mean=public_mean).outputs["center"]
+    assert all(torch.equal(result.outputs["center"][k], center[k]) for k in center)
