@@ -199,6 +199,20 @@ def test_the_sign_flip_test_enumerates_every_sign_pattern():
     assert "sign-flip p 1.91e-06" in str(ClaimJudgement((bimodal,)).cells[0])
 
 
+def test_beyond_20_seeds_the_sign_flip_test_samples_patterns_and_never_understates_p():
+    """50 seeds: the exact test would enumerate 2^50 patterns; the sampled one is seeded (the same p twice), near
+    the exact p of a case with a closed form, and at least 1 / (1 + draws)."""
+    from fedpub.simulations.reproductions.judge import SIGN_FLIP_DRAWS
+
+    seeds = range(50)
+    all_ahead = paired_difference("c", dict.fromkeys(seeds, 0.1), dict.fromkeys(seeds, 0.0))
+    assert all_ahead.sign_flip_p() == 1 / (1 + SIGN_FLIP_DRAWS)  # exact: 2 / 2^50, never reached by sampling
+    # equal magnitudes, 30 of 50 positive: the exact p is P(|2·Binomial(50, ½) − 50| ≥ 10)
+    balanced = paired_difference("c", {s: (1.0 if s < 30 else -1.0) for s in seeds}, dict.fromkeys(seeds, 0.0))
+    exact = 2 * float(stats.binom.sf(29, 50, 0.5))
+    assert balanced.sign_flip_p() == balanced.sign_flip_p() == pytest.approx(exact, abs=0.003)
+
+
 def test_a_stable_loss_and_a_mechanism_the_model_can_carry_are_gates():
     results = {"a": _arm(0.8, eps1=0.0), "b": _arm(0.7, eps1=0.0),
                "a_loss": {"ε=1": {0: 0.5, 1: 0.6, 2: 0.4, 3: 29.0, 4: 0.5}}, "b_loss": {"ε=1": dict.fromkeys(SEEDS, 0.6)}}
