@@ -21,6 +21,7 @@ from fedpub.simulations.reproductions import (
     adadps_stackoverflow,
     budget_schedule_table2,
     dope_table7,
+    dope_table7_cnn,
     pda_dpmd_federated,
     public_epochs_figure4,
 )
@@ -40,7 +41,8 @@ from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunInterrupted
 from fedpub.simulations.reproductions.tuning import Axis
 
-MODULES = [adadps_stackoverflow, budget_schedule_table2, dope_table7, pda_dpmd_federated, public_epochs_figure4]
+MODULES = [adadps_stackoverflow, budget_schedule_table2, dope_table7, dope_table7_cnn, pda_dpmd_federated,
+           public_epochs_figure4]
 SWEEPS = [budget_schedule_table2, dope_table7, pda_dpmd_federated, public_epochs_figure4]
 """The reproductions whose sweep file is a `fedpub compare` sweep (adadps_stackoverflow runs at a fixed σ)."""
 
@@ -458,3 +460,18 @@ def test_a_claims_arm_tuned_to_the_low_edge_or_not_past_its_round_zero_makes_its
     low = outcome(set())
     assert low.outcome == "not testable" and \
         "dp_fedavg_cold's tuned private step is at its grid's low edge (strategy.server_optimizer.lr)" in low.verdict
+
+
+def test_dope_at_the_cnn_gate_size_is_table_7s_declaration_on_the_probes_model_and_writers(tmp_path):
+    """The GPU-sized declaration changes only the regime: the same arms and claims as dope_table7, on the gate probe's
+    small CNN, its 10,000 hard-style writers, clip and cohort."""
+    from fedpub.strict_yaml import load_yaml
+
+    gate = load_yaml(dope_table7_cnn.GATE_CNN.read_text(encoding="utf-8"))
+    placed = place(dope_table7_cnn.REPRODUCTION, tmp_path / "out", quick=False)
+    assert dope_table7_cnn.REPRODUCTION.claims == dope_table7.REPRODUCTION.claims
+    assert placed.strategies == place(dope_table7.REPRODUCTION, tmp_path / "softmax", quick=False).strategies
+    assert placed.base["model"] == gate["model"] == {"name": "emnist_small_cnn"}
+    assert placed.base["data"]["synthetic"] == gate["data"]["synthetic"] and placed.base["rounds"] == 150
+    assert placed.base["strategy"]["sampling"] == gate["strategy"]["sampling"]
+    assert placed.base["data"]["public"]["fraction"] == dope_table7.PUBLIC_FRACTION
