@@ -190,6 +190,10 @@ class FederatedReproduction:
     note: str = ""
     control: Control | None = None
     setting: Setting | None = None
+    follows: Mapping[str, str] = field(default_factory=dict)
+    """Controls run at another strategy's tuned values and not tuned themselves ({control: the strategy it follows}),
+    so the two differ in the control's one change alone (fedpub issue 45, item 4: AdaDPS's shuffled A at the
+    token-frequency arm's tuned strength p, not at a p of its own)."""
 
     def __post_init__(self) -> None:
         labels = set(self.strategies)
@@ -200,8 +204,13 @@ class FederatedReproduction:
                 and "validation" not in self.changes.get("data", {}):
             raise ValueError(f"{self.name}: tuning needs validation users: set data.validation in the base or "
                              "in changes")
-        if untuned := sorted(labels - set(self.axes)):
-            raise ValueError(f"{self.name}: every strategy is tuned (issue 36: equal budgets); {untuned} have no axes")
+        if bad := sorted(c for c, owner in self.follows.items() if c not in labels or c in self.axes
+                         or owner not in self.axes):
+            raise ValueError(f"{self.name}: follows names {bad}: a control must be a strategy of the sweep with no "
+                             "axes of its own, following a tuned strategy")
+        if untuned := sorted(labels - set(self.axes) - set(self.follows)):
+            raise ValueError(f"{self.name}: every strategy is tuned (issue 36: equal budgets); {untuned} have no axes "
+                             "(a control run at another's tuned values: follows)")
         budgets = {label: len(grid_points(axes)) for label, axes in self.axes.items()}
         if len(set(budgets.values())) > 1:
             raise ValueError(f"{self.name}: the tuning grids must be of one size (an equal budget), got {budgets}")
@@ -231,8 +240,8 @@ class FederatedReproduction:
 @dataclass(frozen=True)
 class PlacedSweep:
     """What :func:`run` runs: the base config, the strategies' overrides, the ε values (None: the base's fixed
-    noise multiplier), the test seeds, the tuning axes (cut in quick mode), the extensions allowed past an edge
-    and the tuning seeds."""
+    noise multiplier), the test seeds, the tuning axes (cut in quick mode), the extensions allowed past an edge,
+    the tuning seeds and the controls that follow another strategy's tuned values."""
 
     base: dict[str, Any]
     strategies: dict[str, dict[str, Any]]
@@ -241,6 +250,7 @@ class PlacedSweep:
     axes: dict[str, tuple[Axis, ...]]
     max_extensions: int
     tuning_seeds: tuple[int, ...] = (TUNING_SEED,)
+    follows: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def tuning_epsilons(self) -> tuple[float | None, ...]:
@@ -265,7 +275,7 @@ def place(repro: FederatedReproduction, out: Path, quick: bool, seeds: int | Non
         axes = {label: tuple(Axis(a.name, a.values[:2 if i == 0 else 1], a.scale) for i, a in enumerate(grid))
                 for label, grid in axes.items()}
     return PlacedSweep(base, strategies, epsilons, test_seeds, axes, 0 if quick else repro.max_extensions,
-                       tuple(repro.tuning_seeds)[:1] if quick else tuple(repro.tuning_seeds))
+                       tuple(repro.tuning_seeds)[:1] if quick else tuple(repro.tuning_seeds), dict(repro.follows))
 
 
 def _quick_data(tiny: Mapping[str, Any], overrides: Mapping[str, Any], out: Path) -> dict[str, Any]:
@@ -452,8 +462,9 @@ def _tuning_text(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], contr
 
 def _tuned_overrides(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], label: str,
                      epsilon: float | None) -> dict[str, Any]:
-    """A strategy's overrides with the values tuned for the test runs at ``epsilon``."""
-    return _with_values(placed.strategies[label], tunings[label, epsilon].best)
+    """A strategy's overrides with the values tuned for the test runs at ``epsilon`` (a control's: those of the
+    strategy it follows)."""
+    return _with_values(placed.strategies[label], tunings[placed.follows.get(label, label), epsilon].best)
 
 
 def _round_zero(placed: PlacedSweep, out: Path, headline: str) -> tuple[list[Row], str]:
@@ -567,7 +578,10 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
     claims = _private_step_gated(repro.claims, placed, tunings, {r["strategy"] for r in start_rows})
     judged = judge_claims(results_of(every_row, headline), claims, repro.gates, landscapes,
                           gate_results=results_of(every_row, headline, split="val"))
-    tuning = _tuning_text(placed, tunings, " ".join(t for t in (control_text, start_text) if t), args.quick)
+    following = " ".join(f"`{control}` runs at `{owner}`'s tuned values (not tuned itself)."
+                         for control, owner in repro.follows.items())
+    tuning = _tuning_text(placed, tunings, " ".join(t for t in (following, control_text, start_text) if t),
+                          args.quick)
     lines = [f"# {repro.title}", "", repro.paper, ""]
     if repro.setting is not None:
         lines += [repro.setting(rows, placed.base), ""]

@@ -59,7 +59,8 @@ def test_each_declaration_claims_what_it_runs_and_tunes_real_fields_on_validatio
     labels = set(placed.strategies) | ({"public_only"} if repro.control else set())
     assert {c.better for c in repro.claims} | {c.worse for c in repro.claims} <= labels
     assert all(c.paper_figure for c in repro.claims)
-    assert set(repro.axes) == set(placed.strategies)  # every federated method is tuned ...
+    assert set(repro.axes) | set(repro.follows) == set(placed.strategies)  # every method is tuned (a control at
+    # the tuned values of the arm it follows) ...
     assert len({len(federated.grid_points(axes)) for axes in repro.axes.values()}) == 1  # ... with one budget ...
     assert all({a.name for a in axes} & set(NOISE_SCALES) for axes in repro.axes.values())  # ... and its noise scale
     assert repro.gates and any(type(g).__name__ == "NotDegenerate" for g in repro.gates)
@@ -286,7 +287,7 @@ def test_the_shuffled_a_control_is_the_token_frequency_arm_with_its_side_informa
                        for label in ("adadps_token_frequency", "adadps_shuffled_token_frequency"))
     assert shuffled.precondition.shuffle and not plain.precondition.shuffle
     assert shuffled.model_copy(update={"precondition": plain.precondition}) == plain  # nothing else differs
-    assert repro.axes["adadps_shuffled_token_frequency"] == repro.axes["adadps_token_frequency"]
+    assert repro.follows["adadps_shuffled_token_frequency"] == "adadps_token_frequency"  # its tuned point too
     (claim,) = [c for c in repro.claims if c.worse == "adadps_shuffled_token_frequency"]
     assert claim.better == "adadps_token_frequency" and claim.paired and claim.paper_effect is None
 
@@ -475,3 +476,22 @@ def test_dope_at_the_cnn_gate_size_is_table_7s_declaration_on_the_probes_model_a
     assert placed.base["data"]["synthetic"] == gate["data"]["synthetic"] and placed.base["rounds"] == 150
     assert placed.base["strategy"]["sampling"] == gate["strategy"]["sampling"]
     assert placed.base["data"]["public"]["fraction"] == dope_table7.PUBLIC_FRACTION
+
+
+def test_a_control_that_follows_an_arm_runs_at_its_tuned_values_and_is_not_tuned(tmp_path):
+    """Issue 45, item 4: AdaDPS's shuffled A runs at the token-frequency arm's tuned point, p included; a follower
+    must be an untuned strategy of the sweep following a tuned one."""
+    repro = adadps_stackoverflow.REPRODUCTION
+    shuffled = adadps_stackoverflow.SHUFFLED
+    placed = place(repro, tmp_path / "out", quick=False)
+    assert shuffled not in placed.axes and placed.follows == {shuffled: "adadps_token_frequency"}
+    point = {CLIENT_LR.name: 10.0, SERVER_LR.name: 3.0, "strategy.precondition.power": 0.25}
+    tunings = {("adadps_token_frequency", None): SimpleNamespace(best=point)}
+    overrides = federated._tuned_overrides(placed, tunings, shuffled, None)
+    assert overrides["strategy"]["precondition"] == {"source": "token_frequency", "placement": "client",
+                                                     "shuffle": True, "power": 0.25}
+    assert overrides["client"]["lr"] == 10.0 and overrides["strategy"]["server_optimizer"]["lr"] == 3.0
+    for follows, why in (({shuffled: "dp_fedadam_missing"}, "follows names"),
+                         ({"adadps_token_frequency": "dp_fedavg"}, "follows names")):
+        with pytest.raises(ValueError, match=why):
+            dataclasses.replace(repro, follows=follows)
