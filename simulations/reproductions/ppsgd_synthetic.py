@@ -20,13 +20,16 @@ move the study to where a private method's quality matters: label noise 0.1 (Bay
   minimiser of L_pub(w) + λ‖w − w_T‖² on the public samples. k = σ_tCDP/σ is the paper's per-coordinate
   noise over this run's for the same (ε, δ, q, T) (:mod:`fedpub.steps.public_schedule`): ϕ = 10 was set for
   the paper's noise, 2.5–11× this run's, and against the run's own noise the budget test never fired.
-* **PPSGD without model reuse**: the paired ablation, the very same private run (PPSGD's tuned C_0 and η, the
-  same seed) released at w_T, without the public fine-tuning: the difference is the reuse step's alone.
+* **PPSGD's schedule only** (``ppsgd_no_reuse``): PPSGD's private stage released at w_T, without the public
+  fine-tuning, its C_0 and η tuned apart (fedpub issue 45, item 4: against PPSGD, the reuse step's effect alone).
+* **DP-SGD + model reuse** (``dpsgd_reuse``): DP-SGD on the private samples with a constant z and C, then PPSGD's
+  model reuse, C, η and λ tuned apart (against PPSGD, the schedule's effect alone).
 * **DP-SGD (tuned, PLD)** on the merged data: the 10,000 samples all treated as private, constant z and C.
 * **SgdAdv (the paper's weak baseline)**: the same DP-SGD on the merged data with the noise the paper's baselines
   had, from dp-accounting's (optimal) advanced composition of T = ``planned_steps`` Poisson-subsampled Gaussian
   steps, each amplified by sampling (:func:`advanced_composition_noise`), run for exactly those T steps, with the
-  clip norm set a priori (C = 1, the hinge loss's Lipschitz constant) and only η tuned.
+  clip norm set a priori "much smaller than the Lipschitz constant" as the paper's (C = 0.1; L = 1 for the hinge
+  loss on unit-norm samples) and only η tuned.
 * **Public only** (the paper's OnlyPub) and **non-private** training on all 10,000 samples (NonPriv, a
   reference): the regularized ERM solved exactly.
 
@@ -48,14 +51,15 @@ What differs from the paper, and why:
   budget and the clip follow the public gradient one step later.
 * The paper gives neither its label model nor the learning rate, batch size, initial z and C, μ or the
   test set; :func:`make_data` and :class:`Setup` say what is used here, and ``table.md`` repeats it.
-* Every method is tuned per (loss, ε) with :func:`fedpub.simulations.reproductions.tuning.tune` on a
-  **validation split** (2,000 samples per seed, disjoint from the test set; the score is the mean over the
-  seeds): PPSGD's C_0, η and λ (the paper's λ grid {0.01, 0.1, 1}), DP-SGD on the merged data its C and η,
-  SgdAdv its η, public-only training its weight; grids whose best value is on an edge are extended (and flagged
+* Every method is tuned apart per (loss, ε) with :func:`fedpub.simulations.reproductions.tuning.tune` on the
+  **validation splits of 3 tuning draws** (seeds 100–102: their own data, batches and noise, never a test seed's;
+  the score is the mean over the draws; fedpub issue 45: the tuning once scored the test seeds' own private runs):
+  PPSGD's C_0, η and λ (the paper's λ grid {0.01, 0.1, 1}), its schedule alone C_0 and η, DP-SGD + reuse C, η and
+  λ, DP-SGD on the merged data its C and η, SgdAdv its η, public-only training its weight; grids whose best value is on an edge are extended (and flagged
   if still there). ``tuning.md`` lists every tuning; its budget is not counted in ε. The model reuse problem is
   line 25 of Alg. 1 as written, without μ‖w‖².
 
-    python -m fedpub.simulations.reproductions.ppsgd_synthetic [--epsilons 0.1,0.25,0.5,1] [--seeds 10]
+    python -m fedpub.simulations.reproductions.ppsgd_synthetic [--epsilons 0.1,0.25,0.5,1] [--seeds 20]
         [--label-noise 0.1] [--num-private 1950] [--steps 300] [--losses hinge,square] [--quick] [--out DIR]
 """
 
@@ -126,12 +130,14 @@ CLIP_TEST_FACTOR: dict[Loss, float] = {"hinge": 100.0, "square": 5.0}
 """The paper's ϕ (clip test), per loss."""
 
 PPSGD, NO_REUSE, MERGED, ADVANCED = "ppsgd", "ppsgd_no_reuse", "dpsgd_merged", "sgd_adv"
+REUSE_ONLY = "dpsgd_reuse"
 PUBLIC, NONPRIVATE = "public_only", "nonprivate"
 LABELS = {
     PPSGD: "PPSGD",
-    NO_REUSE: "PPSGD without model reuse (its own w_T)",
+    NO_REUSE: "PPSGD's schedule only (no model reuse: w_T)",
+    REUSE_ONLY: "DP-SGD + model reuse (no schedule)",
     MERGED: "DP-SGD (tuned, PLD)",
-    ADVANCED: "SgdAdv (paper's weak baseline: advanced composition, a-priori C)",
+    ADVANCED: "SgdAdv (paper's weak baseline: advanced composition, a-priori C well below L)",
     PUBLIC: "public only",
     NONPRIVATE: "non-private (all data)",
 }
@@ -141,7 +147,7 @@ REFERENCES = {
     TRIVIAL: "trivial predictor (hinge: 0.5; square: predict 0)",
 }
 """Rows of the table beside the methods: what bounds every method, and what none may sit at."""
-PRIVATE_ARMS = (PPSGD, NO_REUSE, MERGED, ADVANCED)
+PRIVATE_ARMS = (PPSGD, NO_REUSE, REUSE_ONLY, MERGED, ADVANCED)
 HEADROOM: dict[Loss, float] = {"hinge": 0.02, "square": 0.002}
 """Gate: non-private training at least this far above (accuracy) or below (MSE) the best private arm."""
 CHANCE_MARGIN: dict[Loss, float] = {"hinge": 0.05, "square": 0.01}
@@ -280,9 +286,9 @@ class Setup:
     set its baselines' clip "a priori", below the Lipschitz constant)."""
     accountant: Literal["pld", "rdp"] = "pld"
     pld_discretization: float = 1e-3
-    a_priori_clip: float = 1.0
-    """SgdAdv's clip norm, set a priori as the paper's baselines' (the hinge loss's Lipschitz constant on unit-norm
-    samples), not tuned."""
+    a_priori_clip: float = 0.1
+    """SgdAdv's clip norm, set a priori and not tuned, "much smaller than the Lipschitz constant" as the paper's
+    baselines' (§ Results; L = 1 for the hinge loss on unit-norm samples; the paper gives no value: a tenth)."""
 
 
 @dataclass(frozen=True)
@@ -436,9 +442,13 @@ def _trace(run: PrivateRun) -> dict[str, Any]:
             "clip_steps": sum(b < a for a, b in itertools.pairwise(cs))}
 
 
-TUNED_AXES: dict[str, tuple[str, ...]] = {PPSGD: ("C_0", "η", "λ"), MERGED: ("C", "η"), ADVANCED: ("η",),
-                                          PUBLIC: ("λ",)}
-"""The hyper-parameters tuned per method (PPSGD without reuse takes PPSGD's; non-private training has none)."""
+TUNED_AXES: dict[str, tuple[str, ...]] = {PPSGD: ("C_0", "η", "λ"), NO_REUSE: ("C_0", "η"), REUSE_ONLY: ("C", "η", "λ"),
+                                          MERGED: ("C", "η"), ADVANCED: ("η",), PUBLIC: ("λ",)}
+"""The hyper-parameters tuned per method, each apart on its own grid (the ablations included: fedpub issue 45, item
+4; non-private training has none)."""
+TUNING_SEED = 100
+"""The first tuning draw's seed: the tuning draws are 100, 101, … and never a test seed (0 … seeds − 1)."""
+TUNING_DRAWS = 3
 
 
 @dataclass(frozen=True)
@@ -460,15 +470,17 @@ class CellRuns:
     ppsgd_runs: list[PrivateRun]
 
 
-def run_cell(loss: Loss, epsilon: float, datas: Sequence[Dataset], setup: Setup,
-             references: Mapping[str, Sequence[float]], cache_dir: Path | None = None) -> CellRuns:
-    """Tune every method on the seeds' validation splits (mean over seeds), then test the chosen values on
-    every seed; PPSGD without reuse is PPSGD's tuned run at w_T (the paired ablation). Private runs are cached per
-    (kind, seed, clip, η), so λ's grid and the ablation reuse them. Every arm of a seed shares its data, batch
-    stream and noise seed (common random numbers)."""
+def run_cell(loss: Loss, epsilon: float, datas: Mapping[int, Dataset], tests: Sequence[int],
+             tuning_draws: Sequence[int], setup: Setup, references: Mapping[str, Sequence[float]],
+             cache_dir: Path | None = None) -> CellRuns:
+    """Tune every method apart on the tuning draws' validation splits (mean over the draws, disjoint from the test
+    seeds), then test the chosen values on every test seed. Private runs are cached per (kind, seed, clip, η), so
+    λ's grid and the schedule-only arm reuse PPSGD's. Every arm of a seed shares its data, batch stream and noise
+    seed (common random numbers)."""
     schedule = PublicScheduleConfig(clip_test_factor=CLIP_TEST_FACTOR[loss], noise_reference=setup.noise_reference)
     runs: dict[tuple[str, int, float, float], PrivateRun] = {}
-    merged_n = len(datas[0].private_x) + len(datas[0].public_x)
+    some = datas[tests[0]]
+    merged_n = len(some.private_x) + len(some.public_x)
     adv_z = advanced_composition_noise(epsilon, setup.delta, setup.batch_size / merged_n, setup.planned_steps)
 
     def private(kind: str, seed: int, c: float, lr: float) -> PrivateRun:
@@ -478,6 +490,10 @@ def run_cell(loss: Loss, epsilon: float, datas: Sequence[Dataset], setup: Setup,
                 runs[kind, seed, c, lr] = private_sgd(
                     loss, data.private_x, data.private_y, target_epsilon=epsilon, setup=tuned, seed=seed,
                     schedule=schedule, public=(data.public_x, data.public_y), cache_dir=cache_dir)
+            elif kind == REUSE_ONLY:
+                runs[kind, seed, c, lr] = private_sgd(
+                    loss, data.private_x, data.private_y, target_epsilon=epsilon, setup=tuned, seed=seed,
+                    cache_dir=cache_dir)
             else:
                 runs[kind, seed, c, lr] = private_sgd(
                     loss, torch.cat([data.private_x, data.public_x]), torch.cat([data.private_y, data.public_y]),
@@ -489,57 +505,57 @@ def run_cell(loss: Loss, epsilon: float, datas: Sequence[Dataset], setup: Setup,
         data = datas[seed]
         if method == PUBLIC:
             return regularized_erm(loss, data.public_x, data.public_y, values["λ"]), None
-        if method == MERGED:
-            run = private(MERGED, seed, values["C"], values["η"])
+        if method in (MERGED, REUSE_ONLY):
+            run = private(method, seed, values["C"], values["η"])
         elif method == ADVANCED:
             run = private(ADVANCED, seed, setup.a_priori_clip, values["η"])
         else:
             run = private(PPSGD, seed, values["C_0"], values["η"])
-        if method == PPSGD:
+        if method in (PPSGD, REUSE_ONLY):
             return regularized_erm(loss, data.public_x, data.public_y, values["λ"], run.weights), run
         return run.weights, run
 
     axes = {"C_0": Axis("C_0", setup.clip_norms), "C": Axis("C", setup.clip_norms), "λ": Axis("λ", setup.reuse_weights),
             "η": Axis("η", setup.learning_rates)}
-    results = [Result(loss, epsilon, seed, method, "", value)
-               for method, values in references.items() for seed, value in enumerate(values)]
+    results = [Result(loss, epsilon, seed, method, "", values[i])
+               for method, values in references.items() for i, seed in enumerate(tests)]
     tunings = []
     for method, names in TUNED_AXES.items():
         def validation(values: Mapping[str, float], method: str = method) -> float:
-            return statistics.fmean(evaluate(loss, model(method, seed, values)[0], data.validation_x,
-                                             data.validation_y) for seed, data in enumerate(datas))
+            return statistics.fmean(evaluate(loss, model(method, seed, values)[0], datas[seed].validation_x,
+                                             datas[seed].validation_y) for seed in tuning_draws)
 
         tuning = tune([axes[n] for n in names], validation, higher_is_better=HIGHER_IS_BETTER[loss])
         tunings.append(Tuned(loss, epsilon, method, tuning))
-        chosen = [(method, tuning.best)] + ([(NO_REUSE, tuning.best)] if method == PPSGD else [])
-        for arm, best in chosen:
-            choice = ", ".join(f"{n}={v:g}" for n, v in best.items() if arm != NO_REUSE or n != "λ")
-            if arm == ADVANCED:
-                choice += f", C={setup.a_priori_clip:g} a priori, z={adv_z:.3g}"
-            for seed, data in enumerate(datas):
-                weights, run = model(arm, seed, best)
-                trace = {} if run is None else _trace(run)
-                results.append(Result(loss, epsilon, seed, arm, choice,
-                                      evaluate(loss, weights, data.test_x, data.test_y), **trace))
+        choice = ", ".join(f"{n}={v:g}" for n, v in tuning.best.items())
+        if method == ADVANCED:
+            choice += f", C={setup.a_priori_clip:g} a priori, z={adv_z:.3g}"
+        for seed in tests:
+            weights, run = model(method, seed, tuning.best)
+            trace = {} if run is None else _trace(run)
+            results.append(Result(loss, epsilon, seed, method, choice,
+                                  evaluate(loss, weights, datas[seed].test_x, datas[seed].test_y), **trace))
     best = next(t.tuning.best for t in tunings if t.method == PPSGD)
-    return CellRuns(results, tunings, [private(PPSGD, seed, best["C_0"], best["η"]) for seed in range(len(datas))])
+    return CellRuns(results, tunings, [private(PPSGD, seed, best["C_0"], best["η"]) for seed in tests])
 
 
 def run_loss(loss: Loss, epsilons: Sequence[float], seeds: int, setup: Setup, sizes: Mapping[str, float],
-             cache_dir: Path | None = None) -> list[tuple[float, CellRuns]]:
-    """Every ε of one loss; prints one progress line per ε."""
-    datas = [make_data(loss, seed, **sizes) for seed in range(seeds)]
+             tuning_draws: int = TUNING_DRAWS, cache_dir: Path | None = None) -> list[tuple[float, CellRuns]]:
+    """Every ε of one loss, tuned on ``tuning_draws`` draws and tested on seeds 0 … ``seeds`` − 1; prints one
+    progress line per ε."""
+    tests, draws = range(seeds), range(TUNING_SEED, TUNING_SEED + tuning_draws)
+    datas = {seed: make_data(loss, seed, **sizes) for seed in (*tests, *draws)}
     references = {
         NONPRIVATE: [evaluate(loss, regularized_erm(loss, torch.cat([d.private_x, d.public_x]),
                                                     torch.cat([d.private_y, d.public_y]), setup.l2), d.test_x, d.test_y)
-                     for d in datas],
-        CEILING: [ceiling(loss, d) for d in datas],
-        TRIVIAL: [trivial(loss, d) for d in datas],
+                     for d in (datas[s] for s in tests)],
+        CEILING: [ceiling(loss, datas[s]) for s in tests],
+        TRIVIAL: [trivial(loss, datas[s]) for s in tests],
     }
     cells = []
     for epsilon in epsilons:
         start = time.perf_counter()
-        cell = run_cell(loss, epsilon, datas, setup, references, cache_dir)
+        cell = run_cell(loss, epsilon, datas, tests, draws, setup, references, cache_dir)
         cells.append((epsilon, cell))
         means = {m: statistics.fmean(r.value for r in cell.results if r.method == m) for m in (*LABELS, CEILING)}
         runs = cell.ppsgd_runs
@@ -596,8 +612,11 @@ CLAIMS = (
     Claim("PPSGD beats training on the public samples alone — \"the public data is insufficient, which makes "
           "AgdAvg and OnlyPub behave badly\"", PPSGD, PUBLIC),
     Claim("model reuse on the public samples improves the private stage's model w_T (Fig. 1; Fig. 2(c): an "
-          "overlarge λ, which keeps w_T, loses): PPSGD against its own run released at w_T, seed by seed", PPSGD,
-          NO_REUSE),
+          "overlarge λ, which keeps w_T, loses): PPSGD against its schedule alone released at w_T, each tuned apart "
+          "(the reuse alone)", PPSGD, NO_REUSE),
+    Claim("the public schedule of the budget and the clip improves DP-SGD on the private samples (Alg. 1 lines "
+          "11-19): PPSGD against DP-SGD with the same model reuse and no schedule, each tuned apart (the schedule "
+          "alone)", PPSGD, REUSE_ONLY),
 )
 PAPER_FIGURE = {
     MERGED: "Figure 3 (plotted, no table): PPSGD above every baseline in accuracy (hinge) and below in MSE (square) "
@@ -605,6 +624,8 @@ PAPER_FIGURE = {
     ADVANCED: "Figure 3 (plotted, no table): SgdAdv well below PPSGD at every ε",
     PUBLIC: "Figure 3: OnlyPub well below PPSGD at every ε",
     NO_REUSE: "Fig. 2(c): the best λ depends on ε; an overlarge λ (keeping w_T) loses",
+    REUSE_ONLY: "none: an ablation the paper does not run (fedpub issue 45); Fig. 2(d)-(e): α and β, the schedule's "
+                "rates, have almost no impact",
 }
 
 
@@ -701,9 +722,11 @@ def setup_lines(setup: Setup, seeds: int, sizes: Mapping[str, float]) -> list[st
         "the next step would exceed ε. Public samples cost nothing.",
         f"- SgdAdv: the same DP-SGD on the merged data for exactly {setup.planned_steps} steps with z from "
         "dp-accounting's optimal advanced composition (δ/2 to the composition, δ/(2T) a step, amplified by Poisson "
-        f"sampling), C = {setup.a_priori_clip:g} set a priori; PPSGD without reuse is PPSGD's own tuned run at w_T.",
-        "- Tuned on the validation split (mean over seeds, per loss and ε; `tuning.md`; not counted in ε): PPSGD's "
-        f"C_0, η and λ, DP-SGD's C and η, SgdAdv's η (initial grids C {list(setup.clip_norms)}, "
+        f"sampling), C = {setup.a_priori_clip:g} set a priori (well below L = 1, as the paper's).",
+        "- Tuned apart on the validation splits of tuning draws (seeds from "
+        f"{TUNING_SEED}, never a test seed; mean over the draws, per loss and ε; `tuning.md`; not counted in ε): "
+        "PPSGD's C_0, η and λ, its schedule alone C_0 and η, DP-SGD + reuse C, η and λ, DP-SGD's C and η, SgdAdv's η "
+        "(initial grids C {list(setup.clip_norms)}, "
         f"η {list(setup.learning_rates)}), the public-only "
         f"weight (initial grid {list(setup.reuse_weights)}, the paper's λ grid); an axis whose best is on its edge is "
         f"extended (at most twice). Model reuse, public-only and non-private training (μ = {setup.l2:g}) are solved "
@@ -750,12 +773,13 @@ def write_table(cells: Mapping[tuple[Loss, float, str], Cell], setup: Setup, see
 
 def write_tuning(tunings: Sequence[Tuned], out: Path) -> str:
     """``tuning.md``: every tuning's paragraph; returns a one-paragraph summary for claims.json."""
-    lines = ["# Seed 004: tuning on the validation split", ""]
+    lines = ["# Seed 004: tuning on the tuning draws' validation splits", ""]
     lines += [f"- **{t.loss}, ε = {t.epsilon:g}, {LABELS[t.method]}**: {t.tuning.markdown()}" for t in tunings]
     write_text_atomic(out / "tuning.md", "\n".join(lines) + "\n")
     flagged = [f"{t.loss} ε={t.epsilon:g} {LABELS[t.method]} ({', '.join(t.tuning.on_edge)})"
                for t in tunings if t.tuning.on_edge]
-    return (f"Every method tuned per (loss, ε) by grid search on a validation split (mean over the seeds): "
+    return (f"Every method tuned apart per (loss, ε) by grid search on the validation splits of tuning draws "
+            f"(seeds from {TUNING_SEED}, disjoint from the test seeds; mean over the draws): "
             f"{sum(t.tuning.evaluations for t in tunings)} evaluations in all over {len(tunings)} tunings (tuning.md); "
             + (f"still on a grid edge after two extensions: {'; '.join(flagged)}. " if flagged else
                "no chosen value is on its grid's edge. ")
@@ -837,7 +861,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epsilons", default=EPSILONS, help=f"target ε list (default {EPSILONS}; the paper's: "
                         "0.1,0.5,1,2,4)")
-    parser.add_argument("--seeds", type=int, default=10, help="paired seeds 0..N-1 (default 10)")
+    parser.add_argument("--seeds", type=int, default=20, help="paired test seeds 0..N-1 (default 20; at most "
+                        f"{TUNING_SEED}: the tuning draws are {TUNING_SEED} on)")
     parser.add_argument("--label-noise", type=float, default=LABEL_NOISE,
                         help=f"σ of the label noise (default {LABEL_NOISE}; the paper's regime: 0.5)")
     parser.add_argument("--num-private", type=int, default=NUM_PRIVATE,
@@ -864,7 +889,9 @@ def main(argv: list[str] | None = None) -> Path:
                                 noise_reference=args.noise_reference)
     seeds = 3 if args.quick else args.seeds
     start = time.perf_counter()
-    done = [(loss, eps, cell) for loss in losses for eps, cell in run_loss(loss, epsilons, seeds, setup, sizes)]
+    draws = 1 if args.quick else TUNING_DRAWS
+    done = [(loss, eps, cell) for loss in losses
+            for eps, cell in run_loss(loss, epsilons, seeds, setup, sizes, draws)]
     results = [r for _, _, cell in done for r in cell.results]
     tunings = [t for _, _, cell in done for t in cell.tunings]
     cells = summarize(results)

@@ -187,22 +187,29 @@ def test_claims_are_paired_and_gated(change, outcome, why):
     assert cell.test == "paired t" and cell.diff == pytest.approx(sum(paired) / 4)
 
 
-def test_the_ablation_is_ppsgds_own_run_before_and_after_model_reuse(cache_dir):
-    """PPSGD without reuse takes PPSGD's tuned C_0 and η and its very run (same seed, steps, noise): the pair differs
-    only by the final public fine-tuning."""
-    datas = [ppsgd.make_data("square", seed, **SMALL) for seed in range(3)]
-    setup = ppsgd.Setup(batch_size=40, planned_steps=30, learning_rates=(1.0,), clip_norms=(0.3, 1.0),
+def test_every_arm_is_tuned_apart_on_tuning_draws_and_the_ablations_remove_one_stage_each(cache_dir):
+    """Issue 45: the tuning scores the tuning draws' validation splits (never a test seed's), every arm tunes apart
+    (the two ablations included); on one-point grids the schedule-only arm is PPSGD's very run before its public
+    fine-tuning, and DP-SGD + reuse keeps z and C constant before the same fine-tuning."""
+    tests, draws = (0, 1, 2), (ppsgd.TUNING_SEED,)
+    datas = {seed: ppsgd.make_data("square", seed, **SMALL) for seed in (*tests, *draws)}
+    setup = ppsgd.Setup(batch_size=40, planned_steps=30, learning_rates=(1.0,), clip_norms=(0.3,),
                         reuse_weights=(0.1,), pld_discretization=1e-2)
     references = {ppsgd.NONPRIVATE: [0.0] * 3, ppsgd.CEILING: [0.0] * 3, ppsgd.TRIVIAL: [1.0] * 3}
-    cell = ppsgd.run_cell("square", 1.0, datas, setup, references, cache_dir)
+    cell = ppsgd.run_cell("square", 1.0, datas, tests, draws, setup, references, cache_dir)
+    assert {r.seed for r in cell.results} == set(tests)
+    assert {t.method for t in cell.tunings} == set(ppsgd.TUNED_AXES)
+    tuning_draw = datas[ppsgd.TUNING_SEED]
+    public_score = next(t.tuning.best_score for t in cell.tunings if t.method == ppsgd.PUBLIC)
+    assert public_score == ppsgd.evaluate("square", ppsgd.regularized_erm(
+        "square", tuning_draw.public_x, tuning_draw.public_y, 0.1), tuning_draw.validation_x, tuning_draw.validation_y)
     by = {(r.method, r.seed): r for r in cell.results}
-    for seed, (data, run) in enumerate(zip(datas, cell.ppsgd_runs)):
-        with_reuse, without = by[ppsgd.PPSGD, seed], by[ppsgd.NO_REUSE, seed]
-        assert without.choice == with_reuse.choice.rsplit(", λ=", 1)[0]
-        assert (without.steps, without.epsilon_spent, without.last_clip_norm) == (
-            with_reuse.steps, with_reuse.epsilon_spent, with_reuse.last_clip_norm) == (
-            run.steps, run.epsilon, run.clip_norms[-1])
-        assert without.value == ppsgd.evaluate("square", run.weights, data.test_x, data.test_y)
+    for seed, run in zip(tests, cell.ppsgd_runs):
+        data = datas[seed]
+        with_reuse, schedule_only, reuse_only = (by[m, seed] for m in (ppsgd.PPSGD, ppsgd.NO_REUSE, ppsgd.REUSE_ONLY))
+        assert (schedule_only.steps, schedule_only.epsilon_spent) == (with_reuse.steps, with_reuse.epsilon_spent)
+        assert schedule_only.value == ppsgd.evaluate("square", run.weights, data.test_x, data.test_y)
         reused = ppsgd.regularized_erm("square", data.public_x, data.public_y, 0.1, run.weights)
-        assert with_reuse.value == ppsgd.evaluate("square", reused, data.test_x, data.test_y) != without.value
-    assert ppsgd.NO_REUSE not in {t.method for t in cell.tunings}
+        assert with_reuse.value == ppsgd.evaluate("square", reused, data.test_x, data.test_y) != schedule_only.value
+        assert reuse_only.first_noise_multiplier == reuse_only.last_noise_multiplier
+        assert reuse_only.last_clip_norm == 0.3 and reuse_only.budget_steps == reuse_only.clip_steps == 0
