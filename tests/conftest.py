@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny synthetic EMNIST-layout dataset written once per session, and small configs."""
+"""Shared fixtures: a tiny synthetic EMNIST-layout dataset written once per session, and small configs; the property
+tests' repeatable profile."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import settings
 
 from fedpub.config import ExperimentConfig, parse_config
 from fedpub.data.synthetic_emnist import SyntheticEmnistSpec, write_synthetic_emnist
 
 TINY_SYNTHETIC = {"num_writers": 16, "min_examples": 6, "max_examples": 12, "seed": 1}
+
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile("repeatable")
+"""The property tests draw the same cases on every run (a suite that passed passes again on a clean checkout);
+``pytest --hypothesis-profile explore`` draws new ones (a case found there becomes an explicit ``@example``)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
