@@ -313,6 +313,8 @@ class RunSpec:
     seed: int
     name: str
     out: Path
+    label: str | None = None
+    """The row's strategy (None: the ``<label>`` of the name; a shared-point run's is ``<better>@<worse>``)."""
 
     def config(self, base: Mapping[str, Any]) -> ExperimentConfig:
         merged = deep_merge(dict(base), dict(self.overrides))
@@ -334,7 +336,7 @@ def run_one(base: Mapping[str, Any], spec: RunSpec) -> ComparedRun:
     config = spec.config(base)
     run_dir = RunDirectory(config.output_dir / config.name)
     result = run_in_process(build_experiment(config), run_dir)
-    return read_run(run_dir, spec.name.split("__")[0], result.final_metrics)
+    return read_run(run_dir, spec.label or spec.name.split("__")[0], result.final_metrics)
 
 
 class RunsDidNotFinish(RuntimeError):
@@ -485,18 +487,46 @@ def _round_zero(placed: PlacedSweep, out: Path, headline: str) -> tuple[list[Row
                   f"{BEATS_MARGIN:g}), mean test {headline}: {text}." if text else "")
 
 
+def at_point(arm: str, owner: str) -> str:
+    """The name of ``arm`` run at ``owner``'s tuned values instead of its own."""
+    return f"{arm}@{owner}"
+
+
+def _shared_point_claims(claims: Sequence[Claim], placed: PlacedSweep) -> tuple[Claim, ...]:
+    """Every claim, each followed, where its two arms tune the same axes, by the claim judged with ``better`` run at
+    ``worse``'s tuned values (:func:`at_point`; fedpub issue 45, item 1): there the difference is the mechanism's
+    alone, not the distance between two tuned points. (A control that follows an arm already runs at its point.)"""
+    def same_axes(a: str, b: str) -> bool:
+        return a in placed.axes and b in placed.axes and \
+            [x.name for x in placed.axes[a]] == [x.name for x in placed.axes[b]]
+
+    found: list[Claim] = []
+    for claim in claims:
+        found.append(claim)
+        if same_axes(claim.better, claim.worse):
+            found.append(replace(claim, text=f"{claim.text} — both at {claim.worse}'s tuned values",
+                                 better=at_point(claim.better, claim.worse)))
+    return tuple(found)
+
+
 def _private_step_gated(claims: Sequence[Claim], placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning],
                         starts: Sequence[str]) -> tuple[Claim, ...]:
     """Each claim with the :class:`~.judge.PrivateStepOn` gate of its tuned arms (fedpub issue 45, item 2): not
-    testable in a cell where an arm's tuned server lr (:data:`PRIVATE_STEP`) sits at its grid's low edge, or where a
-    warm-started arm (its round-0 rows in ``starts``) ends less than :data:`BEATS_MARGIN` past its own start."""
+    testable in a cell where the server lr an arm ran at (its own tuned one, or for ``<arm>@<owner>`` the owner's;
+    :data:`PRIVATE_STEP`) sits at its grid's low edge, or where a warm-started arm (its round-0 rows in ``starts``)
+    ends less than :data:`BEATS_MARGIN` past its own start."""
+    def owner(arm: str) -> str:
+        return arm.partition("@")[2] or arm
+
     gated = []
     for claim in claims:
-        arms = tuple(arm for arm in (claim.better, claim.worse) if arm in placed.axes)
-        edges = {arm: {cell_of(eps): at_low_edge(tunings[arm, eps], [PRIVATE_STEP] if PRIVATE_STEP in
-                                                 tunings[arm, eps].grid else []) for eps in placed.tuning_epsilons}
+        arms = tuple(arm for arm in (claim.better, claim.worse) if owner(arm) in placed.axes)
+        edges = {arm: {cell_of(eps): at_low_edge(tunings[owner(arm), eps], [PRIVATE_STEP] if PRIVATE_STEP in
+                                                 tunings[owner(arm), eps].grid else [])
+                       for eps in placed.tuning_epsilons}
                  for arm in arms}
-        own_starts = {arm: start_of(arm) for arm in arms if start_of(arm) in starts}
+        own_starts = {arm: start_of(arm.partition("@")[0]) for arm in arms
+                      if start_of(arm.partition("@")[0]) in starts}
         gated.append(replace(claim, gates=(*claim.gates, PrivateStepOn(arms, edges, own_starts, BEATS_MARGIN)))
                      if arms else claim)
     return tuple(gated)
@@ -554,9 +584,15 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
     write_text_atomic(out / "sweep.yaml", yaml.safe_dump(
         {"base": placed.base, **({"epsilons": list(placed.epsilons)} if placed.epsilons else {}),
          "seeds": list(placed.seeds), "strategies": strategies_as_run}, sort_keys=False))
+    claims = _shared_point_claims(repro.claims, placed)
+    shared = {c.better: tuple(c.better.split("@")) for c in claims if "@" in c.better}
     specs = [RunSpec(tuned[label, epsilon], epsilon, seed,
                      run_name(label, epsilon, seed) if epsilon is not None else f"{label}__seed{seed}", out / "runs")
              for label in placed.strategies for epsilon in epsilons for seed in placed.seeds]
+    specs += [RunSpec(_with_values(placed.strategies[better], tunings[worse, epsilon].best), epsilon, seed,
+                      (run_name(f"{better}.at.{worse}", epsilon, seed) if epsilon is not None
+                       else f"{better}.at.{worse}__seed{seed}"), out / "runs", label=arm)
+              for arm, (better, worse) in shared.items() for epsilon in epsilons for seed in placed.seeds]
     run_ahead(placed.base, specs, args.jobs)
     compared = []
     for spec in specs:
@@ -575,12 +611,15 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
     for (label, eps), t in tunings.items():
         landscapes.setdefault(label, {})[cell_of(eps)] = list(t.scores.values())
     every_row = [*rows, *control_rows, *start_rows]
-    claims = _private_step_gated(repro.claims, placed, tunings, {r["strategy"] for r in start_rows})
+    claims = _private_step_gated(claims, placed, tunings, {r["strategy"] for r in start_rows})
     judged = judge_claims(results_of(every_row, headline), claims, repro.gates, landscapes,
                           gate_results=results_of(every_row, headline, split="val"))
-    following = " ".join(f"`{control}` runs at `{owner}`'s tuned values (not tuned itself)."
-                         for control, owner in repro.follows.items())
-    tuning = _tuning_text(placed, tunings, " ".join(t for t in (following, control_text, start_text) if t),
+    following = [f"`{control}` runs at `{owner}`'s tuned values (not tuned itself)."
+                 for control, owner in repro.follows.items()]
+    if shared:
+        following.append("Each claim whose arms tune the same axes is judged twice: at each arm's tuned values, and "
+                         "with the better arm at the other's (" + ", ".join(f"`{arm}`" for arm in shared) + ").")
+    tuning = _tuning_text(placed, tunings, " ".join(t for t in (*following, control_text, start_text) if t),
                           args.quick)
     lines = [f"# {repro.title}", "", repro.paper, ""]
     if repro.setting is not None:

@@ -340,12 +340,15 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
     record = read_claims_json(out / "claims.json")
     assert record.quick and record.seeds == 3 and record.seed_paper == "001"
     assert record.name == "budget_schedule_table2"
-    assert [c.verdict.startswith(VERDICTS) for c in record.claims] == [True] and record.claims[0].paper_figure
+    # the claim at each arm's tuned values, then with first_rounds at last_rounds' (they tune the same axes)
+    assert [c.verdict.startswith(VERDICTS) for c in record.claims] == [True, True] and record.claims[0].paper_figure
+    assert record.claims[1].text.endswith("— both at last_rounds's tuned values")
+    assert "with the better arm at the other's (`first_rounds@last_rounds`)" in record.tuning
     assert all((out / path).is_file() for path in (*record.tables, *record.figures))
     assert "Total tuning budget: 4 points × 1 seed (100; a point's score is their mean) = 4 runs" \
         in record.tuning
     assert "not counted in ε" in record.tuning
-    assert len(list((out / "tuning").iterdir())) == 4 and len(list((out / "runs").iterdir())) == 6
+    assert len(list((out / "tuning").iterdir())) == 4 and len(list((out / "runs").iterdir())) == 9
     # the gates ran: a tiny run is judged only where they pass, and says their numbers where not
     claim = record.claims[0]
     assert claim.gates.endswith("cells testable") or "gate '" in claim.gates
@@ -358,7 +361,7 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
         budget_schedule_table2.main(["--quick", "--out", str(out), "--seeds", "4"])
         more = read_claims_json(out / "claims.json")
         assert more.seeds == 4 and more.command.endswith("--quick --seeds 4")
-        assert len(list((out / "tuning").iterdir())) == 4 and len(list((out / "runs").iterdir())) == 8
+        assert len(list((out / "tuning").iterdir())) == 4 and len(list((out / "runs").iterdir())) == 12
         assert more.wall_time_s > record.wall_time_s  # the whole run's time, both invocations
         for seeds, why in (("101", "the test seeds [100] are budget_schedule_table2's tuning seeds"),
                            ("2", "at least 3")):
@@ -381,7 +384,9 @@ def test_every_quick_mode_runs_its_controls_and_gates_and_publishes_no_verdict_p
     out = tmp_path / "out"
     module.main(["--quick", "--out", str(out)])
     record = read_claims_json(out / "claims.json")
-    assert record.quick and len(record.claims) == len(module.REPRODUCTION.claims)
+    texts = [c.text for c in record.claims]  # every claim, and where its arms tune alike, it at a shared point
+    assert record.quick and {c.text for c in module.REPRODUCTION.claims} <= set(texts)
+    assert all(t.endswith("'s tuned values") for t in set(texts) - {c.text for c in module.REPRODUCTION.claims})
     for claim in record.claims:
         testable = int(claim.gates.split(" of ")[0])
         assert claim.verdict.startswith(VERDICTS) and (testable == 0) == claim.verdict.startswith("not testable")
@@ -461,6 +466,15 @@ def test_a_claims_arm_tuned_to_the_low_edge_or_not_past_its_round_zero_makes_its
     low = outcome(set())
     assert low.outcome == "not testable" and \
         "dp_fedavg_cold's tuned private step is at its grid's low edge (strategy.server_optimizer.lr)" in low.verdict
+    # the same claim at a shared point: warm run at cold's tuned values reads cold's edge and warm's own round 0
+    own, shared = federated._shared_point_claims([claim], placed)
+    assert own == claim and shared.better == "dp_fedavg_warm@dp_fedavg_cold" and shared.worse == "dp_fedavg_cold"
+    assert shared.text == "warm beats cold — both at dp_fedavg_cold's tuned values"
+    [gate] = federated._private_step_gated([shared], placed, tunings, {"dp_fedavg_warm@round0"})[0].gates
+    assert gate.at_low_edge["dp_fedavg_warm@dp_fedavg_cold"]["ε=2"] == (SERVER_LR.name,)
+    assert gate.starts == {"dp_fedavg_warm@dp_fedavg_cold": "dp_fedavg_warm@round0"}
+    pda = Claim("pda beats warm", "pda_dpmd", "dp_fedavg_warm", "figure")  # different axes: no shared point
+    assert federated._shared_point_claims([pda], placed) == (pda,)
 
 
 def test_dope_at_the_cnn_gate_size_is_table_7s_declaration_on_the_probes_model_and_writers(tmp_path):
