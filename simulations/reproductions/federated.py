@@ -19,11 +19,16 @@ paper's own figure for each, its tuning axes) and its ``main(argv)`` calls :func
    budget, reported and not counted in ε, and their scores the landscapes the :class:`~.judge.NotFlat` gate
    reads; with ``--jobs N`` each grid's runs go N at a time (every strategy's and ε's initial grid together,
    then the new points of each round of extensions);
+   a control that :attr:`~FederatedReproduction.follows` an arm runs at that arm's tuned values instead;
 3. runs every (strategy, ε, seed) with the chosen values (``out/runs/``; a rerun resumes: a finished run is not
-   run again) and writes the comparison (``compare.csv``, ``compare.md``, the two plots);
+   run again), every arm of one (ε, seed) on the same cohorts and noise, and for each claim whose arms tune the
+   same axes the better arm at the other's values too (``<better>@<worse>``: the claim judged at a shared point,
+   fedpub issue 45), and writes the comparison (``compare.csv``, ``compare.md``, the two plots);
 4. judges the claims by :mod:`fedpub.simulations.reproductions.judge`, the reproduction's
    :attr:`~FederatedReproduction.gates` checked in every cell first on the validation users' scores, never on the
-   test outcomes they guard (a control's rows, run once, in the judge's ``ANY`` cell), and writes
+   test outcomes they guard (a control's rows, run once, in the judge's ``ANY`` cell), and each claim's own
+   :class:`~.judge.PrivateStepOn` gate (a tuned server lr at its grid's low edge, or a warm arm less than
+   :data:`BEATS_MARGIN` past its round 0, :mod:`.round_zero`: private training switched off), and writes
    ``comparison.md`` and ``claims.json``
    (:mod:`fedpub.simulations.reproductions.results_record`) for the results page.
 
