@@ -62,7 +62,7 @@ from fedpub.simulations.reproductions.results_record import (
     default_out,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_low_edge, tune_jointly
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_low_edge, at_point, split_point, tune_jointly
 
 NAME = "dope_proxy"
 DTYPE = torch.float64
@@ -182,9 +182,6 @@ COMPARED = (("dope", "dp_fedavg_all"), ("dope", "dp_fedavg_only_private"), ("dop
 """(better, worse) of every claim: each also judged with ``better`` at ``worse``'s tuned point."""
 
 
-def at_point(arm: str, owner: str) -> str:
-    return f"{arm}@{owner}"
-
 
 def arms() -> tuple[str, ...]:
     return (*PRIVATE_ARMS, *(at_point(b, w) for b, w in COMPARED), "public_only")
@@ -215,13 +212,13 @@ def run(setting: Setting, epsilons: Sequence[float], seeds: int, tuning_draws: i
         joint = tune_arms(setting, draws, zs, grid)
         tunings.update({(arm, cell): t for arm, t in joint.items()})
         for arm in arms():
-            trained, _, owner = arm.partition("@")
+            trained, owner = split_point(arm)
             values[arm][cell] = {}
             for seed, users in enumerate(tests):
                 if arm == "public_only":
                     values[arm][cell][seed] = float(excess(users.public.mean(0), users))
                     continue
-                best = joint[owner or arm].best
+                best = joint[owner].best
                 lr, clip = (torch.tensor([best[k]], dtype=DTYPE) for k in ("lr", "C"))
                 values[arm][cell][seed] = float(excess(train(trained, setting, users, lr, clip, zs[trained], seed),
                                                        users)[0])
@@ -249,7 +246,7 @@ def claims(epsilons: Sequence[float], tunings: Mapping[tuple[str, str], Tuning] 
         if not tunings:
             return ()
         edges = {arm: {cell: at_low_edge(t, ("lr",)) for (name, cell), t in tunings.items()
-                       if name == (arm.partition("@")[2] or arm)} for arm in ran}
+                       if name == split_point(arm)[1]} for arm in ran}
         return (PrivateStepOn(ran, at_low_edge=edges),)
 
     texts = {"dp_fedavg_all": "DOPE-SGD beats DP-SGD on all users (Table 7)",

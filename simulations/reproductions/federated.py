@@ -78,7 +78,15 @@ from fedpub.simulations.reproductions.results_record import (
     write_claims_json,
 )
 from fedpub.simulations.reproductions.round_zero import start_of, warm_start_metrics
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_low_edge, grid_points, tune_jointly
+from fedpub.simulations.reproductions.tuning import (
+    Axis,
+    Tuning,
+    at_low_edge,
+    at_point,
+    grid_points,
+    split_point,
+    tune_jointly,
+)
 from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunInterrupted
 from fedpub.simulations.tools.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
@@ -492,10 +500,6 @@ def _round_zero(placed: PlacedSweep, out: Path, headline: str) -> tuple[list[Row
                   f"{BEATS_MARGIN:g}), mean test {headline}: {text}." if text else "")
 
 
-def at_point(arm: str, owner: str) -> str:
-    """The name of ``arm`` run at ``owner``'s tuned values instead of its own."""
-    return f"{arm}@{owner}"
-
 
 def _shared_point_claims(claims: Sequence[Claim], placed: PlacedSweep) -> tuple[Claim, ...]:
     """Every claim, each followed, where its two arms tune the same axes, by the claim judged with ``better`` run at
@@ -521,7 +525,7 @@ def _private_step_gated(claims: Sequence[Claim], placed: PlacedSweep, tunings: M
     :data:`PRIVATE_STEP`) sits at its grid's low edge, or where a warm-started arm (its round-0 rows in ``starts``)
     ends less than :data:`BEATS_MARGIN` past its own start."""
     def owner(arm: str) -> str:
-        return arm.partition("@")[2] or arm
+        return split_point(arm)[1]
 
     gated = []
     for claim in claims:
@@ -530,8 +534,7 @@ def _private_step_gated(claims: Sequence[Claim], placed: PlacedSweep, tunings: M
                                                  tunings[owner(arm), eps].grid else [])
                        for eps in placed.tuning_epsilons}
                  for arm in arms}
-        own_starts = {arm: start_of(arm.partition("@")[0]) for arm in arms
-                      if start_of(arm.partition("@")[0]) in starts}
+        own_starts = {arm: start_of(split_point(arm)[0]) for arm in arms if start_of(split_point(arm)[0]) in starts}
         gated.append(replace(claim, gates=(*claim.gates, PrivateStepOn(arms, edges, own_starts, BEATS_MARGIN)))
                      if arms else claim)
     return tuple(gated)
@@ -590,7 +593,7 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
         {"base": placed.base, **({"epsilons": list(placed.epsilons)} if placed.epsilons else {}),
          "seeds": list(placed.seeds), "strategies": strategies_as_run}, sort_keys=False))
     claims = _shared_point_claims(repro.claims, placed)
-    shared = {c.better: tuple(c.better.split("@")) for c in claims if "@" in c.better}
+    shared = {c.better: split_point(c.better) for c in claims if split_point(c.better)[1] != c.better}
     specs = [RunSpec(tuned[label, epsilon], epsilon, seed,
                      run_name(label, epsilon, seed) if epsilon is not None else f"{label}__seed{seed}", out / "runs")
              for label in placed.strategies for epsilon in epsilons for seed in placed.seeds]

@@ -193,3 +193,15 @@ def at_low_edge(tuning: Tuning, names: Sequence[str]) -> tuple[str, ...]:
     """The axes of ``names`` whose chosen value is the smallest of its final grid (a grid of one value never is)."""
     return tuple(name for name in names
                  if len(tuning.grid[name]) > 1 and tuning.best[name] == tuning.grid[name][0])
+
+
+def at_point(arm: str, owner: str) -> str:
+    """The name of ``arm`` run at ``owner``'s tuned values instead of its own (a claim judged at a shared point)."""
+    return f"{arm}@{owner}"
+
+
+def split_point(name: str) -> tuple[str, str]:
+    """(the arm run, the arm whose tuned values it ran at) of a name :func:`at_point` made; a plain arm ran at its
+    own."""
+    arm, _, owner = name.partition("@")
+    return arm, owner or arm

@@ -83,7 +83,7 @@ from fedpub.simulations.reproductions.results_record import (
     default_out,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_low_edge, tune_jointly
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_low_edge, at_point, split_point, tune_jointly
 
 NAME = "two_basin"
 DTYPE = torch.float64
@@ -310,10 +310,6 @@ def private_arms(plan: Plan) -> tuple[str, ...]:
     return (*SCHEDULES, *(f"pre_{t}" for t in plan.pretrain_splits))
 
 
-def at_point(arm: str, owner: str) -> str:
-    """The name of ``arm`` run at ``owner``'s tuned (lr, C) instead of its own."""
-    return f"{arm}@{owner}"
-
 
 def figure4_arms(plan: Plan) -> tuple[str, str]:
     """Figure 4's arms: every public step before private training, and every one after it."""
@@ -433,14 +429,14 @@ def run(kinds: Sequence[Kind], epsilons: Sequence[float], seeds: int, plan: Plan
             joint = tune_arms(land, draws, plan, zs, replicates, grid)
             tunings.update({(arm, cell): tuning for arm, tuning in joint.items()})
             points = {arm: {"lr": 0.0, "C": 1.0} if arm in ("public_only", "origin")  # nothing private to tune
-                      else joint[arm.partition("@")[2] or arm].best for arm in arms(plan)}
+                      else joint[split_point(arm)[1]].best for arm in arms(plan)}
             for arm in arms(plan):
                 values[arm][cell], right[arm][cell] = {}, {}
             for seed in range(seeds):  # a seed's data made once for every arm, and never all seeds' at once
                 data = make_data(land, sizes, seed)
                 for arm in arms(plan):
                     lr, clip = (torch.tensor([points[arm][k]], dtype=DTYPE) for k in TUNED)
-                    theta = run_arm(land, data, plan, arm.partition("@")[0], zs, lr, clip, replicates, seed)[0]
+                    theta = run_arm(land, data, plan, split_point(arm)[0], zs, lr, clip, replicates, seed)[0]
                     values[arm][cell][seed] = float(excess_loss(land, theta, data.test, data.optimum).mean())
                     right[arm][cell][seed] = float(land.in_basin(theta, data.optimum, sizes.dim1).to(DTYPE).mean())
             missed = 1 - statistics.fmean(right["even"][cell].values())
@@ -484,7 +480,7 @@ def claims(plan: Plan, kinds: Sequence[Kind], epsilons: Sequence[float],
             return ()
         edges: dict[str, dict[str, tuple[str, ...]]] = {}
         for arm in arms_run:
-            tuned = arm.partition("@")[2] or arm
+            tuned = split_point(arm)[1]
             edges[arm] = {cell: at_low_edge(t, ("lr",)) for (name, cell), t in tunings.items() if name == tuned}
         return (PrivateStepOn(arms_run, at_low_edge=edges),)
 
