@@ -45,9 +45,10 @@ RECIPES = {  # each section at least once (adaptive clipping with three recipes)
                          "sampling": {"kind": "epoch_blocks", "clients_per_round": 4}},  # N = 12: 3 rounds, one tree
 }
 EXTENDED = ("dope+warm_start+model_average", "adadps_server+adaptive_clip", "dope+adaptive_clip", "ppsgd",
-            "pda_dpmd+adaptive_clip")
-"""Sections another test of the suite also runs on Flower (recenter: pdp and dp_ftrl; adaptive_clip: DOPE under
-SecAgg+, which is Flower simulation; PPSGD's run phases: tests/simulations/test_drop_in_phases.py). The mirror
+            "pda_dpmd+adaptive_clip", "dp_ftrl+recenter")
+"""Sections another test of the suite also runs on Flower (recenter: pdp; adaptive_clip: DOPE under SecAgg+, which
+is Flower simulation; PPSGD's run phases: tests/simulations/test_drop_in_phases.py; noise correlated across rounds
+after the sum: banded MF, tests/simulations/test_banded_mf_runs.py, DP-FTRL's tree in process). The mirror
 (PDA-DPMD) runs on Flower with -m extended only (here and in the drop-in test); in the suite it runs on torchrun's
 ranks (tests/simulations/test_distributed.py) and in process: the round is cut at the sum, so a transport does not
 see which part runs after it."""

@@ -36,6 +36,7 @@ from fedpub.simulations.reproductions.federated import (
     _with_values,
     place,
 )
+from fedpub.simulations.reproductions.public_only import public_only_control
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
 from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunInterrupted
@@ -370,10 +371,22 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
             assert why in capsys.readouterr().err
 
 
-QUICK_OTHERS = [dope_table7] + [pytest.param(m, marks=pytest.mark.extended)
-                                 for m in (pda_dpmd_federated, public_epochs_figure4, adadps_stackoverflow)]
-"""The other quick modes end to end: DOPE's (its public-only control and gate) in the suite, the rest in
--m extended (about 35 s each on 2 shared cores)."""
+QUICK_OTHERS = [pytest.param(m, marks=pytest.mark.extended)
+                for m in (dope_table7, pda_dpmd_federated, public_epochs_figure4, adadps_stackoverflow)]
+"""The other quick modes end to end, in -m extended (10-35 s each on 2 cores; the suite runs Table 2's, and the
+public-only control below)."""
+
+
+def test_the_public_only_control_tunes_on_validation_users_and_reports_every_test_seed(tmp_path):
+    placed = place(dope_table7.REPRODUCTION, tmp_path / "out", quick=True)
+    rows, text = public_only_control(placed.base, placed.seeds, True)
+    assert [r["seed"] for r in rows] == list(placed.seeds) and {r["strategy"] for r in rows} == {"public_only"}
+    assert all(r["target_epsilon"] is None and 0 <= r["eval_accuracy"] <= 1 and 0 <= r["val_accuracy"] <= 1
+               for r in rows)
+    assert text.startswith("`public_only` (centralised training on the pooled public users, run once for every ε")
+    cold = deep_merge(placed.base, {"data": {"public": {"fraction": 0.0}}})
+    with pytest.raises(ValueError, match="public_only control: the base has no public users"):
+        public_only_control(cold, placed.seeds, True)
 
 
 @pytest.mark.parametrize("module", QUICK_OTHERS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
