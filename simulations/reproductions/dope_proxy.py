@@ -156,6 +156,11 @@ def excess(model: torch.Tensor, users: Users) -> torch.Tensor:
     return 0.5 * (model - users.optimum).square().sum(-1)
 
 
+def rates(point: Mapping[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tuned point's (η, C) as the one-row tensors :func:`train` takes."""
+    return torch.tensor([point["lr"]], dtype=DTYPE), torch.tensor([point["C"]], dtype=DTYPE)
+
+
 LR_GRID = (0.1, 0.3, 1.0)
 CLIP_GRID = (0.03, 0.1, 0.3, 1.0)
 TUNING_DRAWS = 3
@@ -167,7 +172,7 @@ def tune_arms(setting: Setting, draws: Sequence[Users], zs: Mapping[str, float],
     """(η, C) of every private arm, jointly on one union grid, by the mean excess over the tuning draws."""
     def scorer(arm: str) -> Callable[[Mapping[str, float]], float]:
         def score(point: Mapping[str, float]) -> float:
-            lr, clip = (torch.tensor([point[k]], dtype=DTYPE) for k in ("lr", "C"))
+            lr, clip = rates(point)
             losses = [float(excess(train(arm, setting, users, lr, clip, zs[arm], f"tune{i}"), users)[0])
                       for i, users in enumerate(draws)]
             return statistics.fmean(losses) if all(map(math.isfinite, losses)) else math.inf
@@ -212,16 +217,15 @@ def run(setting: Setting, epsilons: Sequence[float], seeds: int, tuning_draws: i
         joint = tune_arms(setting, draws, zs, grid)
         tunings.update({(arm, cell): t for arm, t in joint.items()})
         for arm in arms():
+            if arm == "public_only":
+                values[arm][cell] = {seed: float(excess(users.public.mean(0), users))
+                                     for seed, users in enumerate(tests)}
+                continue
             trained, owner = split_point(arm)
-            values[arm][cell] = {}
-            for seed, users in enumerate(tests):
-                if arm == "public_only":
-                    values[arm][cell][seed] = float(excess(users.public.mean(0), users))
-                    continue
-                best = joint[owner].best
-                lr, clip = (torch.tensor([best[k]], dtype=DTYPE) for k in ("lr", "C"))
-                values[arm][cell][seed] = float(excess(train(trained, setting, users, lr, clip, zs[trained], seed),
-                                                       users)[0])
+            lr, clip = rates(joint[owner].best)
+            values[arm][cell] = {seed: float(excess(train(trained, setting, users, lr, clip, zs[trained], seed),
+                                                    users)[0])
+                                 for seed, users in enumerate(tests)}
         log(f"{cell} (z {zs['dope']:.3f}, all users {zs['dp_fedavg_all']:.3f}) [{time.perf_counter() - tick:.0f} s]: "
             + ", ".join(f"{arm} {statistics.fmean(values[arm][cell].values()):.5f}" for arm in arms()))
     return Outcome(values, tunings, noise)
@@ -288,7 +292,8 @@ def write_outputs(out: Path, outcome: Outcome, found: Sequence[PairedClaim], set
               f"{'/'.join(map(str, per_arm))} points per arm (tuning.md); "
               + (f"still on an edge: {'; '.join(flagged)}. " if flagged else "none on an edge. ")
               + "Each claim judged at the arms' own points and with both at the compared arm's. Not counted in ε.")
-    zs = "; ".join(f"{cell}: z {z['dope']:.3f} (all users {z['dp_fedavg_all']:.3f})" for cell, z in outcome.noise.items())
+    zs = "; ".join(f"{cell}: z {z['dope']:.3f} (all users {z['dp_fedavg_all']:.3f})"
+                   for cell, z in outcome.noise.items())
     setup = (f"D = {setting.dim}, {setting.private} private and {setting.public} public users (spread s = "
              f"{setting.spread:g}), {setting.cohort} private users expected a round, {setting.rounds} rounds, δ = "
              f"{setting.delta:g}, {setting.accountant.upper()}; {zs}; {seeds} seeds; wall time {wall:.0f} s.")

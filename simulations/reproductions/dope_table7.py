@@ -17,8 +17,9 @@ a cell where neither DP-FedAvg arm (on all users, or on the private users with t
 a point is not testable (a regime gate, fedpub issue 36), as is one where an arm sits at chance or a tuning
 landscape is flat. DOPE is left out of the gate: a claim about DOPE judged only where DOPE did well would be
 selected on its outcome. With 2 % in-distribution public users DP-FedAvg did not pass it in the probe (public-only
-0.719, DP-FedAvg 0.706 with untuned rates): whether the tuned arms do is what this run finds. ``dp_fedavg_only_private`` is the paper's only-private arm: DP on the
-private users, the public users' mean update averaged in at weight k/(m+k) without recentering.
+0.719, DP-FedAvg 0.706 with untuned rates): whether the tuned arms do is what this run finds.
+``dp_fedavg_only_private`` is the paper's only-private arm: DP on the private users, the public users' mean update
+averaged in at weight k/(m+k) without recentering.
 ``dope_no_recentering`` removes the recentering alone (fedpub issue 45, item 4): DOPE's round with the private
 updates clipped around zero (``recenter.clip_around_center: false``), the public mean still added at DOPE's weight.
 

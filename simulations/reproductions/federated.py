@@ -500,7 +500,6 @@ def _round_zero(placed: PlacedSweep, out: Path, headline: str) -> tuple[list[Row
                   f"{BEATS_MARGIN:g}), mean test {headline}: {text}." if text else "")
 
 
-
 def _shared_point_claims(claims: Sequence[Claim], placed: PlacedSweep) -> tuple[Claim, ...]:
     """Every claim, each followed, where its two arms tune the same axes, by the claim judged with ``better`` run at
     ``worse``'s tuned values (:func:`at_point`; fedpub issue 45, item 1): there the difference is the mechanism's
@@ -538,6 +537,11 @@ def _private_step_gated(claims: Sequence[Claim], placed: PlacedSweep, tunings: M
         gated.append(replace(claim, gates=(*claim.gates, PrivateStepOn(arms, edges, own_starts, BEATS_MARGIN)))
                      if arms else claim)
     return tuple(gated)
+
+
+def _test_run_name(label: str, epsilon: float | None, seed: int) -> str:
+    """A test run's name: a sweep's ``<label>__eps<ε>__seed<seed>``, without ε at the base's noise multiplier."""
+    return run_name(label, epsilon, seed) if epsilon is not None else f"{label}__seed{seed}"
 
 
 def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path:
@@ -594,12 +598,10 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
          "seeds": list(placed.seeds), "strategies": strategies_as_run}, sort_keys=False))
     claims = _shared_point_claims(repro.claims, placed)
     shared = {c.better: split_point(c.better) for c in claims if split_point(c.better)[1] != c.better}
-    specs = [RunSpec(tuned[label, epsilon], epsilon, seed,
-                     run_name(label, epsilon, seed) if epsilon is not None else f"{label}__seed{seed}", out / "runs")
+    specs = [RunSpec(tuned[label, epsilon], epsilon, seed, _test_run_name(label, epsilon, seed), out / "runs")
              for label in placed.strategies for epsilon in epsilons for seed in placed.seeds]
     specs += [RunSpec(_with_values(placed.strategies[better], tunings[worse, epsilon].best), epsilon, seed,
-                      (run_name(f"{better}.at.{worse}", epsilon, seed) if epsilon is not None
-                       else f"{better}.at.{worse}__seed{seed}"), out / "runs", label=arm)
+                      _test_run_name(f"{better}.at.{worse}", epsilon, seed), out / "runs", label=arm)
               for arm, (better, worse) in shared.items() for epsilon in epsilons for seed in placed.seeds]
     run_ahead(placed.base, specs, args.jobs)
     compared = []

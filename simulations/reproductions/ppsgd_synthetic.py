@@ -55,9 +55,9 @@ What differs from the paper, and why:
   **validation splits of 3 tuning draws** (seeds 100–102: their own data, batches and noise, never a test seed's;
   the score is the mean over the draws; fedpub issue 45: the tuning once scored the test seeds' own private runs):
   PPSGD's C_0, η and λ (the paper's λ grid {0.01, 0.1, 1}), its schedule alone C_0 and η, DP-SGD + reuse C, η and
-  λ, DP-SGD on the merged data its C and η, SgdAdv its η, public-only training its weight; grids whose best value is on an edge are extended (and flagged
-  if still there). ``tuning.md`` lists every tuning; its budget is not counted in ε. The model reuse problem is
-  line 25 of Alg. 1 as written, without μ‖w‖².
+  λ, DP-SGD on the merged data its C and η, SgdAdv its η, public-only training its weight; grids whose best value
+  is on an edge are extended (and flagged if still there). ``tuning.md`` lists every tuning; its budget is not
+  counted in ε. The model reuse problem is line 25 of Alg. 1 as written, without μ‖w‖².
 
     python -m fedpub.simulations.reproductions.ppsgd_synthetic [--epsilons 0.1,0.25,0.5,1] [--seeds 20]
         [--label-noise 0.1] [--num-private 1950] [--steps 300] [--losses hinge,square] [--quick] [--out DIR]
@@ -442,8 +442,9 @@ def _trace(run: PrivateRun) -> dict[str, Any]:
             "clip_steps": sum(b < a for a, b in itertools.pairwise(cs))}
 
 
-TUNED_AXES: dict[str, tuple[str, ...]] = {PPSGD: ("C_0", "η", "λ"), NO_REUSE: ("C_0", "η"), REUSE_ONLY: ("C", "η", "λ"),
-                                          MERGED: ("C", "η"), ADVANCED: ("η",), PUBLIC: ("λ",)}
+TUNED_AXES: dict[str, tuple[str, ...]] = {PPSGD: ("C_0", "η", "λ"), NO_REUSE: ("C_0", "η"),
+                                          REUSE_ONLY: ("C", "η", "λ"), MERGED: ("C", "η"), ADVANCED: ("η",),
+                                          PUBLIC: ("λ",)}
 """The hyper-parameters tuned per method, each apart on its own grid (the ablations included: fedpub issue 45, item
 4; non-private training has none)."""
 TUNING_SEED = 100
@@ -486,14 +487,12 @@ def run_cell(loss: Loss, epsilon: float, datas: Mapping[int, Dataset], tests: Se
     def private(kind: str, seed: int, c: float, lr: float) -> PrivateRun:
         if (kind, seed, c, lr) not in runs:
             data, tuned = datas[seed], dataclasses.replace(setup, initial_clip_norm=c, learning_rate=lr)
-            if kind == PPSGD:
+            if kind in (PPSGD, REUSE_ONLY):  # the private samples, with PPSGD's public schedule or without
+                scheduled = kind == PPSGD
                 runs[kind, seed, c, lr] = private_sgd(
                     loss, data.private_x, data.private_y, target_epsilon=epsilon, setup=tuned, seed=seed,
-                    schedule=schedule, public=(data.public_x, data.public_y), cache_dir=cache_dir)
-            elif kind == REUSE_ONLY:
-                runs[kind, seed, c, lr] = private_sgd(
-                    loss, data.private_x, data.private_y, target_epsilon=epsilon, setup=tuned, seed=seed,
-                    cache_dir=cache_dir)
+                    schedule=schedule if scheduled else None,
+                    public=(data.public_x, data.public_y) if scheduled else None, cache_dir=cache_dir)
             else:
                 runs[kind, seed, c, lr] = private_sgd(
                     loss, torch.cat([data.private_x, data.public_x]), torch.cat([data.private_y, data.public_y]),

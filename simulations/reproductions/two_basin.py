@@ -49,9 +49,10 @@ holds every arm's per-seed figures and the claims (:mod:`fedpub.simulations.repr
 
 **Regimes** (:data:`REGIMES`). ``figure2`` (the default) is the figure's one-dimensional toy. ``high_dim`` is the
 regime of Theorem 2.1 (fedpub issue 45, item 5): θ₁ in 2,000 dimensions, where the two basins become the shell
-‖θ₁‖ ∈ [M − R₁, M + R₁] and the basin at +M the shell's points within R₁ + R₂ of θ₁* = M·e₁, with 5 public and 100 private examples: private
-mean estimation of θ₁ is hard at the noise ε asks for, 5 public examples find the shell, and 100 private examples
-estimate θ₂ better than 5 public ones. It adds nothing but sizes; its record is ``two_basin_high_dim``.
+‖θ₁‖ ∈ [M − R₁, M + R₁] and the basin at +M the shell's points within R₁ + R₂ of θ₁* = M·e₁, with 5 public and
+100 private examples: private mean estimation of θ₁ is hard at the noise ε asks for, 5 public examples find the
+shell, and 100 private examples estimate θ₂ better than 5 public ones. It adds nothing but sizes; its record is
+``two_basin_high_dim``.
 
     python -m fedpub.simulations.reproductions.two_basin [--regime figure2|high_dim] [--seeds 20] [--epsilons 1,3,8]
         [--quick] [--out DIR]
@@ -310,7 +311,6 @@ def private_arms(plan: Plan) -> tuple[str, ...]:
     return (*SCHEDULES, *(f"pre_{t}" for t in plan.pretrain_splits))
 
 
-
 def figure4_arms(plan: Plan) -> tuple[str, str]:
     """Figure 4's arms: every public step before private training, and every one after it."""
     return f"pre_{plan.pretrain_splits[-1]}", f"pre_{plan.pretrain_splits[0]}"
@@ -430,13 +430,13 @@ def run(kinds: Sequence[Kind], epsilons: Sequence[float], seeds: int, plan: Plan
             tunings.update({(arm, cell): tuning for arm, tuning in joint.items()})
             points = {arm: {"lr": 0.0, "C": 1.0} if arm in ("public_only", "origin")  # nothing private to tune
                       else joint[split_point(arm)[1]].best for arm in arms(plan)}
+            rates = {arm: tuple(torch.tensor([point[k]], dtype=DTYPE) for k in TUNED) for arm, point in points.items()}
             for arm in arms(plan):
                 values[arm][cell], right[arm][cell] = {}, {}
             for seed in range(seeds):  # a seed's data made once for every arm, and never all seeds' at once
                 data = make_data(land, sizes, seed)
                 for arm in arms(plan):
-                    lr, clip = (torch.tensor([points[arm][k]], dtype=DTYPE) for k in TUNED)
-                    theta = run_arm(land, data, plan, split_point(arm)[0], zs, lr, clip, replicates, seed)[0]
+                    theta = run_arm(land, data, plan, split_point(arm)[0], zs, *rates[arm], replicates, seed)[0]
                     values[arm][cell][seed] = float(excess_loss(land, theta, data.test, data.optimum).mean())
                     right[arm][cell][seed] = float(land.in_basin(theta, data.optimum, sizes.dim1).to(DTYPE).mean())
             missed = 1 - statistics.fmean(right["even"][cell].values())
@@ -531,8 +531,8 @@ def write_outputs(out: Path, outcome: Outcome, found: Sequence[PairedClaim], reg
     basin = [f"- {arm}: " + ", ".join(f"{cell} {statistics.fmean(per.values()):.2f}" for cell, per in cells.items())
              for arm, cells in outcome.right_basin.items()]
     gate_lines = [f"- {cell}: cold `even` misses the basin at +M in {statistics.fmean(per.values()):.1%} of chains "
-              f"(gate ≥ {MISS_FLOOR:.0%}: {'passes' if statistics.fmean(per.values()) >= MISS_FLOOR else 'fails'})"
-              for cell, per in outcome.measures[MISSED].items() if cell.startswith("two_basin")]
+                  f"(gate ≥ {MISS_FLOOR:.0%}: {'passes' if statistics.fmean(per.values()) >= MISS_FLOOR else 'fails'})"
+                  for cell, per in outcome.measures[MISSED].items() if cell.startswith("two_basin")]
     write_text_atomic(out / "tuning.md", "\n".join(
         ["# Two-basin construction: tuning (lr, C) on separate draws", ""]
         + [f"- **{arm}, {cell}**: {t.markdown()}" for (arm, cell), t in outcome.tunings.items()]) + "\n")

@@ -427,8 +427,8 @@ def test_a_stopped_reproduction_exits_130_saying_how_to_resume(tmp_path, monkeyp
 
 def test_round_zero_is_the_model_a_warm_arms_private_rounds_start_from(tmp_path):
     """The round-0 rows evaluate the very model a warm arm's run starts from: a real run of that arm whose private
-    step is ~0 (server lr 1e-12, the quick mode's two rounds) ends where round 0 says, on the test and the validation users; an arm
-    without a warm start is refused by name."""
+    step is ~0 (server lr 1e-12, the quick mode's two rounds) ends where round 0 says, on the test and the validation
+    users; an arm without a warm start is refused by name."""
     from fedpub.simulations.reproductions.round_zero import warm_start_metrics
 
     placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path / "out", quick=True)
