@@ -21,9 +21,9 @@ move the study to where a private method's quality matters: label noise 0.1 (Bay
   noise over this run's for the same (ε, δ, q, T) (:mod:`fedpub.steps.public_schedule`): ϕ = 10 was set for
   the paper's noise, 2.5–11× this run's, and against the run's own noise the budget test never fired.
 * **PPSGD's schedule only** (``ppsgd_no_reuse``): PPSGD's private stage released at w_T, without the public
-  fine-tuning, its C_0 and η tuned apart (fedpub issue 45, item 4: against PPSGD, the reuse step's effect alone).
+  fine-tuning (fedpub issue 45, item 4: against PPSGD, the reuse step's effect alone).
 * **DP-SGD + model reuse** (``dpsgd_reuse``): DP-SGD on the private samples with a constant z and C, then PPSGD's
-  model reuse, C, η and λ tuned apart (against PPSGD, the schedule's effect alone).
+  model reuse (against PPSGD, the schedule's effect alone).
 * **DP-SGD (tuned, PLD)** on the merged data: the 10,000 samples all treated as private, constant z and C.
 * **SgdAdv (the paper's weak baseline)**: the same DP-SGD on the merged data with the noise the paper's baselines
   had, from dp-accounting's (optimal) advanced composition of T = ``planned_steps`` Poisson-subsampled Gaussian
@@ -51,13 +51,19 @@ What differs from the paper, and why:
   budget and the clip follow the public gradient one step later.
 * The paper gives neither its label model nor the learning rate, batch size, initial z and C, μ or the
   test set; :func:`make_data` and :class:`Setup` say what is used here, and ``table.md`` repeats it.
-* Every method is tuned apart per (loss, ε) with :func:`fedpub.simulations.reproductions.tuning.tune` on the
-  **validation splits of 3 tuning draws** (seeds 100–102: their own data, batches and noise, never a test seed's;
-  the score is the mean over the draws; fedpub issue 45: the tuning once scored the test seeds' own private runs):
-  PPSGD's C_0, η and λ (the paper's λ grid {0.01, 0.1, 1}), its schedule alone C_0 and η, DP-SGD + reuse C, η and
-  λ, DP-SGD on the merged data its C and η, SgdAdv its η, public-only training its weight; grids whose best value
-  is on an edge are extended (and flagged if still there). ``tuning.md`` lists every tuning; its budget is not
-  counted in ε. The model reuse problem is line 25 of Alg. 1 as written, without μ‖w‖².
+* **Tuning** (fedpub issue 45, items 1 and 2), per (loss, ε), on the **validation splits of 3 tuning draws**
+  (seeds 100–102: their own data, batches and noise, never a test seed's; the score is the mean over the draws;
+  the tuning once scored the test seeds' own private runs). The private arms tune **jointly on one union grid**
+  (:func:`fedpub.simulations.reproductions.tuning.tune_jointly`, :data:`PRIVATE_AXES`): C (PPSGD's C_0), η and the
+  reuse weight λ (the paper's grid {0.01, 0.1, 1}), each arm the axes it has (SgdAdv η alone), an axis grown past
+  an edge for one arm grown for every arm that has it. Public-only training tunes its weight apart. ``tuning.md``
+  lists every tuning; its budget is not counted in ε. The model reuse problem is line 25 of Alg. 1 as written,
+  without μ‖w‖².
+* **Best and shared points**: each claim is judged at the arms' own tuned points and, where the control has a
+  private step, with PPSGD at the control's C and η (``ppsgd@<control>``; DP-SGD + reuse's λ too; PPSGD's λ
+  otherwise tuned at that point): a difference between two tuned points is a tuning outcome, not the mechanism's.
+  The gates read the tuning draws' validation scores at the chosen points, never the test outcomes, and a
+  learning rate tuned to its grid's low edge makes the cell not testable (the private step switched off).
 
     python -m fedpub.simulations.reproductions.ppsgd_synthetic [--epsilons 0.1,0.25,0.5,1] [--seeds 20]
         [--label-noise 0.1] [--num-private 1950] [--steps 300] [--losses hinge,square] [--quick] [--out DIR]
@@ -68,6 +74,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import inspect
 import io
 import itertools
@@ -110,6 +117,7 @@ from fedpub.simulations.reproductions.judge import (  # noqa: E402
     Gate,
     Headroom,
     NotDegenerate,
+    PrivateStepOn,
     Results,
     judge_claim,
 )
@@ -120,7 +128,15 @@ from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     default_out,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune  # noqa: E402
+from fedpub.simulations.reproductions.tuning import (  # noqa: E402
+    Axis,
+    Tuning,
+    at_low_edge,
+    at_point,
+    split_point,
+    tune,
+    tune_jointly,
+)
 
 Loss = Literal["hinge", "square"]
 LOSSES: tuple[Loss, ...] = ("hinge", "square")
@@ -147,6 +163,12 @@ REFERENCES = {
     TRIVIAL: "trivial predictor (hinge: 0.5; square: predict 0)",
 }
 """Rows of the table beside the methods: what bounds every method, and what none may sit at."""
+SHARED = (NO_REUSE, REUSE_ONLY, MERGED, ADVANCED)
+"""The controls PPSGD is also run against at their own tuned point (``ppsgd@<control>``): their C (SgdAdv's a-priori
+one) and η, and DP-SGD + reuse's λ; where the control has no λ, PPSGD's is tuned at that point on the tuning
+draws."""
+POINT_LABELS = {at_point(PPSGD, worse): f"PPSGD at the point of {LABELS[worse]}" for worse in SHARED}
+ARM_LABELS = {**LABELS, **POINT_LABELS}
 PRIVATE_ARMS = (PPSGD, NO_REUSE, REUSE_ONLY, MERGED, ADVANCED)
 HEADROOM: dict[Loss, float] = {"hinge": 0.02, "square": 0.002}
 """Gate: non-private training at least this far above (accuracy) or below (MSE) the best private arm."""
@@ -211,9 +233,15 @@ def ceiling(loss: Loss, data: Dataset) -> float:
     return evaluate(loss, regularized_erm(loss, data.test_x, data.test_y, 1e-12), data.test_x, data.test_y)
 
 
-def trivial(loss: Loss, data: Dataset) -> float:
-    """The trivial predictor's test figure: accuracy 0.5 (a balanced ±1 task), the MSE of predicting 0."""
-    return 0.5 if loss == "hinge" else float((data.test_y**2).mean())
+def trivial(loss: Loss, y: torch.Tensor) -> float:
+    """The trivial predictor's figure on labels ``y``: accuracy 0.5 (a balanced ±1 task), the MSE of predicting 0."""
+    return 0.5 if loss == "hinge" else float((y**2).mean())
+
+
+def nonprivate(loss: Loss, data: Dataset, l2: float) -> torch.Tensor:
+    """Non-private training (a reference): the regularized ERM on the private and public samples together."""
+    return regularized_erm(loss, torch.cat([data.private_x, data.public_x]), torch.cat([data.private_y, data.public_y]),
+                           l2)
 
 
 def gradients(loss: Loss, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -442,11 +470,11 @@ def _trace(run: PrivateRun) -> dict[str, Any]:
             "clip_steps": sum(b < a for a, b in itertools.pairwise(cs))}
 
 
-TUNED_AXES: dict[str, tuple[str, ...]] = {PPSGD: ("C_0", "η", "λ"), NO_REUSE: ("C_0", "η"),
-                                          REUSE_ONLY: ("C", "η", "λ"), MERGED: ("C", "η"), ADVANCED: ("η",),
-                                          PUBLIC: ("λ",)}
-"""The hyper-parameters tuned per method, each apart on its own grid (the ablations included: fedpub issue 45, item
-4; non-private training has none)."""
+PRIVATE_AXES: dict[str, tuple[str, ...]] = {PPSGD: ("C", "η", "λ"), NO_REUSE: ("C", "η"), REUSE_ONLY: ("C", "η", "λ"),
+                                            MERGED: ("C", "η"), ADVANCED: ("η",)}
+"""The private arms' hyper-parameters, tuned jointly on one union grid: an axis grown for one arm is grown for every
+arm that has it (fedpub issue 45, item 1). C is PPSGD's initial clip C_0; SgdAdv's C is set a priori, not tuned.
+Public-only training tunes its weight λ apart: it has no private step."""
 TUNING_SEED = 100
 """The first tuning draw's seed: the tuning draws are 100, 101, … and never a test seed (0 … seeds − 1)."""
 TUNING_DRAWS = 3
@@ -464,9 +492,11 @@ class Tuned:
 
 @dataclass(frozen=True)
 class CellRuns:
-    """What one (loss, ε) leaves: every seed's test results, the tunings, and PPSGD's tuned private runs."""
+    """What one (loss, ε) leaves: every seed's test results, every arm's validation scores on the tuning draws at its
+    chosen values (``seed`` the draw: what the gates read), the tunings, and PPSGD's tuned private runs."""
 
     results: list[Result]
+    validation: list[Result]
     tunings: list[Tuned]
     ppsgd_runs: list[PrivateRun]
 
@@ -474,10 +504,11 @@ class CellRuns:
 def run_cell(loss: Loss, epsilon: float, datas: Mapping[int, Dataset], tests: Sequence[int],
              tuning_draws: Sequence[int], setup: Setup, references: Mapping[str, Sequence[float]],
              cache_dir: Path | None = None) -> CellRuns:
-    """Tune every method apart on the tuning draws' validation splits (mean over the draws, disjoint from the test
-    seeds), then test the chosen values on every test seed. Private runs are cached per (kind, seed, clip, η), so
-    λ's grid and the schedule-only arm reuse PPSGD's. Every arm of a seed shares its data, batch stream and noise
-    seed (common random numbers)."""
+    """Tune the private arms jointly on the tuning draws' validation splits (mean over the draws, disjoint from the
+    test seeds; :data:`PRIVATE_AXES`) and public-only training apart, place PPSGD at each control's point
+    (:data:`SHARED`), then test every chosen point on every test seed. Private runs are cached per (kind, seed, C,
+    η), so λ's grid and the schedule-only arm reuse PPSGD's. Every arm of a seed shares its data, batch stream and
+    noise seed (common random numbers)."""
     schedule = PublicScheduleConfig(clip_test_factor=CLIP_TEST_FACTOR[loss], noise_reference=setup.noise_reference)
     runs: dict[tuple[str, int, float, float], PrivateRun] = {}
     some = datas[tests[0]]
@@ -501,41 +532,64 @@ def run_cell(loss: Loss, epsilon: float, datas: Mapping[int, Dataset], tests: Se
         return runs[kind, seed, c, lr]
 
     def model(method: str, seed: int, values: Mapping[str, float]) -> tuple[torch.Tensor, PrivateRun | None]:
-        data = datas[seed]
-        if method == PUBLIC:
+        data, arm = datas[seed], split_point(method)[0]
+        if arm == PUBLIC:
             return regularized_erm(loss, data.public_x, data.public_y, values["λ"]), None
-        if method in (MERGED, REUSE_ONLY):
-            run = private(method, seed, values["C"], values["η"])
-        elif method == ADVANCED:
-            run = private(ADVANCED, seed, setup.a_priori_clip, values["η"])
-        else:
-            run = private(PPSGD, seed, values["C_0"], values["η"])
-        if method in (PPSGD, REUSE_ONLY):
+        c = setup.a_priori_clip if arm == ADVANCED else values["C"]
+        run = private(PPSGD if arm == NO_REUSE else arm, seed, c, values["η"])
+        if arm in (PPSGD, REUSE_ONLY):
             return regularized_erm(loss, data.public_x, data.public_y, values["λ"], run.weights), run
         return run.weights, run
 
-    axes = {"C_0": Axis("C_0", setup.clip_norms), "C": Axis("C", setup.clip_norms), "λ": Axis("λ", setup.reuse_weights),
-            "η": Axis("η", setup.learning_rates)}
+    def score(method: str, seed: int, values: Mapping[str, float]) -> float:
+        return evaluate(loss, model(method, seed, values)[0], datas[seed].validation_x, datas[seed].validation_y)
+
+    def validation(method: str, values: Mapping[str, float]) -> float:
+        return statistics.fmean(score(method, seed, values) for seed in tuning_draws)
+
+    higher = HIGHER_IS_BETTER[loss]
+    axes = [Axis("C", setup.clip_norms), Axis("η", setup.learning_rates), Axis("λ", setup.reuse_weights)]
+    tuned = tune_jointly(axes, {arm: functools.partial(validation, arm) for arm in PRIVATE_AXES},
+                         higher_is_better=higher, uses=PRIVATE_AXES)
+    tuned[PUBLIC] = tune([Axis("λ", setup.reuse_weights)], functools.partial(validation, PUBLIC),
+                         higher_is_better=higher)
+    points = {arm: dict(t.best) for arm, t in tuned.items()}
+    for worse in SHARED:
+        point = {"C": setup.a_priori_clip, **points[worse]}
+        if "λ" not in point:
+            grid = Axis("λ", tuned[PPSGD].grid["λ"])
+            tuned[at_point(PPSGD, worse)] = tune([grid], lambda v, p=point: validation(PPSGD, {**p, **v}),
+                                                 higher_is_better=higher)
+            point["λ"] = tuned[at_point(PPSGD, worse)].best["λ"]
+        points[at_point(PPSGD, worse)] = point
     results = [Result(loss, epsilon, seed, method, "", values[i])
                for method, values in references.items() for i, seed in enumerate(tests)]
-    tunings = []
-    for method, names in TUNED_AXES.items():
-        def validation(values: Mapping[str, float], method: str = method) -> float:
-            return statistics.fmean(evaluate(loss, model(method, seed, values)[0], datas[seed].validation_x,
-                                             datas[seed].validation_y) for seed in tuning_draws)
-
-        tuning = tune([axes[n] for n in names], validation, higher_is_better=HIGHER_IS_BETTER[loss])
-        tunings.append(Tuned(loss, epsilon, method, tuning))
-        choice = ", ".join(f"{n}={v:g}" for n, v in tuning.best.items())
-        if method == ADVANCED:
+    validations = [Result(loss, epsilon, seed, method, "", value)
+                   for method, values in _validation_references(loss, datas, tuning_draws, setup).items()
+                   for seed, value in zip(tuning_draws, values)]
+    for method, values in points.items():
+        choice = ", ".join(f"{n}={v:g}" for n, v in values.items())
+        if split_point(method)[0] == ADVANCED:
             choice += f", C={setup.a_priori_clip:g} a priori, z={adv_z:.3g}"
         for seed in tests:
-            weights, run = model(method, seed, tuning.best)
+            weights, run = model(method, seed, values)
             trace = {} if run is None else _trace(run)
             results.append(Result(loss, epsilon, seed, method, choice,
                                   evaluate(loss, weights, datas[seed].test_x, datas[seed].test_y), **trace))
-    best = next(t.tuning.best for t in tunings if t.method == PPSGD)
-    return CellRuns(results, tunings, [private(PPSGD, seed, best["C_0"], best["η"]) for seed in tests])
+        validations += [Result(loss, epsilon, seed, method, choice, score(method, seed, values))
+                        for seed in tuning_draws]
+    best = points[PPSGD]
+    return CellRuns(results, validations, [Tuned(loss, epsilon, method, t) for method, t in tuned.items()],
+                    [private(PPSGD, seed, best["C"], best["η"]) for seed in tests])
+
+
+def _validation_references(loss: Loss, datas: Mapping[int, Dataset], draws: Sequence[int],
+                           setup: Setup) -> dict[str, list[float]]:
+    """Non-private training and the trivial predictor on the tuning draws' validation splits (the gates' references,
+    beside the arms' validation scores)."""
+    splits = [(datas[s], datas[s].validation_x, datas[s].validation_y) for s in draws]
+    return {NONPRIVATE: [evaluate(loss, nonprivate(loss, d, setup.l2), x, y) for d, x, y in splits],
+            TRIVIAL: [trivial(loss, y) for _, _, y in splits]}
 
 
 def run_loss(loss: Loss, epsilons: Sequence[float], seeds: int, setup: Setup, sizes: Mapping[str, float],
@@ -545,11 +599,10 @@ def run_loss(loss: Loss, epsilons: Sequence[float], seeds: int, setup: Setup, si
     tests, draws = range(seeds), range(TUNING_SEED, TUNING_SEED + tuning_draws)
     datas = {seed: make_data(loss, seed, **sizes) for seed in (*tests, *draws)}
     references = {
-        NONPRIVATE: [evaluate(loss, regularized_erm(loss, torch.cat([d.private_x, d.public_x]),
-                                                    torch.cat([d.private_y, d.public_y]), setup.l2), d.test_x, d.test_y)
+        NONPRIVATE: [evaluate(loss, nonprivate(loss, d, setup.l2), d.test_x, d.test_y)
                      for d in (datas[s] for s in tests)],
         CEILING: [ceiling(loss, datas[s]) for s in tests],
-        TRIVIAL: [trivial(loss, datas[s]) for s in tests],
+        TRIVIAL: [trivial(loss, datas[s].test_y) for s in tests],
     }
     cells = []
     for epsilon in epsilons:
@@ -602,7 +655,7 @@ def summarize(results: Sequence[Result]) -> dict[tuple[Loss, float, str], Cell]:
     }
 
 
-CLAIMS = (
+OWN_CLAIMS = (
     Claim("PPSGD beats DP-SGD on the merged data (public samples treated as private, tuned C and η, PLD) at every ε "
           "— \"the performance of PPSGD is superior to other compared methods with various ε\" (Figure 3)", PPSGD,
           MERGED, every=True),
@@ -611,12 +664,18 @@ CLAIMS = (
     Claim("PPSGD beats training on the public samples alone — \"the public data is insufficient, which makes "
           "AgdAvg and OnlyPub behave badly\"", PPSGD, PUBLIC),
     Claim("model reuse on the public samples improves the private stage's model w_T (Fig. 1; Fig. 2(c): an "
-          "overlarge λ, which keeps w_T, loses): PPSGD against its schedule alone released at w_T, each tuned apart "
-          "(the reuse alone)", PPSGD, NO_REUSE),
+          "overlarge λ, which keeps w_T, loses): PPSGD against its schedule alone released at w_T (the reuse alone)",
+          PPSGD, NO_REUSE),
     Claim("the public schedule of the budget and the clip improves DP-SGD on the private samples (Alg. 1 lines "
-          "11-19): PPSGD against DP-SGD with the same model reuse and no schedule, each tuned apart (the schedule "
-          "alone)", PPSGD, REUSE_ONLY),
+          "11-19): PPSGD against DP-SGD with the same model reuse and no schedule (the schedule alone)", PPSGD,
+          REUSE_ONLY),
 )
+"""The claims at each arm's own tuned point."""
+CLAIMS = (*OWN_CLAIMS, *(dataclasses.replace(claim, text=f"{claim.text} — both at {LABELS[claim.worse]}'s tuned point",
+                                             better=at_point(PPSGD, claim.worse))
+                         for claim in OWN_CLAIMS if claim.worse in SHARED))
+"""Every claim at the arms' own tuned points, then each whose control has a private step with PPSGD at the control's
+point (fedpub issue 45, item 1: a difference between two tuned points is not the mechanism's)."""
 PAPER_FIGURE = {
     MERGED: "Figure 3 (plotted, no table): PPSGD above every baseline in accuracy (hinge) and below in MSE (square) "
             "at every ε of 0.1–4 on this synthetic data",
@@ -628,34 +687,55 @@ PAPER_FIGURE = {
 }
 
 
+@dataclass(frozen=True)
+class Study:
+    """What the claims are judged on: the test seeds' results, the tuning draws' validation scores at the chosen
+    points (what the gates read: fedpub issue 45, item 2) and the tunings (whose low edges the gates check)."""
+
+    results: Sequence[Result]
+    validation: Sequence[Result]
+    tunings: Sequence[Tuned]
+
+
 def results_of(loss: Loss, results: Sequence[Result]) -> Results:
-    """One loss's per-seed test figures as the judge's ``{arm: {cell: {seed: value}}}``, cells ``"<loss> ε=<ε>"``."""
+    """One loss's per-seed figures as the judge's ``{arm: {cell: {seed: value}}}``, cells ``"<loss> ε=<ε>"``."""
     table: dict[str, dict[str, dict[int, float]]] = {}
     for r in results:
         if r.loss == loss:
-            table.setdefault(r.method, {}).setdefault(f"{loss} ε={r.epsilon:g}", {})[r.seed] = r.value
+            table.setdefault(r.method, {}).setdefault(_cell(loss, r.epsilon), {})[r.seed] = r.value
     return table
 
 
-def gates(loss: Loss, claim: Claim, table: Results) -> tuple[Gate, ...]:
-    """The regime gates of a claim in one loss: neither of its arms diverged or sits within :data:`CHANCE_MARGIN` of
-    the trivial predictor, and non-private training is :data:`HEADROOM` beyond the best private arm."""
+def _cell(loss: Loss, epsilon: float) -> str:
+    return f"{loss} ε={epsilon:g}"
+
+
+def gates(loss: Loss, claim: Claim, table: Results, tunings: Sequence[Tuned]) -> tuple[Gate, ...]:
+    """The gates of a claim in one loss, read on the validation scores ``table``: neither of its arms diverged or
+    sits within :data:`CHANCE_MARGIN` of the trivial predictor, non-private training is :data:`HEADROOM` beyond the
+    best private arm, and neither arm's learning rate was tuned to its grid's low edge (the private step switched
+    off; an arm at another's point is judged by that point's tuning)."""
     higher = HIGHER_IS_BETTER[loss]
     chance = statistics.fmean(v for cell in table[TRIVIAL].values() for v in cell.values())
-    return (NotDegenerate((claim.better, claim.worse), chance, CHANCE_MARGIN[loss], higher),
+    arms = (claim.better, claim.worse)
+    edges = {arm: {_cell(loss, t.epsilon): at_low_edge(t.tuning, ("η",)) for t in tunings
+                   if t.loss == loss and t.method == split_point(arm)[1] and "η" in t.tuning.grid} for arm in arms}
+    return (NotDegenerate(arms, chance, CHANCE_MARGIN[loss], higher),
             Headroom(tuple(arm for arm in PRIVATE_ARMS if arm in table), NONPRIVATE, HEADROOM[loss],
-                     higher_is_better=higher))
+                     higher_is_better=higher),
+            PrivateStepOn(arms, at_low_edge=edges, higher_is_better=higher))
 
 
-def judge(claim: Claim, results: Sequence[Result]) -> ClaimJudgement:
-    """The claim over every (loss, ε): a paired t per cell on the seeds (every arm of a seed shares its data, batches
-    and noise), after :func:`gates`, Holm over all the cells of both losses."""
+def judge(claim: Claim, study: Study) -> ClaimJudgement:
+    """The claim over every (loss, ε): a paired t per cell on the test seeds (every arm of a seed shares its data,
+    batches and noise), after :func:`gates` on the tuning draws' validation scores, Holm over all the cells of both
+    losses (each cell at α for a claim of every cell)."""
     differences = []
     for loss in LOSSES:
-        table = results_of(loss, results)
+        table, checked = results_of(loss, study.results), results_of(loss, study.validation)
         if claim.better in table and claim.worse in table:
             judged = judge_claim(dataclasses.replace(claim, higher_is_better=HIGHER_IS_BETTER[loss]), table,
-                                 gates=gates(loss, claim, table))
+                                 gates=gates(loss, claim, checked, study.tunings), gate_results=checked)
             differences += judged.differences
     return ClaimJudgement(tuple(differences), claim.paper_effect, claim.every)
 
@@ -671,17 +751,17 @@ def paired_lines(results: Sequence[Result]) -> list[str]:
     return lines
 
 
-def verdict(claim: Claim, results: Sequence[Result]) -> str:
+def verdict(claim: Claim, study: Study) -> str:
     """The claim's sentence and, for the cells it does not win, how far the other method is from the non-private
     model and in how many of them PPSGD's budget and clip tests fired."""
-    judged = judge(claim, results)
-    sentence = judged.sentence(claim.text, LABELS[claim.better], LABELS[claim.worse])
-    cells = summarize(results)
+    judged = judge(claim, study)
+    sentence = judged.sentence(claim.text, ARM_LABELS[claim.better], ARM_LABELS[claim.worse])
+    cells = summarize(study.results)
     others = [c.cell for c in judged.cells if c.outcome != "supports"]
     if others:
         keys = [(loss, float(eps)) for loss, eps in (c.split(" ε=") for c in others)]
-        grew = sum(cells[loss, eps, PPSGD].budget_steps > 0 for loss, eps in keys)
-        shrank = sum(cells[loss, eps, PPSGD].clip_steps > 0 for loss, eps in keys)
+        grew = sum(cells[loss, eps, claim.better].budget_steps > 0 for loss, eps in keys)
+        shrank = sum(cells[loss, eps, claim.better].clip_steps > 0 for loss, eps in keys)
         gaps = ", ".join(f"{loss} ε={eps:g}: "
                          f"{abs(cells[loss, eps, NONPRIVATE].mean - cells[loss, eps, claim.worse].mean):.4f}"
                          for loss, eps in keys)
@@ -722,13 +802,13 @@ def setup_lines(setup: Setup, seeds: int, sizes: Mapping[str, float]) -> list[st
         f"- SgdAdv: the same DP-SGD on the merged data for exactly {setup.planned_steps} steps with z from "
         "dp-accounting's optimal advanced composition (δ/2 to the composition, δ/(2T) a step, amplified by Poisson "
         f"sampling), C = {setup.a_priori_clip:g} set a priori (well below L = 1, as the paper's).",
-        "- Tuned apart on the validation splits of tuning draws (seeds from "
+        "- Tuned on the validation splits of tuning draws (seeds from "
         f"{TUNING_SEED}, never a test seed; mean over the draws, per loss and ε; `tuning.md`; not counted in ε): "
-        "PPSGD's C_0, η and λ, its schedule alone C_0 and η, DP-SGD + reuse C, η and λ, DP-SGD's C and η, SgdAdv's η "
-        "(initial grids C {list(setup.clip_norms)}, "
-        f"η {list(setup.learning_rates)}), the public-only "
-        f"weight (initial grid {list(setup.reuse_weights)}, the paper's λ grid); an axis whose best is on its edge is "
-        f"extended (at most twice). Model reuse, public-only and non-private training (μ = {setup.l2:g}) are solved "
+        "the private arms jointly on one union grid of C (PPSGD's C_0), η and λ, each the axes it has (SgdAdv η "
+        f"alone; initial grids C {list(setup.clip_norms)}, η {list(setup.learning_rates)}, λ "
+        f"{list(setup.reuse_weights)}, the paper's λ grid), the public-only weight apart; an axis whose best is on "
+        "its edge is extended (at most twice) for every arm that has it. PPSGD also runs at each control's C and η "
+        "(its λ tuned there unless the control has one). Model reuse, public-only and non-private training (μ = {setup.l2:g}) are solved "
         "exactly (linear system; hinge: dual QP by L-BFGS-B).",
     ]
 
@@ -754,7 +834,7 @@ def write_table(cells: Mapping[tuple[Loss, float, str], Cell], setup: Setup, see
                   "(tuned values in brackets)", "",
                   "| method | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |",
                   "|---|" + "---|" * len(epsilons)]
-        for method, label in {**LABELS, **REFERENCES}.items():
+        for method, label in {**ARM_LABELS, **REFERENCES}.items():
             lines.append(f"| {label} | " + " | ".join(_fmt(cells[loss, e, method]) for e in epsilons) + " |")
         lines.append("")
     lines += ["## Private runs (means over seeds)", "",
@@ -773,11 +853,12 @@ def write_table(cells: Mapping[tuple[Loss, float, str], Cell], setup: Setup, see
 def write_tuning(tunings: Sequence[Tuned], out: Path) -> str:
     """``tuning.md``: every tuning's paragraph; returns a one-paragraph summary for claims.json."""
     lines = ["# Seed 004: tuning on the tuning draws' validation splits", ""]
-    lines += [f"- **{t.loss}, ε = {t.epsilon:g}, {LABELS[t.method]}**: {t.tuning.markdown()}" for t in tunings]
+    lines += [f"- **{t.loss}, ε = {t.epsilon:g}, {ARM_LABELS[t.method]}**: {t.tuning.markdown()}" for t in tunings]
     write_text_atomic(out / "tuning.md", "\n".join(lines) + "\n")
-    flagged = [f"{t.loss} ε={t.epsilon:g} {LABELS[t.method]} ({', '.join(t.tuning.on_edge)})"
+    flagged = [f"{t.loss} ε={t.epsilon:g} {ARM_LABELS[t.method]} ({', '.join(t.tuning.on_edge)})"
                for t in tunings if t.tuning.on_edge]
-    return (f"Every method tuned apart per (loss, ε) by grid search on the validation splits of tuning draws "
+    return (f"The private arms tuned jointly on one union grid per (loss, ε), public-only training apart, by grid "
+            f"search on the validation splits of tuning draws "
             f"(seeds from {TUNING_SEED}, disjoint from the test seeds; mean over the draws): "
             f"{sum(t.tuning.evaluations for t in tunings)} evaluations in all over {len(tunings)} tunings (tuning.md); "
             + (f"still on a grid edge after two extensions: {'; '.join(flagged)}. " if flagged else
@@ -828,13 +909,12 @@ PAPER = ("Wang & Zhou, \"Differentially private learning with small public data\
          "public samples.")
 
 
-def write_comparison(results: Sequence[Result], setup: Setup, seeds: int, sizes: Mapping[str, float],
-                     out: Path) -> str:
+def write_comparison(study: Study, setup: Setup, seeds: int, sizes: Mapping[str, float], out: Path) -> str:
     """``comparison.md``: one sentence per claim of the paper, decided by :func:`verdict`."""
     lines = [f"# {TITLE}", "", PAPER, "", "## Claims", "", RULE, "",
-             *(verdict(claim, results) for claim in CLAIMS), "",
+             *(verdict(claim, study) for claim in CLAIMS), "",
              "## Paired differences (per seed: every arm of a seed shares its data, batches and noise)", "",
-             *paired_lines(results), "", "## Setup", "", *setup_lines(setup, seeds, sizes), "",
+             *paired_lines(study.results), "", "## Setup", "", *setup_lines(setup, seeds, sizes), "",
              "Table: `table.md` / `table.csv`; plots: `figure.png` (Figure 3), `schedule.png` (PPSGD's z_t and C_t); "
              "tuning: `tuning.md`. Hyper-parameter tuning is not counted in ε.", ""]
     text = "\n".join(lines)
@@ -899,10 +979,12 @@ def main(argv: list[str] | None = None) -> Path:
     write_figure(cells, out)
     write_schedule_figure({(loss, eps): cell.ppsgd_runs[0] for loss, eps, cell in done}, out)
     tuning = write_tuning(tunings, out)
-    print(write_comparison(results, setup, seeds, sizes, out))
+    study = Study(results, [r for _, _, cell in done for r in cell.validation], tunings)
+    print(write_comparison(study, setup, seeds, sizes, out))
     wall = time.perf_counter() - start
     command = "python -m fedpub.simulations.reproductions.ppsgd_synthetic" + (" --quick" if args.quick else "")
-    claims = tuple(ClaimRecord.of(c.text, LABELS[c.better], LABELS[c.worse], judge(c, results), PAPER_FIGURE[c.worse])
+    claims = tuple(ClaimRecord.of(c.text, ARM_LABELS[c.better], LABELS[c.worse], judge(c, study),
+                                  PAPER_FIGURE[c.worse])
                    for c in CLAIMS)
     write_claims_json(out, ReproductionRecord(
         NAME, "004", TITLE, PAPER, command, args.quick, seeds, wall, tuning, RULE, claims,

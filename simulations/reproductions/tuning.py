@@ -151,26 +151,35 @@ def tune_jointly(
     *,
     higher_is_better: bool,
     max_extensions: int = 2,
+    uses: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Tuning]:
     """Every arm of ``scores`` ({arm: its validation score}) tuned on one grid: the product of ``axes``, an axis
     extended past an edge whenever some arm's best value sits on it (for every arm), at most ``max_extensions``
     times. Each arm's :class:`Tuning` has the same final grid and the same number of evaluations; no point is
-    scored twice."""
+    scored twice. ``uses`` ({arm: the names of the axes it has}; an arm not named has every axis): an arm scores
+    the product of its own axes only, and an axis grows when the best of an arm that has it sits on its edge (arms
+    with different hyper-parameters still share the grid of those they have in common)."""
     if not scores:
         raise ValueError("tune_jointly: scores must name at least one arm")
     if max_extensions < 0:
         raise ValueError(f"tune_jointly: max_extensions must be ≥ 0, got {max_extensions}")
+    names = [a.name for a in axes]
+    own = {arm: tuple(names) if uses is None or arm not in uses else tuple(uses[arm]) for arm in scores}
+    for arm, axis_names in own.items():
+        if not axis_names or not set(axis_names) <= set(names):
+            raise ValueError(f"tune_jointly: uses[{arm!r}] must name some of the axes {names}, got {list(axis_names)}")
     cached = {arm: _memoised(score) for arm, score in scores.items()}
     axes, extensions = list(axes), 0
     while True:
-        tunings = {arm: tune(axes, score, higher_is_better=higher_is_better, max_extensions=0)
+        tunings = {arm: tune([a for a in axes if a.name in own[arm]], score, higher_is_better=higher_is_better,
+                             max_extensions=0)
                    for arm, score in cached.items()}
         edged = {name for t in tunings.values() for name in t.on_edge}
         if not edged or extensions == max_extensions:
             return {arm: replace(t, extensions=extensions) for arm, t in tunings.items()}
         for i, axis in enumerate(axes):
             for t in tunings.values():
-                if axis.name in edged and axis.on_edge(t.best[axis.name]):
+                if axis.name in edged and axis.name in t.best and axis.on_edge(t.best[axis.name]):
                     axis = axis.extended(t.best[axis.name])
             axes[i] = axis
         extensions += 1

@@ -18,6 +18,7 @@ from fedpub.privacy.calibration import calibrate_noise_multiplier
 from fedpub.privacy.events import PoissonSampling
 from fedpub.simulations.reproductions import ppsgd_synthetic as ppsgd
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
+from fedpub.simulations.reproductions.tuning import Tuning
 
 
 SMALL = {"dim": 20, "num_private": 400, "num_public": 20, "num_test": 200, "num_validation": 100}
@@ -113,7 +114,7 @@ def test_quick_mode_writes_its_tables_figures_and_claims(tmp_path, monkeypatch):
         p.name for p in out.iterdir()}
     with open(out / "table.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == len(ppsgd.LABELS) + len(ppsgd.REFERENCES) and all(r["seeds"] == "3" for r in rows)
+    assert len(rows) == len(ppsgd.ARM_LABELS) + len(ppsgd.REFERENCES) and all(r["seeds"] == "3" for r in rows)
     record = read_claims_json(out / "claims.json")
     assert record.quick and record.seed_paper == "004" and len(record.claims) == len(ppsgd.CLAIMS)
     assert all(c.verdict.startswith(VERDICTS) for c in record.claims)
@@ -176,33 +177,62 @@ GOOD = {ppsgd.PPSGD: [0.80, 0.83, 0.81, 0.84], ppsgd.MERGED: [0.78, 0.80, 0.80, 
      "non-private training 0.8300 vs the best private arm ppsgd 0.8200"),
     ({ppsgd.MERGED: [0.50, 0.52, 0.51, 0.53]}, "not testable", "dpsgd_merged at chance"),
 ])
-def test_claims_are_paired_and_gated(change, outcome, why):
-    """Every seed favours PPSGD by 0.01–0.03: paired, that supports the claim; the same figures with no headroom to
-    non-private training, or DP-SGD at chance, are not testable, with the gate's numbers."""
+def test_claims_are_paired_and_gated_on_validation_scores(change, outcome, why):
+    """Every seed favours PPSGD by 0.01–0.03: paired, that supports the claim; the same validation scores with no
+    headroom to non-private training, or DP-SGD at chance on them, are not testable, with the gate's numbers; the
+    gates read the validation scores only (the same failures in the test outcomes change nothing)."""
     values = {**GOOD, **change}
-    judged = ppsgd.judge(ppsgd.CLAIMS[0], _results(values))
+    judged = ppsgd.judge(ppsgd.CLAIMS[0], ppsgd.Study(_results(GOOD), _results(values), ()))
     (cell,) = judged.differences
     assert judged.outcome == outcome and why in judged.verdict
-    paired = [a - b for a, b in zip(values[ppsgd.PPSGD], values[ppsgd.MERGED])]
+    paired = [a - b for a, b in zip(GOOD[ppsgd.PPSGD], GOOD[ppsgd.MERGED])]
     assert cell.test == "paired t" and cell.diff == pytest.approx(sum(paired) / 4)
+    assert ppsgd.judge(ppsgd.CLAIMS[0], ppsgd.Study(_results(values), _results(GOOD), ())).outcome != "not testable"
 
 
-def test_every_arm_is_tuned_apart_on_tuning_draws_and_the_ablations_remove_one_stage_each(cache_dir):
-    """Issue 45: the tuning scores the tuning draws' validation splits (never a test seed's), every arm tunes apart
-    (the two ablations included); on one-point grids the schedule-only arm is PPSGD's very run before its public
-    fine-tuning, and DP-SGD + reuse keeps z and C constant before the same fine-tuning."""
+def test_a_learning_rate_tuned_to_its_low_edge_makes_the_claim_not_testable_at_both_points():
+    """Issue 45, item 2: DP-SGD's η chosen at the smallest value of its grid means its private step was switched
+    off: the claim at the own points and at DP-SGD's shared point (whose η it is) is not testable there."""
+    grid = {"C": (0.3, 1.0), "η": (0.1, 0.3, 1.0)}
+    low = Tuning({"C": 1.0, "η": 0.1}, 0.8, 6, (), grid)
+    inside = Tuning({"C": 1.0, "η": 0.3}, 0.8, 6, (), grid)
+    shared = {**GOOD, "ppsgd@dpsgd_merged": GOOD[ppsgd.PPSGD]}
+    own_claim, shared_claim = (next(c for c in ppsgd.CLAIMS if (c.better, c.worse) == (better, ppsgd.MERGED))
+                               for better in (ppsgd.PPSGD, "ppsgd@dpsgd_merged"))
+    for tuning, outcome in ((low, "not testable"), (inside, "supports")):
+        tunings = (ppsgd.Tuned("hinge", 1.0, ppsgd.MERGED, tuning), ppsgd.Tuned("hinge", 1.0, ppsgd.PPSGD, inside))
+        study = ppsgd.Study(_results(shared), _results(shared), tunings)
+        for claim in (own_claim, shared_claim):
+            judged = ppsgd.judge(claim, study)
+            assert judged.outcome == outcome
+            assert ("dpsgd_merged's tuned private step is at its grid's low edge (η)" in judged.verdict) == (
+                tuning is low)
+
+
+def test_arms_tune_jointly_on_tuning_draws_run_at_shared_points_and_the_ablations_remove_one_stage_each(cache_dir):
+    """Issue 45: the tuning scores the tuning draws' validation splits (never a test seed's), the private arms on one
+    union grid (each the axes it has), public-only apart; PPSGD also runs at each control's point; on one-point grids
+    the schedule-only arm is PPSGD's very run before its public fine-tuning, and DP-SGD + reuse keeps z and C
+    constant before the same fine-tuning."""
     tests, draws = (0, 1, 2), (ppsgd.TUNING_SEED,)
     datas = {seed: ppsgd.make_data("square", seed, **SMALL) for seed in (*tests, *draws)}
     setup = ppsgd.Setup(batch_size=40, planned_steps=30, learning_rates=(1.0,), clip_norms=(0.3,),
                         reuse_weights=(0.1,), pld_discretization=1e-2)
     references = {ppsgd.NONPRIVATE: [0.0] * 3, ppsgd.CEILING: [0.0] * 3, ppsgd.TRIVIAL: [1.0] * 3}
     cell = ppsgd.run_cell("square", 1.0, datas, tests, draws, setup, references, cache_dir)
-    assert {r.seed for r in cell.results} == set(tests)
-    assert {t.method for t in cell.tunings} == set(ppsgd.TUNED_AXES)
+    assert {r.seed for r in cell.results} == set(tests) and {r.seed for r in cell.validation} == set(draws)
+    tunings = {t.method: t.tuning for t in cell.tunings}
+    assert set(tunings) == {*ppsgd.PRIVATE_AXES, ppsgd.PUBLIC, *(f"ppsgd@{w}" for w in ppsgd.SHARED if w !=
+                                                                 ppsgd.REUSE_ONLY)}
+    assert all(set(tunings[arm].grid) == set(axes) for arm, axes in ppsgd.PRIVATE_AXES.items())
+    assert len({tunings[arm].grid["η"] for arm in ppsgd.PRIVATE_AXES}) == 1
     tuning_draw = datas[ppsgd.TUNING_SEED]
-    public_score = next(t.tuning.best_score for t in cell.tunings if t.method == ppsgd.PUBLIC)
-    assert public_score == ppsgd.evaluate("square", ppsgd.regularized_erm(
+    assert tunings[ppsgd.PUBLIC].best_score == ppsgd.evaluate("square", ppsgd.regularized_erm(
         "square", tuning_draw.public_x, tuning_draw.public_y, 0.1), tuning_draw.validation_x, tuning_draw.validation_y)
+    validation = {r.method: r.value for r in cell.validation}
+    assert validation[ppsgd.PUBLIC] == tunings[ppsgd.PUBLIC].best_score
+    assert validation[ppsgd.NONPRIVATE] == ppsgd.evaluate("square", ppsgd.nonprivate("square", tuning_draw, setup.l2),
+                                                         tuning_draw.validation_x, tuning_draw.validation_y)
     by = {(r.method, r.seed): r for r in cell.results}
     for seed, run in zip(tests, cell.ppsgd_runs):
         data = datas[seed]
@@ -213,3 +243,7 @@ def test_every_arm_is_tuned_apart_on_tuning_draws_and_the_ablations_remove_one_s
         assert with_reuse.value == ppsgd.evaluate("square", reused, data.test_x, data.test_y) != schedule_only.value
         assert reuse_only.first_noise_multiplier == reuse_only.last_noise_multiplier
         assert reuse_only.last_clip_norm == 0.3 and reuse_only.budget_steps == reuse_only.clip_steps == 0
+    for seed in tests:  # PPSGD at SgdAdv's point: C the a-priori clip, SgdAdv's η; at DP-SGD's: its C and η
+        at_adv = by["ppsgd@sgd_adv", seed]
+        assert at_adv.last_clip_norm <= setup.a_priori_clip and at_adv.value != by[ppsgd.PPSGD, seed].value
+        assert by["ppsgd@dpsgd_merged", seed].value == by[ppsgd.PPSGD, seed].value  # one-point grids: one point

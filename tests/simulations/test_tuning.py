@@ -149,6 +149,27 @@ def test_the_arms_of_a_claim_tune_on_one_union_grid_with_equal_budgets():
     assert joint["a"].extensions == joint["b"].extensions == 2
 
 
+def test_arms_with_different_axes_share_the_grid_of_those_they_have():
+    """An arm without the clip axis scores the lr grid alone (no clip value is chosen for it, and a clip it does not
+    have never grows the grid), and its lr extensions grow the lr axis of the arm that has both."""
+    axes = [Axis("lr", (0.01, 0.1)), Axis("clip", (0.5, 1.0, 1.5), "linear")]
+    score_a, calls_a = _peak(lr_opt=1.0, clip_opt=1.0)
+    calls_b: list[float] = []
+
+    def score_b(point):
+        calls_b.append(point["lr"])
+        return -abs(math.log10(point["lr"]) - math.log10(0.001))
+
+    joint = tune_jointly(axes, {"a": score_a, "b": score_b}, higher_is_better=True, max_extensions=3,
+                         uses={"b": ("lr",)})
+    assert joint["b"].best == {"lr": 0.001} and set(joint["b"].grid) == {"lr"}
+    assert joint["a"].grid["lr"] == joint["b"].grid["lr"] == pytest.approx((1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0))
+    assert joint["a"].grid["clip"] == (0.5, 1.0, 1.5) and joint["a"].best == {"lr": 1.0, "clip": 1.0}
+    assert joint["b"].evaluations == len(calls_b) == 6 and joint["a"].evaluations == 18
+    with pytest.raises(ValueError, match="uses"):
+        tune_jointly(axes, {"a": score_a}, higher_is_better=True, uses={"a": ("momentum",)})
+
+
 def test_a_choice_at_the_grids_low_edge_is_named():
     score, _ = _peak(lr_opt=1e-6, clip_opt=1.0)  # the private step wants to be switched off
     tuning = tune([Axis("lr", (0.01, 0.1)), Axis("clip", (0.5, 1.0, 1.5), "linear"), Axis("fixed", (3.0,))], score,
