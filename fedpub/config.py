@@ -299,8 +299,21 @@ class PreconditionConfig(Section):
     )
     beta: float = Field(0.9, ge=0, lt=1, description="public: RMSProp decay of the second moments")
     eps: float = Field(1e-3, gt=0, description="public: A = sqrt(v) + eps")
-    power: float = Field(1.0, gt=0, description="token_frequency: A_j = max((count_j/mean)^power, floor)")
-    floor: float = Field(1e-2, gt=0, description="token_frequency: smallest A_j")
+    profile: Literal["power", "top_k"] = Field(
+        "power", description="token_frequency: A from the counts by a power (`power`, `floor`), or 1 for the "
+        "`frequent_words` most frequent words and 1/`rare_scale` for the rest (`top_k`: the paper's own code)"
+    )
+    power: float = Field(
+        1.0, gt=0, description="token_frequency, profile power: A_j = max((count_j/mean)^power, floor)"
+    )
+    floor: float = Field(1e-2, gt=0, description="token_frequency, profile power: smallest A_j")
+    frequent_words: int = Field(
+        100, ge=1, description="token_frequency, profile top_k: how many of the most frequent words keep A = 1"
+    )
+    rare_scale: float = Field(
+        200.0, gt=0, description="token_frequency, profile top_k: every other word's A = 1/rare_scale (its steps "
+        "rare_scale times larger)"
+    )
     shuffle: bool = Field(
         False, description="token_frequency: the control shuffled A, the counts of the words that occur permuted "
         "among them by a permutation seeded from the run's seed (the same values, no information)"
@@ -311,6 +324,15 @@ class PreconditionConfig(Section):
         if self.shuffle and self.source != "token_frequency":
             raise ValueError("shuffle permutes side information (source token_frequency), not the public users' "
                              f"statistics (source {self.source}): set source token_frequency or shuffle false")
+        return self
+
+    @model_validator(mode="after")
+    def _fields_of_the_profile(self) -> PreconditionConfig:
+        ignored = {"power": ("frequent_words", "rare_scale"), "top_k": ("power", "floor")}[self.profile]
+        if self.source == "token_frequency" and (set_here := sorted(set(ignored) & self.model_fields_set)):
+            raise ValueError(f"{', '.join(set_here)} shape A under another profile than {self.profile!r}, which "
+                             f"ignores them: set profile to {'top_k' if self.profile == 'power' else 'power'} or "
+                             "remove them")
         return self
 
 

@@ -47,6 +47,7 @@ def token_frequency_side_information(
     """A from the counts of the model's vocabulary words (in its column order), on its bag-of-words weight
     ``weight_name``; with ``config.shuffle``, the counts permuted by a permutation drawn from the run's ``seed``."""
     return token_frequency_preconditioner(
-        params, word_counts, weight_name=weight_name, power=config.power, floor=config.floor,
+        params, word_counts, weight_name=weight_name, profile=config.profile, power=config.power, floor=config.floor,
+        frequent_words=config.frequent_words, rare_scale=config.rare_scale,
         shuffle_seed=seed if config.shuffle else None,
     )

@@ -29,6 +29,22 @@ def test_a_recipe_that_trains_public_users_without_any_is_refused_when_the_confi
     parse_config({"data": {"public": {"fraction": 0.1}}, "strategy": {"noise_multiplier": 1.0, "warm_start": {}}})
 
 
+def test_a_side_information_field_of_another_profile_is_refused_naming_it():
+    """Setting the power of a top_k A (or the frequent words of a power A) would change nothing: refused, naming the
+    field and the profile that uses it; each profile's own fields are legal."""
+    def precondition(**fields):
+        return {"strategy": {"name": "adadps", "noise_multiplier": 1.0,
+                             "precondition": {"source": "token_frequency", **fields}}}
+
+    with pytest.raises(ConfigError, match=r"power shape A under another profile than 'top_k'.*set profile to power"):
+        parse_config(precondition(profile="top_k", power=0.5))
+    with pytest.raises(ConfigError, match=r"frequent_words, rare_scale shape A under another profile than 'power'"):
+        parse_config(precondition(frequent_words=50, rare_scale=100.0))
+    config = parse_config(precondition(profile="top_k", frequent_words=50, rare_scale=100.0))
+    assert (config.strategy.precondition.frequent_words, config.strategy.precondition.rare_scale) == (50, 100.0)
+    parse_config(precondition(power=0.5, floor=0.1))
+
+
 def test_a_budget_smaller_than_one_round_names_the_field():
     strategy = StrategyConfig(noise_multiplier=0.5, sampling={"kind": "poisson", "clients_per_round": 50})
     with pytest.raises(BudgetExceededError, match=r"^privacy.budget_epsilon: a single round costs"):

@@ -137,23 +137,36 @@ def token_frequency_preconditioner(
     word_counts: Sequence[float] | torch.Tensor,
     *,
     weight_name: str,
+    profile: Literal["power", "top_k"] = "power",
     power: float = 1.0,
     floor: float = 1e-2,
+    frequent_words: int = 100,
+    rare_scale: float = 200.0,
     shuffle_seed: int | None = None,
 ) -> Updates:
-    """Side information for bag-of-words logistic regression (weight ``[num_labels, vocab]``): column j of
-    ``weight_name`` gets A = max((count_j / mean count)^power, floor), so rare tokens take larger steps;
-    every other parameter gets A = 1. ``word_counts`` follow the model's vocabulary (column) order. With a
-    ``shuffle_seed`` the counts of the words that occur (count > 0) are first permuted among those words by a
-    permutation drawn from it: the control shuffled A (fedpub issue 36), the same A values on the words training
-    sees, with the information of which word has which gone. A word that never occurs keeps its floor: permuting
-    across the whole vocabulary would instead hand most occurring words the floor of the many words that never
-    occur (a 100× larger step on nearly every word), another step size rather than the same side information
-    shuffled."""
+    """Side information for bag-of-words logistic regression (weight ``[num_labels, vocab]``), so rare tokens take
+    larger steps; every other parameter gets A = 1. Column j of ``weight_name`` gets, by ``profile``:
+
+    - ``power``: A = max((count_j / mean count)^power, floor);
+    - ``top_k``: A = 1 for the ``frequent_words`` most frequent words and 1/``rare_scale`` for every other word, the
+      side information of the paper's own federated StackOverflow code (its 100 most frequent words at 1, every
+      other word's gradient × 200; ties broken by column order).
+
+    ``word_counts`` follow the model's vocabulary (column) order. With a ``shuffle_seed`` the counts of the words
+    that occur (count > 0) are first permuted among those words by a permutation drawn from it: the control shuffled
+    A (fedpub issue 36), the same A values on the words training sees, with the information of which word has which
+    gone. A word that never occurs keeps its count 0: permuting across the whole vocabulary would instead hand most
+    occurring words the A of the many words that never occur (under ``power`` a 100× larger step on nearly every
+    word), another step size rather than the same side information shuffled."""
     if weight_name not in params or params[weight_name].dim() != 2:
         raise ValueError(f"weight_name {weight_name!r} must name a 2-d weight among {sorted(params)}")
+    if profile not in ("power", "top_k"):
+        raise ValueError(f"profile must be 'power' or 'top_k', got {profile!r}")
     if not (floor > 0 and math.isfinite(power)):
         raise ValueError(f"token frequencies need floor > 0 and a finite power, got {floor}, {power}")
+    if not (frequent_words >= 1 and rare_scale > 0 and math.isfinite(rare_scale)):
+        raise ValueError(f"top_k needs frequent_words >= 1 and a finite rare_scale > 0, got {frequent_words}, "
+                         f"{rare_scale}")
     weight = params[weight_name]
     counts = torch.as_tensor(word_counts, dtype=torch.float64)
     if counts.shape != (weight.shape[1],):
@@ -162,12 +175,19 @@ def token_frequency_preconditioner(
         )
     if not bool(torch.isfinite(counts).all() and (counts >= 0).all() and counts.sum() > 0):
         raise ValueError("word_counts must be finite, >= 0 and not all zero")
+    if profile == "top_k" and frequent_words > counts.numel():
+        raise ValueError(f"frequent_words {frequent_words} exceeds the vocabulary of {counts.numel()} words")
     if shuffle_seed is not None:
         occurring = (counts > 0).nonzero().squeeze(1)
         order = torch.randperm(len(occurring), generator=torch_generator(shuffle_seed, "shuffled_side_information"))
         counts = counts.clone()
         counts[occurring] = counts[occurring[order]]
-    column = (counts / counts.mean()).pow(power).clamp_min(floor).to(weight.dtype)
+    if profile == "power":
+        column = (counts / counts.mean()).pow(power).clamp_min(floor)
+    else:
+        column = torch.full_like(counts, 1 / rare_scale)
+        column[counts.argsort(descending=True, stable=True)[:frequent_words]] = 1.0
+    column = column.to(weight.dtype)
     a = tree.map_tree(torch.ones_like, params)
     a[weight_name] = column.expand_as(weight).clone()
     return a

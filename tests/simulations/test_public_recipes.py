@@ -219,3 +219,17 @@ def test_token_frequency_adadps_on_stackoverflow_tags(tiny_emnist_dir, tmp_path)
     with pytest.raises(ValueError, match="so_tag_logreg"):
         build_experiment(tiny_config(tiny_emnist_dir, tmp_path, strategy={
             "name": "adadps", "precondition": {"source": "token_frequency"}}))
+
+
+def test_the_papers_top_k_side_information_reaches_the_clients(tmp_path):
+    """profile top_k from the config to the clients' A: the dataset's 3 most frequent vocabulary words at 1, every
+    other word at 1/50, the bias at 1."""
+    cfg = so_config(tmp_path, "so_tag", "so_tag_logreg", name="adadps",
+                    precondition={"source": "token_frequency", "placement": "client", "profile": "top_k",
+                                  "frequent_words": 3, "rare_scale": 50.0})
+    experiment = build_experiment(cfg)
+    params = {k: v.detach() for k, v in experiment.new_model().named_parameters()}
+    a = experiment.strategy.payloads(experiment.strategy.init(params))["preconditioner"]
+    words = a[registry.model("so_tag_logreg").bag_of_words_weight][0]
+    assert int((words == 1.0).sum()) == 3 and torch.allclose(words[words != 1.0], torch.tensor(1 / 50))
+    assert torch.equal(a["0.bias"], torch.ones_like(a["0.bias"]))

@@ -148,6 +148,29 @@ def test_shuffled_token_frequencies_are_the_same_values_in_a_seeded_order():
     assert not torch.equal(other["0.weight"], shuffled["0.weight"])
 
 
+def test_top_k_profile_keeps_the_frequent_words_and_speeds_up_every_other():
+    """The paper's own side information: its most frequent words at A = 1, every other word (those that never occur
+    too) at 1/rare_scale; the bias keeps 1. Shuffled, the same values land on other occurring words."""
+    params = {"0.weight": torch.zeros(2, 6), "0.bias": torch.zeros(2)}
+    counts = [5, 40, 0, 9, 40, 1]
+    a = token_frequency_preconditioner(params, counts, weight_name="0.weight", profile="top_k", frequent_words=2,
+                                       rare_scale=200.0)
+    column = torch.tensor([1 / 200, 1.0, 1 / 200, 1 / 200, 1.0, 1 / 200])
+    torch.testing.assert_close(a["0.weight"], column.expand(2, 6))
+    assert torch.equal(a["0.bias"], torch.ones(2))
+    ties = token_frequency_preconditioner(params, counts, weight_name="0.weight", profile="top_k", frequent_words=1)
+    assert ties["0.weight"][0].tolist().index(1.0) == 1  # of two equal counts, the first column
+    params = {"0.weight": torch.zeros(2, 50), "0.bias": torch.zeros(2)}
+    counts = [float(c) for c in range(1, 41)] + [0.0] * 10
+    plain, permuted = (token_frequency_preconditioner(params, counts, weight_name="0.weight", profile="top_k",
+                                                      frequent_words=5, shuffle_seed=seed) for seed in (None, 3))
+    kept = permuted["0.weight"][0] == 1.0
+    assert kept.sum() == 5 and not torch.equal(kept, plain["0.weight"][0] == 1.0)
+    assert not kept[40:].any()  # a word that never occurs is never among the frequent
+    with pytest.raises(ValueError, match="frequent_words 60 exceeds the vocabulary of 50"):
+        token_frequency_preconditioner(params, counts, weight_name="0.weight", profile="top_k", frequent_words=60)
+
+
 def test_token_frequency_checks_the_vocabulary_size():
     params = {"0.weight": torch.zeros(3, 4), "0.bias": torch.zeros(3)}
     with pytest.raises(ValueError, match="5 entries .* vocabulary of 4"):
