@@ -18,6 +18,7 @@ import yaml
 from fedpub.config import parse_config
 from fedpub.simulations.tools.compare import deep_merge, load_sweep
 from fedpub.simulations.reproductions import (
+    adadps_dense,
     adadps_stackoverflow,
     budget_schedule_table2,
     dope_table7,
@@ -42,10 +43,10 @@ from fedpub.simulations.run.run_dir import RunDirectory
 from fedpub.simulations.run.session import RunInterrupted
 from fedpub.simulations.reproductions.tuning import Axis
 
-MODULES = [adadps_stackoverflow, budget_schedule_table2, dope_table7, dope_table7_cnn, pda_dpmd_federated,
+MODULES = [adadps_dense, adadps_stackoverflow, budget_schedule_table2, dope_table7, dope_table7_cnn, pda_dpmd_federated,
            public_epochs_figure4]
 SWEEPS = [budget_schedule_table2, dope_table7, pda_dpmd_federated, public_epochs_figure4]
-"""The reproductions whose sweep file is a `fedpub compare` sweep (adadps_stackoverflow runs at a fixed σ)."""
+"""The reproductions whose sweep file is a `fedpub compare` sweep (the AdaDPS ones run at a fixed σ)."""
 
 
 def _config(placed, label, values, tmp_path):
@@ -64,7 +65,7 @@ def test_each_declaration_claims_what_it_runs_and_tunes_real_fields_on_validatio
     # the tuned values of the arm it follows) ...
     assert len({len(federated.grid_points(axes)) for axes in repro.axes.values()}) == 1  # ... with one budget ...
     assert all({a.name for a in axes} & set(NOISE_SCALES) for axes in repro.axes.values())  # ... and its noise scale
-    assert repro.gates and any(type(g).__name__ == "NotDegenerate" for g in repro.gates)
+    assert repro.gates and any(type(g).__name__ in ("NotDegenerate", "Beats") for g in repro.gates)  # a regime guard
     assert not set(repro.tuning_seeds) & set(placed.seeds)
     assert placed.base["data"]["validation"]["fraction"] > 0 and len(placed.seeds) >= 3
     assert placed.base["data"]["eval_users"] == "all"  # the claims are judged on every test client
@@ -372,7 +373,7 @@ def test_a_quick_mode_end_to_end_tunes_on_validation_runs_three_seeds_and_writes
 
 
 QUICK_OTHERS = [pytest.param(m, marks=pytest.mark.extended)
-                for m in (dope_table7, pda_dpmd_federated, public_epochs_figure4, adadps_stackoverflow)]
+                for m in (dope_table7, pda_dpmd_federated, public_epochs_figure4, adadps_stackoverflow, adadps_dense)]
 """The other quick modes end to end, in -m extended (10-35 s each on 2 cores; the suite runs Table 2's, and the
 public-only control below)."""
 
@@ -405,7 +406,7 @@ def test_every_quick_mode_runs_its_controls_and_gates_and_publishes_no_verdict_p
         assert claim.verdict.startswith(VERDICTS) and (testable == 0) == claim.verdict.startswith("not testable")
         if testable == 0:
             assert "gate '" in claim.verdict or "not judged" in claim.verdict
-    if module is adadps_stackoverflow:  # the gates' majority rate is measured on the quick data, not a constant
+    if module in (adadps_stackoverflow, adadps_dense):  # the gates' majority rate is measured on the quick data
         rate, validation = adadps_stackoverflow.majority_tag(place(module.REPRODUCTION, out, quick=True).base)
         assert 0 < rate < 1 and 0 < validation < 1 and f"`majority_tag` (the most frequent label of the private " \
             f"users' posts): test accuracy {rate:.4f}" in record.tuning
