@@ -54,7 +54,7 @@ from typing import Any
 import yaml
 
 from fedpub.atomic import write_text_atomic
-from fedpub.config import ExperimentConfig, parse_config
+from fedpub.config import ExperimentConfig, dump_config, parse_config
 from fedpub.strict_yaml import load_yaml
 from fedpub.simulations.tools.compare import deep_merge
 from fedpub.simulations.tools.compare_report import (
@@ -88,7 +88,7 @@ from fedpub.simulations.reproductions.tuning import (
     tune_jointly,
 )
 from fedpub.simulations.run.run_dir import RunDirectory
-from fedpub.simulations.run.session import RunInterrupted
+from fedpub.simulations.run.session import RunInterrupted, run_changes
 from fedpub.simulations.tools.sweep_jobs import JobOutcome, parse_jobs, resolve_jobs, run_jobs
 
 TUNING_SEED = 100
@@ -345,11 +345,17 @@ class RunSpec:
 
 
 def run_one(base: Mapping[str, Any], spec: RunSpec) -> ComparedRun:
-    """The run ``spec`` (resumed if checkpointed, not rerun if finished), read back as the comparison reads it."""
+    """The run ``spec`` (resumed if checkpointed, not rerun if finished), read back as the comparison reads it. A run
+    its directory holds finished with this very config is read from its files alone: building its experiment (data,
+    calibration) and restoring its session (checkpoint, accountant) would cost seconds a run and change nothing."""
     config = spec.config(base)
     run_dir = RunDirectory(config.output_dir / config.name)
+    label = spec.label or spec.name.split("__")[0]
+    stored = run_dir.stored_config()
+    if stored is not None and run_dir.holds_finished_run() and not run_changes(stored, dump_config(config)):
+        return read_run(run_dir, label)
     result = run_in_process(build_experiment(config), run_dir)
-    return read_run(run_dir, spec.label or spec.name.split("__")[0], result.final_metrics)
+    return read_run(run_dir, label, result.final_metrics)
 
 
 class RunsDidNotFinish(RuntimeError):

@@ -39,7 +39,7 @@ from fedpub.simulations.reproductions.federated import (
 )
 from fedpub.simulations.reproductions.public_only import public_only_control
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
-from fedpub.simulations.run.run_dir import RunDirectory
+from fedpub.simulations.run.run_dir import RunDirectory, RunDirectoryError
 from fedpub.simulations.run.session import RunInterrupted
 from fedpub.simulations.reproductions.tuning import Axis
 
@@ -445,6 +445,24 @@ def test_round_zero_is_the_model_a_warm_arms_private_rounds_start_from(tmp_path)
     cold = federated.RunSpec(placed.strategies["dp_fedavg_cold"], None, 0, "cold", tmp_path / "runs")
     with pytest.raises(ValueError, match="strategy.warm_start is not set"):
         warm_start_metrics(cold.config(base))
+
+
+def test_a_finished_run_is_read_from_its_files_and_a_changed_config_still_refused(tmp_path, monkeypatch):
+    """A run its directory holds finished with the same config is read back without building its experiment (the
+    same row as the run gave); the same name with another config goes to the run, which refuses it, naming the key."""
+    placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path / "out", quick=True)
+    spec = federated.RunSpec(placed.strategies["dp_fedavg_cold"], None, 0, "dp_fedavg_cold__seed0", tmp_path / "runs")
+    first = federated.run_one(placed.base, spec).row
+
+    def never(config):
+        raise AssertionError("a finished run's experiment was built")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(federated, "build_experiment", never)
+        assert federated.run_one(placed.base, spec).row == first
+    changed = dataclasses.replace(spec, overrides=deep_merge(dict(spec.overrides), {"client": {"lr": 0.123}}))
+    with pytest.raises(RunDirectoryError, match="changed: client.lr"):
+        federated.run_one(placed.base, changed)
 
 
 def test_a_claims_arm_tuned_to_the_low_edge_or_not_past_its_round_zero_makes_its_cell_not_testable(tmp_path):
