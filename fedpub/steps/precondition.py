@@ -149,8 +149,8 @@ def token_frequency_preconditioner(
 
     - ``power``: A = max((count_j / mean count)^power, floor);
     - ``top_k``: A = 1 for the ``frequent_words`` most frequent words and 1/``rare_scale`` for every other word, the
-      side information of the paper's own federated StackOverflow code (its 100 most frequent words at 1, every
-      other word's gradient × 200; ties broken by column order).
+      side information of the paper's own federated code (its 100 most frequent words at 1, every other word's
+      gradient × 200; ties broken by column order).
 
     ``word_counts`` follow the model's vocabulary (column) order. With a ``shuffle_seed`` the counts of the words
     that occur (count > 0) are first permuted among those words by a permutation drawn from it: the control shuffled
