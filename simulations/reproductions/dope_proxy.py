@@ -62,7 +62,7 @@ from fedpub.simulations.reproductions.results_record import (
     default_out,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_low_edge, at_point, split_point, tune_jointly
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_point, low_edges, split_point, tune_jointly
 
 NAME = "dope_proxy"
 DTYPE = torch.float64
@@ -249,9 +249,7 @@ def claims(epsilons: Sequence[float], tunings: Mapping[tuple[str, str], Tuning] 
     def step_on(*ran: str) -> tuple[PrivateStepOn, ...]:
         if not tunings:
             return ()
-        edges = {arm: {cell: at_low_edge(t, ("lr",)) for (name, cell), t in tunings.items()
-                       if name == split_point(arm)[1]} for arm in ran}
-        return (PrivateStepOn(ran, at_low_edge=edges),)
+        return (PrivateStepOn(ran, at_low_edge=low_edges(ran, tunings, "lr")),)
 
     texts = {"dp_fedavg_all": "DOPE-SGD beats DP-SGD on all users (Table 7)",
              "dp_fedavg_only_private": "DOPE-SGD beats DP-SGD on the private users only, the public mean averaged in "

@@ -81,9 +81,9 @@ from fedpub.simulations.reproductions.round_zero import start_of, warm_start_met
 from fedpub.simulations.reproductions.tuning import (
     Axis,
     Tuning,
-    at_low_edge,
     at_point,
     grid_points,
+    low_edges,
     split_point,
     tune_jointly,
 )
@@ -532,13 +532,11 @@ def _private_step_gated(claims: Sequence[Claim], placed: PlacedSweep, tunings: M
     def owner(arm: str) -> str:
         return split_point(arm)[1]
 
+    by_cell = {(label, cell_of(eps)): tuning for (label, eps), tuning in tunings.items()}
     gated = []
     for claim in claims:
         arms = tuple(arm for arm in (claim.better, claim.worse) if owner(arm) in placed.axes)
-        edges = {arm: {cell_of(eps): at_low_edge(tunings[owner(arm), eps], [PRIVATE_STEP] if PRIVATE_STEP in
-                                                 tunings[owner(arm), eps].grid else [])
-                       for eps in placed.tuning_epsilons}
-                 for arm in arms}
+        edges = low_edges(arms, by_cell, PRIVATE_STEP)
         own_starts = {arm: start_of(split_point(arm)[0]) for arm in arms if start_of(split_point(arm)[0]) in starts}
         gated.append(replace(claim, gates=(*claim.gates, PrivateStepOn(arms, edges, own_starts, BEATS_MARGIN)))
                      if arms else claim)

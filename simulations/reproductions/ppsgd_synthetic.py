@@ -131,8 +131,8 @@ from fedpub.simulations.reproductions.results_record import (  # noqa: E402
 from fedpub.simulations.reproductions.tuning import (  # noqa: E402
     Axis,
     Tuning,
-    at_low_edge,
     at_point,
+    low_edges,
     split_point,
     tune,
     tune_jointly,
@@ -718,12 +718,11 @@ def gates(loss: Loss, claim: Claim, table: Results, tunings: Sequence[Tuned]) ->
     higher = HIGHER_IS_BETTER[loss]
     chance = statistics.fmean(v for cell in table[TRIVIAL].values() for v in cell.values())
     arms = (claim.better, claim.worse)
-    edges = {arm: {_cell(loss, t.epsilon): at_low_edge(t.tuning, ("η",)) for t in tunings
-                   if t.loss == loss and t.method == split_point(arm)[1] and "η" in t.tuning.grid} for arm in arms}
+    tuned = {(t.method, _cell(loss, t.epsilon)): t.tuning for t in tunings if t.loss == loss}
     return (NotDegenerate(arms, chance, CHANCE_MARGIN[loss], higher),
             Headroom(tuple(arm for arm in PRIVATE_ARMS if arm in table), NONPRIVATE, HEADROOM[loss],
                      higher_is_better=higher),
-            PrivateStepOn(arms, at_low_edge=edges, higher_is_better=higher))
+            PrivateStepOn(arms, at_low_edge=low_edges(arms, tuned, "η"), higher_is_better=higher))
 
 
 def judge(claim: Claim, study: Study) -> ClaimJudgement:

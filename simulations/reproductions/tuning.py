@@ -204,6 +204,15 @@ def at_low_edge(tuning: Tuning, names: Sequence[str]) -> tuple[str, ...]:
                  if len(tuning.grid[name]) > 1 and tuning.best[name] == tuning.grid[name][0])
 
 
+def low_edges(arms: Sequence[str], tunings: Mapping[tuple[str, str], Tuning],
+              axis: str) -> dict[str, dict[str, tuple[str, ...]]]:
+    """For each of ``arms``, per cell, ``axis`` when the tuning it ran at chose that axis's low edge (the private
+    step switched off): ``tunings`` is keyed (tuned arm, cell), and an arm ``<arm>@<owner>`` (:func:`at_point`) ran at
+    its owner's tuning. A tuning without ``axis`` has none. What the judge's ``PrivateStepOn`` gate reads."""
+    return {arm: {cell: at_low_edge(t, (axis,) if axis in t.grid else ()) for (owner, cell), t in tunings.items()
+                  if owner == split_point(arm)[1]} for arm in arms}
+
+
 def at_point(arm: str, owner: str) -> str:
     """The name of ``arm`` run at ``owner``'s tuned values instead of its own (a claim judged at a shared point)."""
     return f"{arm}@{owner}"

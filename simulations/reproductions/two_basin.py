@@ -84,7 +84,7 @@ from fedpub.simulations.reproductions.results_record import (
     default_out,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_low_edge, at_point, split_point, tune_jointly
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_point, low_edges, split_point, tune_jointly
 
 NAME = "two_basin"
 DTYPE = torch.float64
@@ -478,11 +478,7 @@ def claims(plan: Plan, kinds: Sequence[Kind], epsilons: Sequence[float],
         """The gate that the learning rates the arms ran at (their own, or the control's) are off the low edge."""
         if not tunings:
             return ()
-        edges: dict[str, dict[str, tuple[str, ...]]] = {}
-        for arm in arms_run:
-            tuned = split_point(arm)[1]
-            edges[arm] = {cell: at_low_edge(t, ("lr",)) for (name, cell), t in tunings.items() if name == tuned}
-        return (PrivateStepOn(arms_run, at_low_edge=edges),)
+        return (PrivateStepOn(arms_run, at_low_edge=low_edges(arms_run, tunings, "lr")),)
 
     def both_points(text: str, better: str, worse: str, cells: tuple[str, ...], gates: tuple, **kw) -> list:
         own = PairedClaim(text, better, worse, cells, gates=(*gates, *step_on(better, worse)), **kw)
