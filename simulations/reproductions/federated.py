@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import statistics
 import sys
@@ -53,7 +54,7 @@ from typing import Any
 
 import yaml
 
-from fedpub.atomic import write_text_atomic
+from fedpub.atomic import write_json_atomic, write_text_atomic
 from fedpub.config import ExperimentConfig, dump_config, parse_config
 from fedpub.strict_yaml import load_yaml
 from fedpub.simulations.tools.compare import deep_merge
@@ -568,26 +569,37 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     if args.seeds is not None and (overlap := sorted(set(range(args.seeds)) & set(repro.tuning_seeds))):
         parser.error(f"--seeds {args.seeds}: the test seeds {overlap} are {repro.name}'s tuning seeds "
                      f"({', '.join(map(str, repro.tuning_seeds))}); use at most {min(repro.tuning_seeds)}")
+    out: Path = (args.out or default_out(repro.name, args.quick)).resolve()  # the runs record where they are
+    # written; a folder moved elsewhere resumes there (output_dir is not part of what a run computes)
+    started, earlier = time.perf_counter(), _earlier_wall_time(out)
     try:
-        return _run(repro, args)
+        return _run(repro, args, out, earlier)
     except (RunInterrupted, KeyboardInterrupt, RunsDidNotFinish) as stop:
         print(f"{repro.name}: stopped ({stop or 'interrupted'}); the finished runs are kept, run the same command "
               "again to resume", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
+    finally:
+        if out.is_dir():  # a refusal before any run leaves no folder behind
+            write_json_atomic(out / WALL_TIME_FILE, {"seconds": earlier + time.perf_counter() - started})
+
+
+WALL_TIME_FILE = "wall_time.json"
+"""The seconds every invocation on a folder has spent, finished or stopped: a resumed reproduction records the
+whole run's time, not its last invocation's."""
 
 
 def _earlier_wall_time(out: Path) -> float:
-    """The seconds earlier invocations spent on ``out`` (its ``claims.json``'s, 0 without one): a rerun that adds
-    seeds records the whole run's time, not the rerun's."""
-    path = out / "claims.json"
-    return read_claims_json(path).wall_time_s if path.exists() else 0.0
+    """The seconds earlier invocations spent on ``out``: its :data:`WALL_TIME_FILE`'s, else (a folder from before
+    the file) its ``claims.json``'s, else 0."""
+    ledger, claims = out / WALL_TIME_FILE, out / "claims.json"
+    if ledger.exists():
+        return float(json.loads(ledger.read_text())["seconds"])
+    return read_claims_json(claims).wall_time_s if claims.exists() else 0.0
 
 
-def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
-    """:func:`run` once its arguments are parsed."""
+def _run(repro: FederatedReproduction, args: argparse.Namespace, out: Path, earlier: float) -> Path:
+    """:func:`run` once its arguments are parsed, ``earlier`` seconds spent on ``out`` before it."""
     started = time.perf_counter()
-    out: Path = (args.out or default_out(repro.name, args.quick)).resolve()  # the runs record where they are
-    # written; a folder moved elsewhere resumes there (output_dir is not part of what a run computes)
     placed = place(repro, out, args.quick, args.seeds)
     tunings = _tune(placed, out, args.jobs)
     epsilons = placed.epsilons or (None,)
@@ -651,7 +663,7 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace) -> Path:
                + (f" --seeds {args.seeds}" if args.seeds is not None else ""))
     write_claims_json(out, ReproductionRecord(
         repro.name, repro.seed_paper, repro.title, repro.paper, command, args.quick, len(placed.seeds),
-        _earlier_wall_time(out) + time.perf_counter() - started, tuning, RULE,
+        earlier + time.perf_counter() - started, tuning, RULE,
         tuple(ClaimRecord.of(c.text, c.better, c.worse, j, c.paper_figure)
               for c, j in zip(claims, judged, strict=True)),
         ("comparison.md", TABLE_FILE), (EPSILON_PLOT, ROUND_PLOT),

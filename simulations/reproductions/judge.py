@@ -447,8 +447,9 @@ class PrivateStepOn:
             edges = _at(self.at_low_edge, arm, cell)
             if edges:
                 failed.append(f"{arm}'s tuned private step is at its grid's low edge ({', '.join(edges)})")
-            values, start = _mean(results, arm, cell), self.starts.get(arm)
-            if start is None or values is None:
+            start = self.starts.get(arm)
+            values = None if start is None else _mean(results, arm, cell)  # only a start's comparison reads results
+            if values is None:
                 continue
             reference = _reference(results, start, cell)
             gain = (math.nan if reference is None else

@@ -31,8 +31,8 @@ import argparse
 import itertools
 import statistics
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib
@@ -46,6 +46,7 @@ from fedpub.simulations.reproductions import pda_dpmd_linear_regression as regre
 from fedpub.simulations.reproductions.judge import (  # noqa: E402
     RULE,
     ClaimJudgement,
+    Difference,
     paired_difference,
     welch_difference,
 )
@@ -56,14 +57,21 @@ from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     default_out,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Tuning  # noqa: E402
+from fedpub.simulations.reproductions.tuning import Tuning, at_point  # noqa: E402
 
 NAME = "pda_dpmd_conditioning"
 DIM = 1000
 SCALES = (1.0, 2.0, 4.0, 8.0)
 SEEDS = 20
-TUNING_DRAWS = 3
+TUNING_DRAWS = regression.TUNING_DRAWS
 ARMS = ("warm_dp_sgd", "pda_dpmd", "pda_misspecified")
+SHARED_POINTS = {"pda_beats_warm": ("pda_dpmd", "warm_dp_sgd"), "gain_grows": ("pda_dpmd", "warm_dp_sgd"),
+                 "control": ("pda_misspecified", "pda_dpmd")}
+"""Per claim, the (arm, owner) of its judgement at a shared point
+(:func:`~fedpub.simulations.reproductions.pda_dpmd_linear_regression.shared_points`): PDA-DPMD at warm DP-SGD's
+epochs and C with its lr re-tuned there; the mis-specified Hessian at PDA-DPMD's whole point (only the directions
+differ: the control that removes one mechanism)."""
+RUNS = (*ARMS, *(at_point(arm, owner) for arm, owner in dict.fromkeys(SHARED_POINTS.values())))
 TITLE = "Seed 000, §3: PDA-DPMD's gain against the public Hessian's conditioning, at a fixed dimension"
 PAPER = ("Amid et al. 2022, \"Public data-assisted mirror descent for private model training\", §3, Figure 1b and "
          "App. E: the synthetic linear regression, here at p = 1,000 with the head features' value "
@@ -89,19 +97,22 @@ class Level:
     def cell(self) -> str:
         return f"s={self.scale:g} (κ≈{self.condition:.0f})"
 
-    def gain(self) -> list[float]:
-        """Warm DP-SGD's loss minus PDA-DPMD's, per seed."""
-        warm, pda = self.losses["warm_dp_sgd"], self.losses["pda_dpmd"]
-        return [warm[s] - pda[s] for s in sorted(warm)]
+    def gain(self, warm: str = "warm_dp_sgd", pda: str = "pda_dpmd") -> list[float]:
+        """Warm DP-SGD's loss minus PDA-DPMD's (the runs named), per seed."""
+        return [self.losses[warm][s] - self.losses[pda][s] for s in sorted(self.losses[warm])]
 
 
 def run_level(scale: float, seeds: int, grid: regression.Grid, *, dim: int, n_private: int, tuning_draws: int,
               accountant: str) -> Level:
-    """Tune the arms on ``tuning_draws`` draws at head scale ``scale``, then run every test seed."""
-    seeds_of_tuning = ["tune", *(f"tune{i}" for i in range(1, tuning_draws))]  # "tune": the regression's own
-    draws = [(regression.prepare(dim, seed, n_private, head_scale=scale), seed) for seed in seeds_of_tuning]
-    choices, tunings = regression.tune_draw(draws[0][0], grid, accountant, ARMS, more=draws[1:])
-    losses: dict[str, dict[int, float]] = {arm: {} for arm in ARMS}
+    """Tune the arms on ``tuning_draws`` draws at head scale ``scale``, then the shared points, then run every test
+    seed."""
+    draws = regression.validation_draws(dim, n_private, tuning_draws, head_scale=scale)
+    choices, tunings = regression.tune_on(draws, grid, accountant, ARMS)
+    shared, retuned = regression.shared_points(tuple(dict.fromkeys(SHARED_POINTS.values())), draws, grid, accountant,
+                                               choices)
+    choices |= shared
+    tunings |= retuned
+    losses: dict[str, dict[int, float]] = {run: {} for run in RUNS}
     conditions = []
     for seed in range(seeds):
         tick = time.perf_counter()
@@ -109,7 +120,7 @@ def run_level(scale: float, seeds: int, grid: regression.Grid, *, dim: int, n_pr
         for result in regression.evaluate(draw, seed, choices):
             losses[result.algorithm][seed] = result.population_loss
         conditions.append(draw.spectrum.largest / draw.spectrum.second_smallest)
-        print(f"s={scale:g} seed={seed}: " + ", ".join(f"{a} {losses[a][seed]:.4f}" for a in ARMS)
+        print(f"s={scale:g} seed={seed}: " + ", ".join(f"{a} {losses[a][seed]:.4f}" for a in RUNS)
               + f" (population loss; κ = {conditions[-1]:.1f}; {time.perf_counter() - tick:.1f} s)", flush=True)
     return Level(scale, choices, tunings, losses, tuple(conditions))
 
@@ -125,22 +136,36 @@ CLAIM_TEXTS = {
 }
 CLAIM_SIDES = {"pda_beats_warm": ("pda_dpmd", "warm_dp_sgd"), "gain_grows": ("gain at larger κ", "at smaller κ"),
                "control": ("pda_dpmd", "pda_misspecified")}
+PAIRED = ("pda_beats_warm", "control")
+"""The claims comparing two runs seed by seed (``paired.json``)."""
 
 
 def claim_judgements(levels: Sequence[Level]) -> dict[str, ClaimJudgement]:
-    """Each claim over its cells; every claim is of every cell (an intersection–union test)."""
+    """Each claim over its cells, at the arms' own points and (key ``regression.shared_key``) at
+    :data:`SHARED_POINTS`; every claim is of every cell (an intersection–union test). A cell where a run's lr factor
+    was tuned to its grid's low edge is not testable (``regression.step_gate``)."""
     ordered = sorted(levels, key=lambda level: level.condition)
+    tunings = {(run, level.cell): t for level in levels for run, t in level.tunings.items()}
     lower = {"higher_is_better": False}
-    return {
-        "pda_beats_warm": ClaimJudgement(tuple(paired_difference(
-            level.cell, level.losses["pda_dpmd"], level.losses["warm_dp_sgd"], **lower) for level in ordered),
-            every=True),
-        "gain_grows": ClaimJudgement(tuple(welch_difference(
-            f"{a.cell}→{b.cell}", b.gain(), a.gain()) for a, b in itertools.pairwise(ordered)), every=True),
-        "control": ClaimJudgement(tuple(paired_difference(
-            level.cell, level.losses["pda_dpmd"], level.losses["pda_misspecified"], **lower) for level in ordered),
-            every=True),
-    }
+
+    def gated(difference: Difference, runs: Sequence[str], *at: Level) -> Difference:
+        why = regression.step_gate(runs, tunings, *(level.cell for level in at))
+        return replace(difference, withheld=why) if why else difference
+
+    def judged(key: str, run: Callable[[str], str]) -> ClaimJudgement:
+        warm, pda, wrong = run("warm_dp_sgd"), run("pda_dpmd"), run("pda_misspecified")
+        if key == "gain_grows":
+            cells = [gated(welch_difference(f"{a.cell}→{b.cell}", b.gain(warm, pda), a.gain(warm, pda)), (warm, pda),
+                           a, b) for a, b in itertools.pairwise(ordered)]
+        else:
+            worse = warm if key == "pda_beats_warm" else wrong
+            cells = [gated(paired_difference(level.cell, level.losses[pda], level.losses[worse], **lower), (pda, worse),
+                           level) for level in ordered]
+        return ClaimJudgement(tuple(cells), every=True)
+
+    found = {key: judged(key, str) for key in CLAIM_TEXTS}
+    return found | {regression.shared_key(key): judged(key, regression.runs_at(*point))
+                    for key, point in SHARED_POINTS.items()}
 
 
 def _pm(values: Sequence[float]) -> str:
@@ -150,12 +175,13 @@ def _pm(values: Sequence[float]) -> str:
 def table_markdown(levels: Sequence[Level]) -> str:
     """Population loss per level (mean ± std over seeds), the gain, and each arm's tuned point."""
     lines = [f"# {TITLE}", "", "Population (test) loss, mean ± std over seeds; 0.01 at θ*.", "",
-             "| s | λ_max/λ_2 | warm DP-SGD | PDA-DPMD | mis-specified Hessian | gain (warm − PDA) |",
-             "|---|---|---|---|---|---|"]
+             "| s | λ_max/λ_2 | warm DP-SGD | PDA-DPMD | mis-specified Hessian | PDA-DPMD at warm DP-SGD's epochs "
+             "and C | mis-specified at PDA-DPMD's point | gain (warm − PDA) |", "|---|---|---|---|---|---|---|---|"]
     for level in sorted(levels, key=lambda level: level.condition):
-        cells = [_pm(list(level.losses[arm].values())) for arm in ARMS]
+        cells = [_pm(list(level.losses[run].values())) for run in RUNS]
         lines.append(f"| {level.scale:g} | {level.condition:.1f} | " + " | ".join(cells) + f" | {_pm(level.gain())} |")
-    lines += ["", "Tuned points (each arm on its own grid at each s, on the tuning draws):", "",
+    lines += ["", "Tuned points (each arm on its own grid at each s, on the tuning draws; `<arm>@<owner>`: the arm at "
+              "the owner's point, its lr re-tuned there where their units differ):", "",
               "| s | arm | epochs | z | C | lr (factor) | released iterate |", "|---|---|---|---|---|---|---|"]
     for level in levels:
         for arm, c in level.choices.items():
@@ -189,7 +215,9 @@ def tuning_summary(levels: Sequence[Level], tuning_draws: int) -> str:
             f"from the test seeds (mean empirical private loss), edges extended at most twice; grid points per arm: "
             + ", ".join(f"{arm} {n}" for arm, n in evaluations.items()) + "; "
             + (f"still on a grid edge: {'; '.join(edged)}. " if edged else "no chosen value is on its grid's edge. ")
-            + "Tuning is not counted in ε.")
+            + "Each claim is judged at the arms' own points and at a shared point (PDA-DPMD at warm DP-SGD's epochs "
+            "and C with its lr re-tuned there; the mis-specified Hessian at PDA-DPMD's point); a run whose lr factor "
+            "sits at its grid's low edge makes its cells not testable. Tuning is not counted in ε.")
 
 
 def write_outputs(out: Path, levels: Sequence[Level], *, dim: int, seeds: int, tuning_draws: int, wall_time: float,
@@ -197,13 +225,12 @@ def write_outputs(out: Path, levels: Sequence[Level], *, dim: int, seeds: int, t
     """table.md, figure.png, paired.json, comparison.md and claims.json; returns the claims' sentences."""
     write_text_atomic(out / "table.md", table_markdown(levels))
     plot(out / "figure.png", levels, dim)
-    judged = claim_judgements(levels)
-    lines = [judged[key].sentence(CLAIM_TEXTS[key][0], *CLAIM_SIDES[key]) for key in CLAIM_TEXTS]
-    values = {arm: {level.cell: dict(level.losses[arm]) for level in levels} for arm in ARMS}
+    judged, claims = claim_judgements(levels), regression.judged_claims(CLAIM_TEXTS, CLAIM_SIDES, SHARED_POINTS)
+    lines = [judged[key].sentence(text, better, worse) for key, (text, better, worse, _) in claims.items()]
+    values = {run: {level.cell: dict(level.losses[run]) for level in levels} for run in RUNS}
     cells = tuple(level.cell for level in sorted(levels, key=lambda level: level.condition))
-    paired = [PairedClaim("PDA-DPMD beats warm-start DP-SGD", "pda_dpmd", "warm_dp_sgd", cells),
-              PairedClaim("Control: the right Hessian beats a mis-specified one", "pda_dpmd", "pda_misspecified",
-                          cells, role="control")]
+    paired = [PairedClaim(text, better, worse, cells, role="control" if key.startswith("control") else "claim")
+              for key, (text, better, worse, _) in claims.items() if key.split("@")[0] in PAIRED]
     write_paired_json(out, NAME, "population (test) loss", False, values, paired)
     tuning = tuning_summary(levels, tuning_draws)
     write_text_atomic(out / "comparison.md", "\n".join([
@@ -213,8 +240,8 @@ def write_outputs(out: Path, levels: Sequence[Level], *, dim: int, seeds: int, t
         *(paired_line(values, claim, higher_is_better=False) for claim in paired), "", tuning, ""]))
     write_claims_json(out, ReproductionRecord(
         NAME, "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning, RULE,
-        tuple(ClaimRecord.of(text, *CLAIM_SIDES[key], judged[key], figure)
-              for key, (text, figure) in CLAIM_TEXTS.items()),
+        tuple(ClaimRecord.of(text, better, worse, judged[key], figure)
+              for key, (text, better, worse, figure) in claims.items()),
         ("table.md", "comparison.md"), ("figure.png",)))
     return lines
 

@@ -30,12 +30,19 @@ the per-seed losses for a paired judge (:mod:`fedpub.simulations.reproductions.p
 App. E grid-searches the learning rate, the clip norm and the number of epochs and reports the best empirical
 loss; it gives neither the grids nor the batch size. Ours are :data:`DEFAULT_GRID`, searched with
 :func:`fedpub.simulations.reproductions.tuning.tune` (an axis whose best value is on its edge is extended, at most
-twice, and flagged if still there) for each p and algorithm on a separate **validation draw** of the data (its
-own θ*, features and noise), and the best configuration (lowest empirical loss) is then run on the reported
-seeds. Learning rates are factors of a unit taken from the tuning draw's public Hessian:
-1/λ_max(H) for DP-SGD (2 is gradient descent's stability limit on the public loss) and 1/λ_min(H) for PDA-DPMD
-(1 is a full Newton step). Which iterate is released, the last or Algorithm 1's average, is chosen per grid point
-(both are post-processing). As in the paper, the tuning is not counted in ε.
+twice, and flagged if still there) for each p and algorithm on :data:`TUNING_DRAWS` **validation draws** of the data
+(each its own θ*, features and noise; the mean empirical loss), disjoint from the test seeds, and the best
+configuration is then run on the reported seeds. Learning rates are factors of a unit taken from the tuning draws'
+public Hessian: 1/λ_max(H) for DP-SGD (2 is gradient descent's stability limit on the public loss) and 1/λ_min(H)
+for PDA-DPMD (1 is a full Newton step). Which iterate is released, the last or Algorithm 1's average, is chosen per
+grid point (both are post-processing). As in the paper, the tuning is not counted in ε.
+
+**Best and shared points** (fedpub issue 45). Each claim about two arms is judged at each arm's own tuned point and
+at a shared one, the control's (:data:`SHARED_POINTS`, :func:`shared_points`): warm DP-SGD at cold DP-SGD's whole
+point; PDA-DPMD at the DP-SGD arm's epochs and C (the same z and noise std) with its own lr re-tuned there (a mirror
+step and a gradient step take their lr in units orders of magnitude apart); the mis-specified Hessian at PDA-DPMD's
+whole point (only the directions differ). A cell where a run's lr factor was tuned to its grid's low edge (private
+training switched off) is not testable (:func:`step_gate`).
 
 The claims are judged by :mod:`fedpub.simulations.reproductions.judge` over the whole grid of p (empirical loss,
 lower is better; :func:`claim_judgements` says which cells encode each claim).
@@ -54,8 +61,8 @@ import math
 import statistics
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib
@@ -74,6 +81,7 @@ from fedpub.simulations.reproductions.judge import (  # noqa: E402
     RULE,
     ClaimJudgement,
     Difference,
+    PrivateStepOn,
     paired_difference,
     welch_difference,
 )
@@ -84,7 +92,7 @@ from fedpub.simulations.reproductions.results_record import (  # noqa: E402
     default_out,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, Tuning, tune  # noqa: E402
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_point, low_edges, split_point, tune  # noqa: E402
 from fedpub.steps.mirror import quadratic_mirror  # noqa: E402
 from fedpub.types import RoundContext  # noqa: E402
 
@@ -412,8 +420,12 @@ def _start(draw: Draw, algorithm: str) -> torch.Tensor:
     return torch.zeros_like(draw.theta_pub) if algorithm == "cold_dp_sgd" else draw.theta_pub
 
 
+MIRROR_ARMS = ("pda_dpmd", "pda_misspecified")
+"""The arms whose learning rate is in the mirror step's unit, 1/λ_min (the others': 1/λ_max)."""
+
+
 def _unit(draw: Draw, algorithm: str) -> float:
-    return 1 / draw.spectrum.smallest if algorithm in ("pda_dpmd", "pda_misspecified") else 1 / draw.spectrum.largest
+    return 1 / draw.spectrum.smallest if algorithm in MIRROR_ARMS else 1 / draw.spectrum.largest
 
 
 def _mirror(draw: Draw, algorithm: str) -> MirrorMap | None:
@@ -482,9 +494,57 @@ def tune_draw(draw: Draw, grid: Grid, accountant: str = "pld", arms: Sequence[st
     return choices, tunings
 
 
+TUNING_DRAWS = 3
+"""Draws the arms are tuned on, disjoint from the test seeds (fedpub issue 45: at least three)."""
+
+
+def validation_draws(dim: int, n_private: int = N_PRIVATE, count: int = TUNING_DRAWS,
+                 head_scale: float = 1.0) -> list[tuple[Draw, str]]:
+    """``count`` validation draws, seeded "tune", "tune1", ... (never a test seed's integer)."""
+    return [(prepare(dim, seed, n_private, head_scale=head_scale), seed)
+            for seed in ["tune", *(f"tune{i}" for i in range(1, count))]]
+
+
+def tune_on(draws: Sequence[tuple[Draw, str]], grid: Grid, accountant: str,
+            arms: Sequence[str]) -> tuple[dict[str, Choice], dict[str, Tuning]]:
+    """:func:`tune_draw` over every draw of :func:`validation_draws` (the mean validation loss)."""
+    return tune_draw(draws[0][0], grid, accountant, arms, more=draws[1:])
+
+
+def shared_points(points: Sequence[tuple[str, str]], draws: Sequence[tuple[Draw, str]], grid: Grid,
+                  accountant: str, choices: Mapping[str, Choice]) -> tuple[dict[str, Choice], dict[str, Tuning]]:
+    """Each (arm, owner) of ``points`` as the run ``<arm>@<owner>``: the arm at the owner's tuned point (fedpub issue
+    45: a claim judged where the arms differ in their mechanism alone, not in two tuned points). Where both take
+    their learning rate in the same unit it is the owner's whole point (epochs, C, lr, released iterate). Where the
+    units differ (a mirror step in 1/λ_min against a gradient step in 1/λ_max, orders of magnitude apart) one
+    absolute lr would switch one of them off, so the arm runs at the owner's epochs and C (the same z, the same noise
+    std) with its own lr factor and released iterate re-tuned there on ``draws``; the re-tuning is returned."""
+    added: dict[str, Choice] = {}
+    retuned: dict[str, Tuning] = {}
+    for arm, owner in points:
+        name, point = at_point(arm, owner), choices[owner]
+        if (arm in MIRROR_ARMS) == (owner in MIRROR_ARMS):
+            added[name] = point
+            continue
+        at_owner = Grid(grid.sampling_rate, (point.schedule.epochs,), {arm: (point.clip_norm,)},
+                        {arm: grid.lr_factors[arm]})
+        chosen, tuned = tune_on(draws, at_owner, accountant, (arm,))
+        added[name], retuned[name] = chosen[arm], tuned[arm]
+    return added, retuned
+
+
+def step_gate(runs: Sequence[str], tunings: Mapping[tuple[str, str], Tuning], *cells: str) -> str:
+    """Why the comparison of ``runs`` in ``cells`` is not testable ("" when it is): the judge's
+    :class:`~fedpub.simulations.reproductions.judge.PrivateStepOn` on the lr factor each run was tuned to
+    (``tunings`` keyed (run or arm, cell)): at its grid's low edge, private training was switched off."""
+    gate = PrivateStepOn(tuple(runs), at_low_edge=low_edges(runs, tunings, "lr factor"))
+    return "; ".join(dict.fromkeys(why for cell in cells if (why := gate.check({}, cell, {}))))
+
+
 @dataclass(frozen=True)
 class Result:
-    """One (algorithm, p, seed) run with the tuned hyper-parameters."""
+    """One (run, p, seed) with its hyper-parameters; ``algorithm`` is the run's name (``<arm>@<owner>`` at a shared
+    point)."""
 
     algorithm: str
     dim: int
@@ -495,14 +555,15 @@ class Result:
 
 
 def evaluate(draw: Draw, seed: int, choices: Mapping[str, Choice]) -> list[Result]:
-    """Each algorithm once on this draw with its tuned hyper-parameters."""
+    """Each run of ``choices`` (an arm, or ``<arm>@<owner>`` at a shared point) once on this draw."""
     problem, results = draw.problem, []
     condition = draw.spectrum.largest / draw.spectrum.second_smallest
-    for algorithm, choice in choices.items():
+    for name, choice in choices.items():
         lr, clip_norm = (torch.tensor([value], dtype=DTYPE) for value in (choice.lr, choice.clip_norm))
-        iterates = run_algorithm(draw, seed, algorithm, choice.schedule, choice.noise_multiplier, lr, clip_norm)
+        iterates = run_algorithm(draw, seed, split_point(name)[0], choice.schedule, choice.noise_multiplier, lr,
+                                 clip_norm)
         theta = getattr(iterates, choice.output)
-        results.append(Result(algorithm, problem.dim, seed,
+        results.append(Result(name, problem.dim, seed,
                               float(empirical_loss(theta, problem.private_idx, problem.private_y,
                                                    problem.head_scale)[0]),
                               float(population_loss(theta, problem.theta_star, problem.head_scale)[0]), condition))
@@ -521,8 +582,8 @@ def summary_rows(results: Sequence[Result], choices: Mapping[int, Mapping[str, C
     """One row per (algorithm, p): mean and std over seeds, and the tuned hyper-parameters."""
     rows = []
     for dim in sorted(choices):
-        for algorithm in ARMS:
-            cell, choice = _cell(results, algorithm, dim), choices[dim][algorithm]
+        for algorithm, choice in choices[dim].items():
+            cell = _cell(results, algorithm, dim)
             emp, emp_sd = _mean_std([r.empirical_loss for r in cell])
             pop, pop_sd = _mean_std([r.population_loss for r in cell])
             rows.append({
@@ -557,8 +618,9 @@ def table_markdown(rows: Sequence[Mapping[str, object]], grid: Grid, accountant:
     for dim in dims:
         cells = [_pm(at[a, dim]["population_loss_mean"], at[a, dim]["population_loss_std"]) for a in ALGORITHMS]
         lines.append(f"| {dim} | " + " | ".join(cells) + " |")
-    lines += ["", "Hyper-parameters (tuned on a separate draw of the data for each p; the paper does not give its "
-              "grids or batch size, these are ours; tuning is not counted in ε):", "",
+    lines += ["", "Hyper-parameters (tuned for each p on validation draws disjoint from the test seeds; "
+              "`<arm>@<owner>` is an arm at another's point, for the claims judged at a shared point; the paper does "
+              "not give its grids or batch size, these are ours; tuning is not counted in ε):", "",
               "| algorithm | p | q (expected batch) | epochs | T | z | C | lr (factor × unit) | released iterate |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -626,10 +688,34 @@ CLAIM_TEXTS = {
 """Each claim's words and the paper's own figure; :func:`claim_judgements` says which cells encode it."""
 
 
-def claim_judgements(results: Sequence[Result]) -> dict[str, ClaimJudgement]:
+SHARED_POINTS = {"warm": ("warm_dp_sgd", "cold_dp_sgd"), "warm_flat": ("warm_dp_sgd", "cold_dp_sgd"),
+                 "pda_flat": ("pda_dpmd", "cold_dp_sgd"), "pda_beats_warm": ("pda_dpmd", "warm_dp_sgd"),
+                 "gain_shrinks": ("pda_dpmd", "warm_dp_sgd")}
+"""Per claim, the (arm, owner) of its judgement at a shared point: the claim's better arm run at the control's
+point (:func:`shared_points`). Cold-start DP-SGD's growth is about one arm: it has none."""
+POINTS = (*dict.fromkeys(SHARED_POINTS.values()), ("pda_misspecified", "pda_dpmd"))
+"""Every shared-point run: the claims', and the control's (the mis-specified Hessian at PDA-DPMD's own point: only
+the directions differ)."""
+
+
+def shared_key(key: str) -> str:
+    """The key of claim ``key`` judged at its shared point."""
+    return f"{key}@shared"
+
+
+def shared_suffix(arm: str, owner: str) -> str:
+    """The words a claim's text gains at its shared point (:func:`shared_points`)."""
+    if (arm in MIRROR_ARMS) == (owner in MIRROR_ARMS):
+        return f" — {LABELS[arm]} at {LABELS[owner]}'s tuned point"
+    return f" — {LABELS[arm]} at {LABELS[owner]}'s epochs and C (the same noise), its lr re-tuned there"
+
+
+def claim_judgements(results: Sequence[Result],
+                     tunings: Mapping[tuple[str, str], Tuning] | None = None) -> dict[str, ClaimJudgement]:
     """Every claim judged over the whole grid of p by :mod:`fedpub.simulations.reproductions.judge` (seeds' empirical
     losses; a seed at p is one draw of the problem, shared by the three algorithms, so comparisons within a p are
-    paired by seed); each is claimed of every cell, so it supports only where every cell does:
+    paired by seed), at the arms' own points and (key :func:`shared_key`) at :data:`SHARED_POINTS`; each is claimed
+    of every cell, so it supports only where every cell does:
 
     - ``warm``, ``pda_beats_warm``: one cell per p, the two algorithms' losses (lower is better), paired;
     - ``cold_grows``: one cell per consecutive (p, p'), cold-start's losses at p' against those at p (higher wins;
@@ -639,39 +725,50 @@ def claim_judgements(results: Sequence[Result]) -> dict[str, ClaimJudgement]:
       the uncertainty): "nearly dimension-independent" as "grows significantly less than cold-start DP-SGD";
     - ``gain_shrinks``: one cell per consecutive (p, p'), the paired gains warm − PDA-DPMD at p against those at p'
       (other draws, Welch).
+
+    ``tunings`` ((arm or shared run, "p=<p>") → its tuning): a cell where a run's lr factor was tuned to its grid's
+    low edge is not testable (:func:`step_gate`).
     """
     dims = sorted({r.dim for r in results})
     loss = {(r.algorithm, r.dim, r.seed): r.empirical_loss for r in results}
     seeds = {d: sorted({r.seed for r in results if r.dim == d}) for d in dims}
 
-    def values(algorithm: str, dim: int) -> dict[int, float]:
-        return {s: loss[algorithm, dim, s] for s in seeds[dim]}
+    def values(run: str, dim: int) -> dict[int, float]:
+        return {s: loss[run, dim, s] for s in seeds[dim]}
 
-    def rise(algorithm: str, low: int, high: int) -> dict[int, float]:
-        return {s: loss[algorithm, high, s] - loss[algorithm, low, s] for s in seeds[low] if s in seeds[high]}
+    def rise(run: str, low: int, high: int) -> dict[int, float]:
+        return {s: loss[run, high, s] - loss[run, low, s] for s in seeds[low] if s in seeds[high]}
 
-    def gain(dim: int) -> list[float]:
-        return [loss["warm_dp_sgd", dim, s] - loss["pda_dpmd", dim, s] for s in seeds[dim]]
+    def gain(warm: str, pda: str, dim: int) -> list[float]:
+        return [loss[warm, dim, s] - loss[pda, dim, s] for s in seeds[dim]]
+
+    def gated(difference: Difference, runs: Sequence[str], *at: int) -> Difference:
+        why = step_gate(runs, tunings, *(f"p={d}" for d in at)) if tunings else ""
+        return replace(difference, withheld=why) if why else difference
 
     pairs = list(itertools.pairwise(dims))
     lower = {"higher_is_better": False}
 
-    def every_cell(cells: Iterable[Difference]) -> ClaimJudgement:
+    def judged(key: str, run: Callable[[str], str]) -> ClaimJudgement:
+        cold, warm, pda = run("cold_dp_sgd"), run("warm_dp_sgd"), run("pda_dpmd")
+        if key in ("warm", "pda_beats_warm"):
+            better, worse = (warm, cold) if key == "warm" else (pda, warm)
+            cells = [gated(paired_difference(f"p={d}", values(better, d), values(worse, d), **lower), (better, worse),
+                           d) for d in dims]
+        elif key == "cold_grows":
+            cells = [gated(welch_difference(f"p={a}→{b}", list(values(cold, b).values()),
+                                            list(values(cold, a).values())), (cold,), a, b) for a, b in pairs]
+        elif key in ("warm_flat", "pda_flat"):
+            flat = warm if key == "warm_flat" else pda
+            cells = [gated(paired_difference(f"p={a}→{b}", rise(cold, a, b), rise(flat, a, b)), (cold, flat), a, b)
+                     for a, b in pairs]
+        else:
+            cells = [gated(welch_difference(f"p={a}→{b}", gain(warm, pda, a), gain(warm, pda, b)), (warm, pda), a, b)
+                     for a, b in pairs]
         return ClaimJudgement(tuple(cells), every=True)
 
-    return {
-        "warm": every_cell(paired_difference(f"p={d}", values("warm_dp_sgd", d), values("cold_dp_sgd", d), **lower)
-                           for d in dims),
-        "cold_grows": every_cell(welch_difference(f"p={a}→{b}", list(values("cold_dp_sgd", b).values()),
-                                                  list(values("cold_dp_sgd", a).values())) for a, b in pairs),
-        "warm_flat": every_cell(paired_difference(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("warm_dp_sgd", a, b))
-                                for a, b in pairs),
-        "pda_flat": every_cell(paired_difference(f"p={a}→{b}", rise("cold_dp_sgd", a, b), rise("pda_dpmd", a, b))
-                               for a, b in pairs),
-        "pda_beats_warm": every_cell(paired_difference(f"p={d}", values("pda_dpmd", d), values("warm_dp_sgd", d),
-                                                       **lower) for d in dims),
-        "gain_shrinks": every_cell(welch_difference(f"p={a}→{b}", gain(a), gain(b)) for a, b in pairs),
-    }
+    found = {key: judged(key, str) for key in CLAIM_TEXTS}
+    return found | {shared_key(key): judged(key, runs_at(*point)) for key, point in SHARED_POINTS.items()}
 
 
 CLAIM_SIDES = {"warm": ("warm_dp_sgd", "cold_dp_sgd"), "cold_grows": ("cold_dp_sgd at larger p", "at smaller p"),
@@ -681,10 +778,30 @@ CLAIM_SIDES = {"warm": ("warm_dp_sgd", "cold_dp_sgd"), "cold_grows": ("cold_dp_s
 """What each claim's cells compare (better, worse), for its sentence."""
 
 
-def comparison_lines(results: Sequence[Result]) -> list[str]:
-    """One sentence per claim of the paper about Figure 1, judged over the whole grid of p, and the spectrum."""
-    judged = claim_judgements(results)
-    lines = [judged[key].sentence(CLAIM_TEXTS[key][0], *CLAIM_SIDES[key]) for key in CLAIM_TEXTS]
+def judged_claims(texts: Mapping[str, tuple[str, str]] = CLAIM_TEXTS,
+                  sides: Mapping[str, tuple[str, str]] = CLAIM_SIDES,
+                  points: Mapping[str, tuple[str, str]] = SHARED_POINTS) -> dict[str, tuple[str, str, str, str]]:
+    """Every judgement of ``texts`` (key → (text, the paper's figure)) at the arms' own points and at ``points``:
+    key → (text, better, worse, the paper's figure), ``sides`` naming what each claim's cells compare."""
+    found = {key: (text, *sides[key], figure) for key, (text, figure) in texts.items()}
+    for key, (arm, owner) in points.items():
+        text, figure = texts[key]
+        shared_sides = (side.replace(arm, at_point(arm, owner)) for side in sides[key])
+        found[shared_key(key)] = (text + shared_suffix(arm, owner), *shared_sides, figure)
+    return found
+
+
+def runs_at(arm: str, owner: str) -> Callable[[str], str]:
+    """The run each arm's name stands for when ``arm`` runs at ``owner``'s point (every other arm at its own)."""
+    return lambda name: at_point(arm, owner) if name == arm else name
+
+
+def comparison_lines(results: Sequence[Result],
+                     tunings: Mapping[tuple[str, str], Tuning] | None = None) -> list[str]:
+    """One sentence per claim of the paper about Figure 1 (at the arms' own and at the shared points), judged over
+    the whole grid of p, and the spectrum."""
+    judged = claim_judgements(results, tunings)
+    lines = [judged[key].sentence(text, better, worse) for key, (text, better, worse, _) in judged_claims().items()]
     dims = sorted({r.dim for r in results})
     condition = [statistics.fmean(r.condition for r in _cell(results, "pda_dpmd", d)) for d in dims]
     lines.append("- (Described, not judged: a property of the data.) λ_max/λ_2 of XᵀX at p = "
@@ -694,11 +811,18 @@ def comparison_lines(results: Sequence[Result]) -> list[str]:
     return lines
 
 
+_CONTROL = ("Control: PDA-DPMD with the right public Hessian beats it with a mis-specified one (the same spectrum, "
+            "coordinates permuted)")
 PAIRED_CLAIMS = (
     ("Warm-start DP-SGD beats cold-start DP-SGD (Fig. 1a)", "warm_dp_sgd", "cold_dp_sgd", "claim"),
+    ("Warm-start DP-SGD beats cold-start DP-SGD (Fig. 1a)" + shared_suffix("warm_dp_sgd", "cold_dp_sgd"),
+     at_point("warm_dp_sgd", "cold_dp_sgd"), "cold_dp_sgd", "claim"),
     ("PDA-DPMD beats warm-start DP-SGD (Fig. 1b)", "pda_dpmd", "warm_dp_sgd", "claim"),
-    ("Control: PDA-DPMD with the right public Hessian beats it with a mis-specified one (the same spectrum, "
-     "coordinates permuted)", "pda_dpmd", "pda_misspecified", "control"),
+    ("PDA-DPMD beats warm-start DP-SGD (Fig. 1b)" + shared_suffix("pda_dpmd", "warm_dp_sgd"),
+     at_point("pda_dpmd", "warm_dp_sgd"), "warm_dp_sgd", "claim"),
+    (_CONTROL, "pda_dpmd", "pda_misspecified", "control"),
+    (_CONTROL + shared_suffix("pda_misspecified", "pda_dpmd"), "pda_dpmd", at_point("pda_misspecified", "pda_dpmd"),
+     "control"),
 )
 """Claims per p on the per-seed empirical losses, for a paired judge (``paired.json``)."""
 
@@ -722,18 +846,27 @@ def paired_outputs(out: Path, results: Sequence[Result]) -> list[str]:
     return lines
 
 
-def write_tuning(out: Path, tunings: Mapping[int, Mapping[str, Tuning]]) -> str:
+def write_tuning(out: Path, tunings: Mapping[int, Mapping[str, Tuning]], draws: int) -> str:
     """``tuning.md`` (every tuning's paragraph) and a one-paragraph summary for claims.json."""
-    lines = ["# PDA-DPMD linear regression: tuning on a validation draw", ""]
-    lines += [f"- **p = {dim}, {LABELS[a]}**: {t.markdown()}" for dim, per in tunings.items() for a, t in per.items()]
+    lines = [f"# PDA-DPMD linear regression: tuning on {draws} validation draws", ""]
+    lines += [f"- **p = {dim}, {_label(run)}**: {t.markdown()}"
+              for dim, per in tunings.items() for run, t in per.items()]
     write_text_atomic(out / "tuning.md", "\n".join(lines) + "\n")
-    flagged = [f"p={dim} {a} ({', '.join(t.on_edge)})" for dim, per in tunings.items() for a, t in per.items()
+    flagged = [f"p={dim} {run} ({', '.join(t.on_edge)})" for dim, per in tunings.items() for run, t in per.items()
                if t.on_edge]
-    total = sum(t.evaluations for per in tunings.values() for t in per.values())
-    return (f"Each algorithm tuned per p over (epochs, C, lr factor) on a separate validation draw of the data, "
-            f"lowest empirical loss, edges extended at most twice: {total} evaluations in all (tuning.md); "
+    per_arm = {arm: sum(per[arm].evaluations for per in tunings.values()) for arm in ARMS}
+    return (f"Each arm tuned per p on its own grid over (epochs, C, lr factor) on {draws} draws disjoint from the "
+            "test seeds (mean empirical private loss), edges extended at most twice; grid points per arm: "
+            + ", ".join(f"{arm} {n}" for arm, n in per_arm.items()) + " (tuning.md); "
             + (f"still on a grid edge: {'; '.join(flagged)}. " if flagged else "no chosen value is on its grid's edge. ")
-            + "Tuning is on validation data and is not counted in ε.")
+            + "Each claim is judged at the arms' own points and at a shared point (the better arm at the control's "
+            "point; where their lr units differ, at its epochs and C with the lr re-tuned there); a run whose lr "
+            "factor sits at its grid's low edge makes its cells not testable. Tuning is not counted in ε.")
+
+
+def _label(run: str) -> str:
+    arm, owner = split_point(run)
+    return LABELS[arm] if arm == owner else f"{LABELS[arm]} at {LABELS[owner]}'s point"
 
 
 TITLE = "Seed 000, Figure 1: PDA-DPMD on synthetic linear regression (dimension-independence)"
@@ -743,14 +876,15 @@ PAPER = ("Amid et al. 2022, \"Public data-assisted mirror descent for private mo
 
 def write_outputs(out: Path, results: Sequence[Result], choices: Mapping[int, Mapping[str, Choice]],
                   tunings: Mapping[int, Mapping[str, Tuning]], grid: Grid, wall_time: float,
-                  quick: bool = False, accountant: str = "pld") -> list[str]:
+                  quick: bool = False, accountant: str = "pld", tuning_draws: int = TUNING_DRAWS) -> list[str]:
     """table.md, table.csv, tuning.md, figure.png, comparison.md and claims.json; returns the comparison's lines."""
     rows = summary_rows(results, choices)
     write_text_atomic(out / "table.md", table_markdown(rows, grid, accountant))
     write_csv(out / "table.csv", rows)
     plot(out / "figure.png", rows)
-    tuning = write_tuning(out, tunings)
-    lines = comparison_lines(results)
+    tuning = write_tuning(out, tunings, tuning_draws)
+    by_cell = {(run, f"p={dim}"): t for dim, per in tunings.items() for run, t in per.items()}
+    lines = comparison_lines(results, by_cell)
     paired = paired_outputs(out, results)
     seeds = len({r.seed for r in results})
     write_text_atomic(out / "comparison.md", "\n".join([
@@ -758,21 +892,24 @@ def write_outputs(out: Path, results: Sequence[Result], choices: Mapping[int, Ma
         f"p = {', '.join(map(str, sorted(choices)))}, {seeds} seeds (the paper: 20), wall time {wall_time:.0f} s. "
         "Empirical private loss, lower is better.", "", RULE, "", *lines, "",
         "Paired per seed (the arms share each seed's draw, batches and noise):", "", *paired, "", tuning, ""]))
-    judged = claim_judgements(results)
+    judged = claim_judgements(results, by_cell)
     dims = tuple(sorted(choices))
     command = "python -m fedpub.simulations.reproductions.pda_dpmd_linear_regression" + (
         " --quick" if quick else ("" if dims == DEFAULT_DIMS else f" --dims {','.join(map(str, dims))}")
-        + ("" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}"))
+        + ("" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}")
+        + ("" if tuning_draws == TUNING_DRAWS else f" --tuning-draws {tuning_draws}"))
     write_claims_json(out, ReproductionRecord(
         NAME, "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning, RULE,
-        tuple(ClaimRecord.of(text, *CLAIM_SIDES[key], judged[key], figure) for key, (text, figure) in CLAIM_TEXTS.items()),
+        tuple(ClaimRecord.of(text, better, worse, judged[key], figure)
+              for key, (text, better, worse, figure) in judged_claims().items()),
         ("table.md", "tuning.md", "comparison.md"), ("figure.png",)))
     return lines
 
 
 def run(dims: Sequence[int], seeds: int, out: Path, grid: Grid = DEFAULT_GRID, n_private: int = N_PRIVATE,
-        accountant: str = "pld", quick: bool = False) -> list[str]:
-    """Tune per p on a validation draw, run every seed, write the outputs; prints progress."""
+        accountant: str = "pld", quick: bool = False, tuning_draws: int = TUNING_DRAWS) -> list[str]:
+    """Tune per p on the tuning draws (each arm, then the shared points), run every seed, write the outputs; prints
+    progress."""
     started = time.perf_counter()
     results: list[Result] = []
     choices: dict[int, dict[str, Choice]] = {}
@@ -780,7 +917,11 @@ def run(dims: Sequence[int], seeds: int, out: Path, grid: Grid = DEFAULT_GRID, n
     out.mkdir(parents=True, exist_ok=True)
     for dim in dims:
         tick = time.perf_counter()
-        choices[dim], tunings[dim] = tune_draw(prepare(dim, "tune", n_private), grid, accountant)
+        draws = validation_draws(dim, n_private, tuning_draws)
+        choices[dim], tunings[dim] = tune_on(draws, grid, accountant, ARMS)
+        shared, retuned = shared_points(POINTS, draws, grid, accountant, choices[dim])
+        choices[dim] |= shared
+        tunings[dim] |= retuned
         print(f"p={dim} tuned in {time.perf_counter() - tick:.1f} s: " + "; ".join(
             f"{a} epochs={c.schedule.epochs:g} C={c.clip_norm:g} lr={c.lr:.3g} {c.output}"
             for a, c in choices[dim].items()), flush=True)
@@ -792,7 +933,7 @@ def run(dims: Sequence[int], seeds: int, out: Path, grid: Grid = DEFAULT_GRID, n
             print(f"p={dim} seed={seed}: " + ", ".join(f"{r.algorithm} {r.empirical_loss:.4f}" for r in found)
                   + f" (empirical loss; {time.perf_counter() - tick:.1f} s)", flush=True)
     wall_time = time.perf_counter() - started
-    lines = write_outputs(out, results, choices, tunings, grid, wall_time, quick, accountant)
+    lines = write_outputs(out, results, choices, tunings, grid, wall_time, quick, accountant, tuning_draws)
     print("\n".join(lines))
     print(f"total wall time {wall_time:.1f} s; results in {out}")
     return lines
@@ -803,20 +944,24 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--dims", default=",".join(map(str, DEFAULT_DIMS)), help="comma-separated dimensions p")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
                         help=f"reported seeds per p (default {DEFAULT_SEEDS}, the paper's)")
+    parser.add_argument("--tuning-draws", type=int, default=TUNING_DRAWS,
+                        help=f"draws the arms are tuned on, disjoint from the test seeds (default {TUNING_DRAWS})")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
     parser.add_argument("--quick", action="store_true",
                         help="p = 250, 500, 750, 600 private samples, a tiny grid, the RDP accountant (PLD's "
-                             "calibration dominated it), 3 seeds: seconds, for the tests")
+                             "calibration dominated it), 3 seeds, 2 tuning draws: seconds, for the tests")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (one is faster on a busy 2-core machine: no OpenMP contention)")
     args = parser.parse_args(argv)
+    if args.tuning_draws < 1:
+        parser.error(f"--tuning-draws must be at least 1, got {args.tuning_draws}")
     torch.set_num_threads(args.threads)
     out = args.out or default_out(NAME, args.quick)
     if args.quick:
-        run([250, 500, 750], 3, out, QUICK_GRID, n_private=600, accountant="rdp", quick=True)
+        run([250, 500, 750], 3, out, QUICK_GRID, n_private=600, accountant="rdp", quick=True, tuning_draws=2)
     else:
-        run([int(d) for d in args.dims.split(",")], args.seeds, out)
+        run([int(d) for d in args.dims.split(",")], args.seeds, out, tuning_draws=args.tuning_draws)
     return out
 
 

@@ -208,9 +208,18 @@ def low_edges(arms: Sequence[str], tunings: Mapping[tuple[str, str], Tuning],
               axis: str) -> dict[str, dict[str, tuple[str, ...]]]:
     """For each of ``arms``, per cell, ``axis`` when the tuning it ran at chose that axis's low edge (the private
     step switched off): ``tunings`` is keyed (tuned arm, cell), and an arm ``<arm>@<owner>`` (:func:`at_point`) ran at
-    its owner's tuning. A tuning without ``axis`` has none. What the judge's ``PrivateStepOn`` gate reads."""
-    return {arm: {cell: at_low_edge(t, (axis,) if axis in t.grid else ()) for (owner, cell), t in tunings.items()
-                  if owner == split_point(arm)[1]} for arm in arms}
+    its owner's tuning unless a tuning of its own searched ``axis`` (a shared point where its own step was re-tuned;
+    one that tuned another axis at the owner's step reads the owner's). A tuning without ``axis`` has none. What the
+    judge's ``PrivateStepOn`` gate reads."""
+    edges: dict[str, dict[str, tuple[str, ...]]] = {}
+    for arm in arms:
+        owner = split_point(arm)[1]
+        for cell in dict.fromkeys(cell for _, cell in tunings):
+            own = tunings.get((arm, cell))
+            ran_at = own if own is not None and axis in own.grid else tunings.get((owner, cell))
+            if ran_at is not None:
+                edges.setdefault(arm, {})[cell] = at_low_edge(ran_at, (axis,) if axis in ran_at.grid else ())
+    return edges
 
 
 def at_point(arm: str, owner: str) -> str:

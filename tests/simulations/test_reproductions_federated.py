@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 from types import SimpleNamespace
 
@@ -426,6 +427,12 @@ def test_a_stopped_reproduction_exits_130_saying_how_to_resume(tmp_path, monkeyp
     assert exit_info.value.code == 130
     err = capsys.readouterr().err
     assert "interrupted after 3 of 60 rounds" in err and "run the same command again to resume" in err
+    # the stopped invocation's time is kept for the record the resumed run writes, and adds up over stops
+    stopped_for = json.loads((tmp_path / federated.WALL_TIME_FILE).read_text())["seconds"]
+    assert stopped_for > 0 and federated._earlier_wall_time(tmp_path) == stopped_for
+    with pytest.raises(SystemExit):
+        budget_schedule_table2.main(["--out", str(tmp_path)])
+    assert federated._earlier_wall_time(tmp_path) > stopped_for
 
 
 def test_round_zero_is_the_model_a_warm_arms_private_rounds_start_from(tmp_path):

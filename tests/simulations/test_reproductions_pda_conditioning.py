@@ -13,6 +13,7 @@ from fedpub.seeding import torch_generator
 from fedpub.simulations.reproductions import pda_dpmd_conditioning as conditioning
 from fedpub.simulations.reproductions import pda_dpmd_linear_regression as regression
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
+from fedpub.simulations.reproductions.tuning import at_point
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # single-threaded, as the command runs
@@ -68,15 +69,17 @@ def _level(scale: float, condition: float, gains: list[float]) -> conditioning.L
     warm = {s: 0.05 + g for s, g in enumerate(gains)}
     pda = {s: 0.05 for s in range(len(gains))}
     wrong = {s: 0.06 + 0.001 * s for s in range(len(gains))}
-    return conditioning.Level(scale, {}, {}, {"warm_dp_sgd": warm, "pda_dpmd": pda, "pda_misspecified": wrong},
-                              (condition,))
+    losses = {"warm_dp_sgd": warm, "pda_dpmd": pda, "pda_misspecified": wrong}
+    return conditioning.Level(scale, {}, {}, {**losses, **{at_point(arm, owner): losses[arm] for arm, owner
+                                                           in conditioning.SHARED_POINTS.values()}}, (condition,))
 
 
 def test_the_gain_must_grow_with_the_condition_number_in_every_step():
     growing = [_level(2, 50.0, [0.001, 0.002, 0.0015, 0.0012]), _level(5, 200.0, [0.010, 0.012, 0.011, 0.013]),
                _level(10, 800.0, [0.030, 0.033, 0.031, 0.029])]
     judged = conditioning.claim_judgements(growing)
-    assert all(judged[key].verdict.startswith("supports") for key in ("pda_beats_warm", "gain_grows", "control"))
+    assert set(judged) == {*conditioning.CLAIM_TEXTS, *map(regression.shared_key, conditioning.SHARED_POINTS)}
+    assert all(verdict.verdict.startswith("supports") for verdict in judged.values())
     flat_at_the_top = [*growing[:2], _level(10, 800.0, [0.011, 0.012, 0.010, 0.013])]
     assert conditioning.claim_judgements(flat_at_the_top)["gain_grows"].verdict.startswith("supports") is False
 
@@ -85,10 +88,10 @@ def test_quick_mode_writes_its_claims_and_paired_values(tmp_path):
     out = conditioning.main(["--quick", "--out", str(tmp_path / "out")])
     record = read_claims_json(out / "claims.json")
     assert record.quick and record.seeds == 3 and record.seed_paper == "000" and record.name == conditioning.NAME
-    assert len(record.claims) == len(conditioning.CLAIM_TEXTS)
+    assert len(record.claims) == len(conditioning.CLAIM_TEXTS) + len(conditioning.SHARED_POINTS)
     assert all(c.verdict.startswith(VERDICTS) for c in record.claims)
     assert all((out / path).exists() for path in (*record.tables, *record.figures))
     paired = json.loads((out / "paired.json").read_text())
-    assert set(paired["values"]) == set(conditioning.ARMS) and paired["seeds"] == [0, 1, 2]
+    assert set(paired["values"]) == set(conditioning.RUNS) and paired["seeds"] == [0, 1, 2]
     assert len(paired["values"]["pda_dpmd"]) == 2  # s = 1 and 4
     assert "2 draws disjoint from the test seeds" in record.tuning

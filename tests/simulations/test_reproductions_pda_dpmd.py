@@ -13,6 +13,7 @@ import torch
 from fedpub.seeding import torch_generator
 from fedpub.simulations.reproductions import pda_dpmd_linear_regression as pda
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
+from fedpub.simulations.reproductions.tuning import Axis, Tuning, at_point, tune
 
 
 K = pda.HEAD_ACTIVE + pda.TAIL_ACTIVE
@@ -161,8 +162,10 @@ def test_clipping_bounds_each_example_and_the_noise_std_is_z_c_over_the_expected
 
 
 def _results(losses: dict[str, list[float]], dims: list[int], condition: list[float]) -> list[pda.Result]:
+    """Each arm's losses per p, and each shared-point run equal to its arm at its own point."""
+    runs = {**losses, **{at_point(arm, owner): losses[arm] for arm, owner in pda.SHARED_POINTS.values()}}
     return [pda.Result(a, d, seed, v + 1e-4 * seed, v, c)
-            for a, values in losses.items() for d, v, c in zip(dims, values, condition) for seed in range(3)]
+            for a, values in runs.items() for d, v, c in zip(dims, values, condition) for seed in range(3)]
 
 
 def test_verdicts_come_from_the_numbers():
@@ -171,7 +174,8 @@ def test_verdicts_come_from_the_numbers():
                            "pda_dpmd": [0.015, 0.018, 0.021]}, dims, [900.0, 500.0, 300.0])
     lines = pda.comparison_lines(paper_like)
     judged, described = lines[:-1], lines[-1]
-    assert len(judged) == len(pda.CLAIM_TEXTS) and all("**supports**" in line for line in judged), lines
+    assert len(judged) == len(pda.CLAIM_TEXTS) + len(pda.SHARED_POINTS)
+    assert all("**supports**" in line for line in judged), lines
     assert "not judged: a property of the data" in described.replace("Described, not judged", "not judged")
     opposite = _results({"cold_dp_sgd": [0.2, 0.1, 0.05], "warm_dp_sgd": [0.3, 0.4, 0.9],
                          "pda_dpmd": [0.4, 0.5, 1.0]}, dims, [300.0, 500.0, 900.0])
@@ -182,14 +186,48 @@ def test_quick_mode_uses_fedpubs_mirror_step_and_writes_claims_json(tmp_path):
     out = pda.main(["--quick", "--out", str(tmp_path / "out")])
     record = read_claims_json(out / "claims.json")
     assert record.quick and record.seeds == 3 and record.seed_paper == "000"
-    assert len(record.claims) == len(pda.CLAIM_TEXTS) and all(c.verdict.startswith(VERDICTS) for c in record.claims)
+    assert len(record.claims) == len(pda.CLAIM_TEXTS) + len(pda.SHARED_POINTS)
+    assert all(c.verdict.startswith(VERDICTS) for c in record.claims)
     assert all((out / path).exists() for path in (*record.tables, *record.figures))
     with open(out / "table.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["algorithm"], r["dim"]) for r in rows] == [(a, d) for d in ("250", "500", "750") for a in pda.ARMS]
+    shared = [at_point(arm, owner) for arm, owner in pda.POINTS]
+    assert [(r["algorithm"], r["dim"]) for r in rows] == [(a, d) for d in ("250", "500", "750")
+                                                          for a in (*pda.ARMS, *shared)]
     paired = json.loads((out / "paired.json").read_text())
-    assert set(paired["values"]) == set(pda.ARMS) and paired["seeds"] == [0, 1, 2]
+    assert set(paired["values"]) == {*pda.ARMS, *shared} and paired["seeds"] == [0, 1, 2]
     # P = I trains exactly as warm DP-SGD at every grid point, so its tuning and its losses are warm DP-SGD's
     assert paired["values"]["pda_identity"] == paired["values"]["warm_dp_sgd"]
     assert {c["role"] for c in paired["claims"]} == {"claim", "control"}
-    assert "validation" in record.tuning and "not counted in ε" in (out / "tuning.md").read_text()
+    assert "2 draws disjoint from the test seeds" in record.tuning
+    assert "not counted in ε" in (out / "tuning.md").read_text()
+    # at a shared point of the same lr unit, the arm runs at the owner's whole point
+    table = {(r["algorithm"], r["dim"]): r for r in rows}
+    for key in ("epochs", "clip_norm", "lr", "output"):
+        assert table["warm_dp_sgd@cold_dp_sgd", "500"][key] == table["cold_dp_sgd", "500"][key]
+        assert table["pda_misspecified@pda_dpmd", "500"][key] == table["pda_dpmd", "500"][key]
+    # across units, the owner's epochs and C with the arm's own lr factor re-tuned there
+    for key in ("epochs", "clip_norm"):
+        assert table["pda_dpmd@warm_dp_sgd", "500"][key] == table["warm_dp_sgd", "500"][key]
+
+
+def _tuning_at(chosen: float) -> Tuning:
+    """A real tuning over a three-value lr factor axis whose best is ``chosen``."""
+    return tune([Axis("lr factor", (0.5, 1.0, 2.0))], lambda v: -abs(v["lr factor"] - chosen), higher_is_better=True,
+                max_extensions=0)
+
+
+def test_a_run_whose_private_step_was_tuned_to_the_low_edge_is_not_testable_and_its_shared_point_still_is():
+    dims = [500, 1000]
+    paper_like = _results({"cold_dp_sgd": [0.05, 0.1], "warm_dp_sgd": [0.020, 0.021],
+                           "pda_dpmd": [0.015, 0.018]}, dims, [900.0, 500.0])
+    inside = {(run, f"p={d}"): _tuning_at(1.0) for run in ("cold_dp_sgd", "warm_dp_sgd") for d in dims}
+    switched_off = {**inside, **{("pda_dpmd", f"p={d}"): _tuning_at(0.5) for d in dims},
+                    **{("pda_dpmd@warm_dp_sgd", f"p={d}"): _tuning_at(1.0) for d in dims}}
+    judged = pda.claim_judgements(paper_like, switched_off)
+    assert judged["pda_beats_warm"].outcome == "not testable"
+    assert "pda_dpmd's tuned private step is at its grid's low edge (lr factor)" in judged["pda_beats_warm"].verdict
+    assert judged[pda.shared_key("pda_beats_warm")].outcome == "supports"
+    assert judged["warm"].outcome == "supports"
+    # a shared run with no tuning of its own (PDA-DPMD at cold DP-SGD's point, here) reads its owner's
+    assert judged[pda.shared_key("pda_flat")].outcome == "supports"

@@ -16,7 +16,15 @@ from fedpub.simulations.reproductions.results_record import (
     read_claims_json,
     write_claims_json,
 )
-from fedpub.simulations.reproductions.tuning import Axis, at_low_edge, tune, tune_jointly
+from fedpub.simulations.reproductions.tuning import (
+    Axis,
+    Tuning,
+    at_low_edge,
+    at_point,
+    low_edges,
+    tune,
+    tune_jointly,
+)
 
 
 def _peak(lr_opt: float, clip_opt: float):
@@ -177,3 +185,17 @@ def test_a_choice_at_the_grids_low_edge_is_named():
     assert tuning.best["lr"] == tuning.grid["lr"][0] == pytest.approx(0.001)
     assert at_low_edge(tuning, ("lr", "clip", "fixed")) == ("lr",)
 
+
+
+def test_a_run_at_another_arms_point_reads_its_own_tuning_only_where_that_tuned_the_step():
+    def tuned_to(lr: float, name: str = "lr") -> Tuning:
+        return tune([Axis(name, (0.01, 0.1, 1.0))], lambda v: -abs(v[name] - lr), higher_is_better=True,
+                    max_extensions=0)
+
+    tunings = {("a", "c1"): tuned_to(1.0), ("b", "c1"): tuned_to(0.01),
+               (at_point("a", "b"), "c1"): tuned_to(0.1),  # a's step re-tuned at b's point: its own
+               (at_point("b", "a"), "c1"): tuned_to(0.01, "λ")}  # another axis tuned at a's step: a's edges
+    edges = low_edges(("a", "b", at_point("a", "b"), at_point("b", "a"), at_point("a", "zz")), tunings, "lr")
+    assert edges["a"] == {"c1": ()} and edges["b"] == {"c1": ("lr",)}
+    assert edges[at_point("a", "b")] == {"c1": ()} and edges[at_point("b", "a")] == {"c1": ()}
+    assert at_point("a", "zz") not in edges  # an owner with no tuning: nothing to read
