@@ -76,6 +76,7 @@ from fedpub.simulations.run.experiment import build_experiment
 from fedpub.simulations.tools.compare import deep_merge
 from fedpub.simulations.reproductions.federated import EVALUATION, FLAT, FederatedReproduction, Row, run
 from fedpub.simulations.reproductions.judge import Beats, Claim, NotDegenerate, NotFlat
+from fedpub.simulations.reproductions.row_cache import RowCache
 from fedpub.simulations.reproductions.tuning import Axis
 
 ALIGNED: dict[str, Any] = {"side_information": "aligned", "background": "wordfreq", "background_size": 100,
@@ -141,8 +142,10 @@ def majority_tag(base: Mapping[str, Any]) -> tuple[float, float]:
     return rate(experiment.test, experiment.eval_users.ids), rate(experiment.train, experiment.validation_ids)
 
 
-def majority_tag_control(base: Mapping[str, Any], seeds: Sequence[int], quick: bool) -> tuple[list[Row], str]:
-    """The majority-tag predictor as a control arm (one row a seed, the same value: it depends on the data only)."""
+def majority_tag_control(base: Mapping[str, Any], seeds: Sequence[int], quick: bool,
+                         kept: RowCache = RowCache(None)) -> tuple[list[Row], str]:
+    """The majority-tag predictor as a control arm (one row a seed, the same value: it depends on the data only; it
+    trains nothing, so ``kept`` holds nothing of it)."""
     rate, validation = majority_tag(base)
     rows = [{"strategy": MAJORITY, "seed": seed, "target_epsilon": None, "eval_accuracy": rate,
              "val_accuracy": validation} for seed in seeds]

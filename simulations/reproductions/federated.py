@@ -79,6 +79,7 @@ from fedpub.simulations.reproductions.results_record import (
     write_claims_json,
 )
 from fedpub.simulations.reproductions.round_zero import start_of, warm_start_metrics
+from fedpub.simulations.reproductions.row_cache import KEPT_FOLDER, RowCache
 from fedpub.simulations.reproductions.tuning import (
     Axis,
     Tuning,
@@ -166,10 +167,10 @@ GATE_SIZE_RATES = (Axis(CLIENT_LR.name, (0.03, 0.1)), Axis(SERVER_LR.name, (0.3,
 0.03 / 1.0 inside it)."""
 
 Row = dict[str, Any]
-Control = Callable[[Mapping[str, Any], Sequence[int], bool], tuple[list[Row], str]]
-"""(the placed base config, the test seeds, quick) ↦ one row per seed of a method run outside the sweep, once
-for every ε (its metrics, ``eval_*`` and ``val_*``, with ``strategy``, ``seed`` and ``target_epsilon`` None) and
-its tuning paragraph."""
+Control = Callable[[Mapping[str, Any], Sequence[int], bool, RowCache], tuple[list[Row], str]]
+"""(the placed base config, the test seeds, quick, where rows computed earlier are kept) ↦ one row per seed of a
+method run outside the sweep, once for every ε (its metrics, ``eval_*`` and ``val_*``, with ``strategy``, ``seed``
+and ``target_epsilon`` None) and its tuning paragraph."""
 Setting = Callable[[Sequence[Row], Mapping[str, Any]], str]
 """(the test rows, the placed base config) ↦ a paragraph on the regime the runs were in, for ``comparison.md``."""
 
@@ -489,10 +490,10 @@ def _tuned_overrides(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], l
     return _with_values(placed.strategies[label], tunings[placed.follows.get(label, label), epsilon].best)
 
 
-def _round_zero(placed: PlacedSweep, out: Path, headline: str) -> tuple[list[Row], str]:
-    """Every warm-started strategy's start (:mod:`.round_zero`) on every test seed: rows named
-    :func:`~.round_zero.start_of` its label, with no ε (the warm start spends none), and a sentence for the tuning
-    paragraph."""
+def _round_zero(placed: PlacedSweep, out: Path, headline: str, kept: RowCache) -> tuple[list[Row], str]:
+    """Every warm-started strategy's start (:mod:`.round_zero`) on every test seed (read from ``kept`` where it
+    holds it): rows named :func:`~.round_zero.start_of` its label, with no ε (the warm start spends none), and a
+    sentence for the tuning paragraph."""
     rows: list[Row] = []
     for label, overrides in placed.strategies.items():
         for seed in placed.seeds:
@@ -500,7 +501,8 @@ def _round_zero(placed: PlacedSweep, out: Path, headline: str) -> tuple[list[Row
             if config.strategy.warm_start is None:
                 break
             rows.append({"strategy": start_of(label), "seed": seed, "target_epsilon": None,
-                         **warm_start_metrics(config)})
+                         **kept.metrics(config.name + f"__seed{seed}", config, {},
+                                        functools.partial(warm_start_metrics, config))})
     text = "; ".join(f"`{name}` {statistics.fmean(r[f'eval_{headline}'] for r in rows if r['strategy'] == name):.4f}"
                      for name in dict.fromkeys(r["strategy"] for r in rows))
     return rows, (f"Round 0 of the warm-started arms (their warm start evaluated: the start each must improve on by "
@@ -630,9 +632,10 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace, out: Path, earl
     rows, headline = [c.row for c in compared], compared[0].headline
     if placed.epsilons is None:  # one noise multiplier: one cell, at the largest ε a run achieved
         rows = [{**r, "target_epsilon": float(f"{max(r['epsilon'] for r in rows):.3g}")} for r in rows]
+    kept = RowCache(out / KEPT_FOLDER)
     control_rows, control_text = ([], "") if repro.control is None else repro.control(
-        placed.base, placed.seeds, args.quick)
-    start_rows, start_text = _round_zero(placed, out, headline)
+        placed.base, placed.seeds, args.quick, kept)
+    start_rows, start_text = _round_zero(placed, out, headline, kept)
     landscapes: dict[str, dict[str, list[float]]] = {}
     for (label, eps), t in tunings.items():
         landscapes.setdefault(label, {})[cell_of(eps)] = list(t.scores.values())

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from fedpub.config import parse_config
+from fedpub.config import PublicTrainingConfig, parse_config
 from fedpub.simulations.tools.compare import deep_merge, load_sweep
 from fedpub.simulations.reproductions import (
     adadps_dense,
@@ -39,6 +39,7 @@ from fedpub.simulations.reproductions.federated import (
     place,
 )
 from fedpub.simulations.reproductions.public_only import public_only_control
+from fedpub.simulations.reproductions.row_cache import RowCache
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
 from fedpub.simulations.run.run_dir import RunDirectory, RunDirectoryError
 from fedpub.simulations.run.session import RunInterrupted
@@ -393,6 +394,31 @@ def test_the_public_only_control_tunes_on_validation_users_and_reports_every_tes
         public_only_control(cold, placed.seeds, True)
 
 
+def test_the_rows_computed_outside_the_runs_are_kept_and_read_back_only_for_the_same_config(tmp_path, monkeypatch):
+    """A resumed reproduction reads its public-only trainings back (no experiment built, the same rows); a changed
+    base config or training point computes them again."""
+    from fedpub.simulations.reproductions import public_only as public_only_module
+
+    placed = place(dope_table7.REPRODUCTION, tmp_path / "out", quick=True)
+    kept = RowCache(tmp_path / "kept")
+    rows, _ = public_only_control(placed.base, placed.seeds, True, kept)
+    built = []
+    real_build = public_only_module.build_experiment
+    monkeypatch.setattr(public_only_module, "build_experiment", lambda config: built.append(config) or
+                        real_build(config))
+    again, _ = public_only_control(placed.base, placed.seeds, True, kept)
+    assert again == rows and built == []
+    changed = deep_merge(placed.base, {"data": {"public": {"fraction": 2 * placed.base["data"]["public"]["fraction"]}}})
+    public_only_control(changed, placed.seeds[:1], True, kept)
+    assert built  # another base: trained again
+    built.clear()
+    training = PublicTrainingConfig(lr=0.123, epochs=1)
+    public_only_module.public_only(placed.base, placed.seeds[0], training, kept)
+    assert len(built) == 1  # another point: trained again
+    public_only_module.public_only(placed.base, placed.seeds[0], training, kept)
+    assert len(built) == 1
+
+
 @pytest.mark.parametrize("module", QUICK_OTHERS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_every_quick_mode_runs_its_controls_and_gates_and_publishes_no_verdict_past_a_failed_gate(
     module, tmp_path, monkeypatch
@@ -454,6 +480,15 @@ def test_round_zero_is_the_model_a_warm_arms_private_rounds_start_from(tmp_path)
     cold = federated.RunSpec(placed.strategies["dp_fedavg_cold"], None, 0, "cold", tmp_path / "runs")
     with pytest.raises(ValueError, match="strategy.warm_start is not set"):
         warm_start_metrics(cold.config(base))
+
+
+def test_round_zero_rows_are_kept_for_a_resume(tmp_path, monkeypatch):
+    placed = place(pda_dpmd_federated.REPRODUCTION, tmp_path / "out", quick=True)
+    kept = RowCache(tmp_path / "kept")
+    rows, text = federated._round_zero(placed, tmp_path / "out", "accuracy", kept)
+    assert rows and text.startswith("Round 0 of the warm-started arms")
+    monkeypatch.setattr(federated, "warm_start_metrics", lambda config: pytest.fail(f"{config.name} trained again"))
+    assert federated._round_zero(placed, tmp_path / "out", "accuracy", kept) == (rows, text)
 
 
 def test_a_finished_run_is_read_from_its_files_and_a_changed_config_still_refused(tmp_path, monkeypatch):
