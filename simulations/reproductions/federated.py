@@ -80,6 +80,8 @@ from fedpub.simulations.reproductions.results_record import (
 )
 from fedpub.simulations.reproductions.round_zero import start_of, warm_start_metrics
 from fedpub.simulations.reproductions.row_cache import KEPT_FOLDER, RowCache
+from fedpub.simulations.reproductions.stopping import check as check_stop
+from fedpub.simulations.reproductions.stopping import stops_between_steps
 from fedpub.simulations.reproductions.tuning import (
     Axis,
     Tuning,
@@ -349,7 +351,9 @@ class RunSpec:
 def run_one(base: Mapping[str, Any], spec: RunSpec) -> ComparedRun:
     """The run ``spec`` (resumed if checkpointed, not rerun if finished), read back as the comparison reads it. A run
     its directory holds finished with this very config is read from its files alone: building its experiment (data,
-    calibration) and restoring its session (checkpoint, accountant) would cost seconds a run and change nothing."""
+    calibration) and restoring its session (checkpoint, accountant) would cost seconds a run and change nothing. A
+    Ctrl-C received since the last step stops here, before it (:mod:`.stopping`)."""
+    check_stop()
     config = spec.config(base)
     run_dir = RunDirectory(config.output_dir / config.name)
     label = spec.label or spec.name.split("__")[0]
@@ -575,7 +579,8 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     # written; a folder moved elsewhere resumes there (output_dir is not part of what a run computes)
     started, earlier = time.perf_counter(), _earlier_wall_time(out)
     try:
-        return _run(repro, args, out, earlier)
+        with stops_between_steps():
+            return _run(repro, args, out, earlier)
     except (RunInterrupted, KeyboardInterrupt, RunsDidNotFinish) as stop:
         print(f"{repro.name}: stopped ({stop or 'interrupted'}); the finished runs are kept, run the same command "
               "again to resume", file=sys.stderr, flush=True)

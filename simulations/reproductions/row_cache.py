@@ -18,6 +18,7 @@ from typing import Any
 
 from fedpub.atomic import write_json_atomic
 from fedpub.config import ExperimentConfig, dump_config
+from fedpub.simulations.reproductions.stopping import check as check_stop
 from fedpub.simulations.run.session import run_changes
 
 KEPT_FOLDER = "kept_rows"
@@ -34,6 +35,7 @@ class RowCache:
                 compute: Callable[[], dict[str, float]]) -> dict[str, float]:
         """The row ``name`` computed by ``compute`` from ``config`` and ``extra`` (JSON values): read back when it is
         kept with the same resolved config and ``extra``, else computed and kept."""
+        check_stop()  # a Ctrl-C received since the last step stops here (:mod:`.stopping`)
         if self.folder is None:
             return compute()
         path, resolved = self.folder / f"{name}.json", dump_config(config)

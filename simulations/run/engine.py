@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,7 @@ from fedpub.simulations.run.experiment import Experiment
 from fedpub.simulations.run.memory import keep_freed_memory
 from fedpub.simulations.run.run_dir import RunDirectory, RunDirectoryError
 from fedpub.simulations.run.session import RunInterrupted, RunResult, RunSession
+from fedpub.simulations.run.stop_signals import stop_signals_to
 
 if TYPE_CHECKING:
     from fedpub.simulations.run.distributed import Workers
@@ -70,15 +70,8 @@ def _stop_at_round_end() -> Iterator[_StopRequest]:
     """SIGINT and SIGTERM ask the loop to stop at the end of its round (main thread only: elsewhere signals
     cannot be caught and keep their usual effect)."""
     request = _StopRequest()
-    if threading.current_thread() is not threading.main_thread():
+    with stop_signals_to(request):
         yield request
-        return
-    previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield request
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def run_in_process(

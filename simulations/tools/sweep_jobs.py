@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fedpub.config import ExperimentConfig
+from fedpub.simulations.run.stop_signals import stop_signals_to
 
 AUTO = 0
 """``--jobs 0`` or ``auto``: one run per core, at most as many as there are runs to do."""
@@ -165,10 +166,6 @@ def _run_job(index: int, config: ExperimentConfig, fresh: bool, threads: int) ->
 def _passing_stops_on(stops: Any, running: Callable[[], int]) -> Iterator[None]:
     """While in the block, SIGINT/SIGTERM count a stop request in ``stops`` (main thread only: elsewhere signals
     keep their usual effect)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def request(signum: int, frame: object) -> None:
         stops[1], stops[0] = signum, stops[0] + 1
         what = "stopping the runs under way at once" if stops[0] > 1 else (
@@ -176,12 +173,8 @@ def _passing_stops_on(stops: Any, running: Callable[[], int]) -> Iterator[None]:
             "again to stop them at once")
         os.write(2, f"\n{signal.Signals(signum).name}: {what}\n".encode())
 
-    previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_signals_to(request):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _outcome(future: Future, index: int) -> JobOutcome:
