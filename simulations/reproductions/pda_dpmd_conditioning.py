@@ -15,7 +15,10 @@ spectrum, the wrong directions; the control that removes the right directions an
 public least-squares start. Each arm is tuned on its own grid (its learning rate in its own unit: 1/λ_max for
 DP-SGD, 1/λ_min for the mirror steps) at each s, on :data:`TUNING_DRAWS` draws disjoint from the test seeds (the
 mean empirical private loss), and run on the test seeds with the chosen point; the arms of a seed share its draw,
-batches and noise. Headline: the **population (test) loss**, exact (0.01 at θ*).
+batches and noise. Headline: the **population (test) loss**, exact (0.01 at θ*). Every claim is also judged at a
+shared point (:data:`SHARED_POINTS`, fedpub issue 45): PDA-DPMD at warm DP-SGD's epochs and C (the same noise) with
+its lr re-tuned there, and the mis-specified Hessian at PDA-DPMD's own point, where only the directions differ; a
+run whose lr factor was tuned to its grid's low edge (its private step switched off) makes its cells not testable.
 
 **Claims**, judged by :mod:`~fedpub.simulations.reproductions.judge`: PDA-DPMD beats warm DP-SGD at every s
 (paired); its gain grows with the condition number (consecutive levels ordered by the measured ratio, the gains'

@@ -499,7 +499,7 @@ TUNING_DRAWS = 3
 
 
 def validation_draws(dim: int, n_private: int = N_PRIVATE, count: int = TUNING_DRAWS,
-                 head_scale: float = 1.0) -> list[tuple[Draw, str]]:
+                     head_scale: float = 1.0) -> list[tuple[Draw, str]]:
     """``count`` validation draws, seeded "tune", "tune1", ... (never a test seed's integer)."""
     return [(prepare(dim, seed, n_private, head_scale=head_scale), seed)
             for seed in ["tune", *(f"tune{i}" for i in range(1, count))]]

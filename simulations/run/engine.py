@@ -65,6 +65,10 @@ class _StopRequest:
                     "send it again to stop at once\n".encode())
 
 
+def _after_cleanup(signum: int, frame: object) -> None:
+    """A stop signal while a failed run cleans up: the run is ending with its error already."""
+
+
 @contextmanager
 def _stop_at_round_end() -> Iterator[_StopRequest]:
     """SIGINT and SIGTERM ask the loop to stop at the end of its round (main thread only: elsewhere signals
@@ -123,7 +127,8 @@ def run_in_process(
     except RunInterrupted:
         raise
     except BaseException:
-        session.drop_records_past_checkpoint()
+        with stop_signals_to(_after_cleanup):  # torchrun's SIGTERM (another rank died) would end the process
+            session.drop_records_past_checkpoint()  # mid-write, leaving a temporary file: it waits for this
         raise
     finally:
         cancel_prefetch()

@@ -99,6 +99,44 @@ def test_a_run_cut_short_mid_round_keeps_no_record_past_its_checkpoint(tiny_emni
     assert json.loads(run_dir.ledger_path.read_text())["rounds"] == 2
 
 
+def test_a_stop_signal_during_a_failed_runs_cleanup_waits_for_it(tiny_emnist_dir, tmp_path, monkeypatch):
+    """torchrun sends SIGTERM to the other ranks when one dies: arriving while a failed run removes its records past
+    the checkpoint, it used to end the process mid-write (a temporary file left behind); the cleanup finishes first
+    and the run's own error is what comes out."""
+    cfg = tiny_config(tiny_emnist_dir, tmp_path, rounds=5, checkpoint_every=2)
+    truncate = RunDirectory.truncate_records
+
+    def signalled_mid_cleanup(self, rounds_done):
+        os.kill(os.getpid(), signal.SIGTERM)  # SIGTERM's default would end the process here
+        truncate(self, rounds_done)
+
+    def fail_in_round_3(record):
+        if record["round"] == 2:
+            monkeypatch.setattr(RunDirectory, "truncate_records", signalled_mid_cleanup)
+            raise RuntimeError("a collective failed")
+
+    run_dir = RunDirectory(tmp_path / "tiny")
+    with pytest.raises(RuntimeError, match="a collective failed"):
+        run_in_process(build_experiment(cfg), run_dir, on_round=fail_in_round_3)
+    assert _rounds(run_dir.metrics_path) == [0, 1] and not list(run_dir.root.glob(".*.tmp"))
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_an_interrupt_before_an_atomic_write_starts_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from fedpub.atomic import write_text_atomic
+
+    target = tmp_path / "kept.txt"
+    target.write_text("old")
+
+    def interrupted(path, mode):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "chmod", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomic(target, "new")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
+
+
 def test_a_run_directory_moved_with_its_folder_resumes_at_its_new_place(tiny_emnist_dir, tmp_path):
     """``output_dir`` is where the runs are written, not what they compute: a folder of runs (a reproduction's)
     moved elsewhere resumes there, and the run equals one never stopped nor moved."""
