@@ -578,16 +578,21 @@ def run(repro: FederatedReproduction, argv: Sequence[str] | None = None) -> Path
     out: Path = (args.out or default_out(repro.name, args.quick)).resolve()  # the runs record where they are
     # written; a folder moved elsewhere resumes there (output_dir is not part of what a run computes)
     started, earlier = time.perf_counter(), _earlier_wall_time(out)
+
+    def spent() -> float:
+        """The seconds spent on ``out``: earlier invocations' and this one's so far."""
+        return earlier + time.perf_counter() - started
+
     try:
         with stops_between_steps():
-            return _run(repro, args, out, earlier)
+            return _run(repro, args, out, spent)
     except (RunInterrupted, KeyboardInterrupt, RunsDidNotFinish) as stop:
         print(f"{repro.name}: stopped ({stop or 'interrupted'}); the finished runs are kept, run the same command "
               "again to resume", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
     finally:
         if out.is_dir():  # a refusal before any run leaves no folder behind
-            write_json_atomic(out / WALL_TIME_FILE, {"seconds": earlier + time.perf_counter() - started})
+            write_json_atomic(out / WALL_TIME_FILE, {"seconds": spent()})
 
 
 WALL_TIME_FILE = "wall_time.json"
@@ -604,9 +609,8 @@ def _earlier_wall_time(out: Path) -> float:
     return read_claims_json(claims).wall_time_s if claims.exists() else 0.0
 
 
-def _run(repro: FederatedReproduction, args: argparse.Namespace, out: Path, earlier: float) -> Path:
-    """:func:`run` once its arguments are parsed, ``earlier`` seconds spent on ``out`` before it."""
-    started = time.perf_counter()
+def _run(repro: FederatedReproduction, args: argparse.Namespace, out: Path, spent: Callable[[], float]) -> Path:
+    """:func:`run` once its arguments are parsed; ``spent()``: the seconds spent on ``out`` so far."""
     placed = place(repro, out, args.quick, args.seeds)
     tunings = _tune(placed, out, args.jobs)
     epsilons = placed.epsilons or (None,)
@@ -671,7 +675,7 @@ def _run(repro: FederatedReproduction, args: argparse.Namespace, out: Path, earl
                + (f" --seeds {args.seeds}" if args.seeds is not None else ""))
     write_claims_json(out, ReproductionRecord(
         repro.name, repro.seed_paper, repro.title, repro.paper, command, args.quick, len(placed.seeds),
-        earlier + time.perf_counter() - started, tuning, RULE,
+        spent(), tuning, RULE,
         tuple(ClaimRecord.of(c.text, c.better, c.worse, j, c.paper_figure)
               for c, j in zip(claims, judged, strict=True)),
         ("comparison.md", TABLE_FILE), (EPSILON_PLOT, ROUND_PLOT),

@@ -35,7 +35,7 @@ import itertools
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -74,7 +74,9 @@ SHARED_POINTS = {"pda_beats_warm": ("pda_dpmd", "warm_dp_sgd"), "gain_grows": ("
 (:func:`~fedpub.simulations.reproductions.pda_dpmd_linear_regression.shared_points`): PDA-DPMD at warm DP-SGD's
 epochs and C with its lr re-tuned there; the mis-specified Hessian at PDA-DPMD's whole point (only the directions
 differ: the control that removes one mechanism)."""
-RUNS = (*ARMS, *(at_point(arm, owner) for arm, owner in dict.fromkeys(SHARED_POINTS.values())))
+POINTS = tuple(dict.fromkeys(SHARED_POINTS.values()))
+"""Every shared-point run, once (two claims share PDA-DPMD at warm DP-SGD's point)."""
+RUNS = (*ARMS, *(at_point(arm, owner) for arm, owner in POINTS))
 TITLE = "Seed 000, §3: PDA-DPMD's gain against the public Hessian's conditioning, at a fixed dimension"
 PAPER = ("Amid et al. 2022, \"Public data-assisted mirror descent for private model training\", §3, Figure 1b and "
          "App. E: the synthetic linear regression, here at p = 1,000 with the head features' value "
@@ -111,8 +113,7 @@ def run_level(scale: float, seeds: int, grid: regression.Grid, *, dim: int, n_pr
     seed."""
     draws = regression.validation_draws(dim, n_private, tuning_draws, head_scale=scale)
     choices, tunings = regression.tune_on(draws, grid, accountant, ARMS)
-    shared, retuned = regression.shared_points(tuple(dict.fromkeys(SHARED_POINTS.values())), draws, grid, accountant,
-                                               choices)
+    shared, retuned = regression.shared_points(POINTS, draws, grid, accountant, choices)
     choices |= shared
     tunings |= retuned
     losses: dict[str, dict[int, float]] = {run: {} for run in RUNS}
@@ -146,14 +147,13 @@ PAIRED = ("pda_beats_warm", "control")
 def claim_judgements(levels: Sequence[Level]) -> dict[str, ClaimJudgement]:
     """Each claim over its cells, at the arms' own points and (key ``regression.shared_key``) at
     :data:`SHARED_POINTS`; every claim is of every cell (an intersection–union test). A cell where a run's lr factor
-    was tuned to its grid's low edge is not testable (``regression.step_gate``)."""
+    was tuned to its grid's low edge is not testable (``regression.step_gated``)."""
     ordered = sorted(levels, key=lambda level: level.condition)
     tunings = {(run, level.cell): t for level in levels for run, t in level.tunings.items()}
     lower = {"higher_is_better": False}
 
     def gated(difference: Difference, runs: Sequence[str], *at: Level) -> Difference:
-        why = regression.step_gate(runs, tunings, *(level.cell for level in at))
-        return replace(difference, withheld=why) if why else difference
+        return regression.step_gated(difference, runs, tunings, *(level.cell for level in at))
 
     def judged(key: str, run: Callable[[str], str]) -> ClaimJudgement:
         warm, pda, wrong = run("warm_dp_sgd"), run("pda_dpmd"), run("pda_misspecified")
@@ -232,8 +232,10 @@ def write_outputs(out: Path, levels: Sequence[Level], *, dim: int, seeds: int, t
     lines = [judged[key].sentence(text, better, worse) for key, (text, better, worse, _) in claims.items()]
     values = {run: {level.cell: dict(level.losses[run]) for level in levels} for run in RUNS}
     cells = tuple(level.cell for level in sorted(levels, key=lambda level: level.condition))
-    paired = [PairedClaim(text, better, worse, cells, role="control" if key.startswith("control") else "claim")
-              for key, (text, better, worse, _) in claims.items() if key.split("@")[0] in PAIRED]
+    roles = {key: "control" if base == "control" else "claim" for base in PAIRED
+             for key in (base, regression.shared_key(base))}
+    paired = [PairedClaim(text, better, worse, cells, role=roles[key])
+              for key, (text, better, worse, _) in claims.items() if key in roles]
     write_paired_json(out, NAME, "population (test) loss", False, values, paired)
     tuning = tuning_summary(levels, tuning_draws)
     write_text_atomic(out / "comparison.md", "\n".join([

@@ -42,7 +42,7 @@ at a shared one, the control's (:data:`SHARED_POINTS`, :func:`shared_points`): w
 point; PDA-DPMD at the DP-SGD arm's epochs and C (the same z and noise std) with its own lr re-tuned there (a mirror
 step and a gradient step take their lr in units orders of magnitude apart); the mis-specified Hessian at PDA-DPMD's
 whole point (only the directions differ). A cell where a run's lr factor was tuned to its grid's low edge (private
-training switched off) is not testable (:func:`step_gate`).
+training switched off) is not testable (:func:`step_gated`).
 
 The claims are judged by :mod:`fedpub.simulations.reproductions.judge` over the whole grid of p (empirical loss,
 lower is better; :func:`claim_judgements` says which cells encode each claim).
@@ -533,12 +533,14 @@ def shared_points(points: Sequence[tuple[str, str]], draws: Sequence[tuple[Draw,
     return added, retuned
 
 
-def step_gate(runs: Sequence[str], tunings: Mapping[tuple[str, str], Tuning], *cells: str) -> str:
-    """Why the comparison of ``runs`` in ``cells`` is not testable ("" when it is): the judge's
+def step_gated(difference: Difference, runs: Sequence[str], tunings: Mapping[tuple[str, str], Tuning],
+               *cells: str) -> Difference:
+    """``difference`` (of ``runs`` over ``cells``), withheld with the reason where it is not testable: the judge's
     :class:`~fedpub.simulations.reproductions.judge.PrivateStepOn` on the lr factor each run was tuned to
     (``tunings`` keyed (run or arm, cell)): at its grid's low edge, private training was switched off."""
     gate = PrivateStepOn(tuple(runs), at_low_edge=low_edges(runs, tunings, "lr factor"))
-    return "; ".join(dict.fromkeys(why for cell in cells if (why := gate.check({}, cell, {}))))
+    why = "; ".join(dict.fromkeys(why for cell in cells if (why := gate.check({}, cell, {}))))
+    return replace(difference, withheld=why) if why else difference
 
 
 @dataclass(frozen=True)
@@ -727,7 +729,7 @@ def claim_judgements(results: Sequence[Result],
       (other draws, Welch).
 
     ``tunings`` ((arm or shared run, "p=<p>") → its tuning): a cell where a run's lr factor was tuned to its grid's
-    low edge is not testable (:func:`step_gate`).
+    low edge is not testable (:func:`step_gated`).
     """
     dims = sorted({r.dim for r in results})
     loss = {(r.algorithm, r.dim, r.seed): r.empirical_loss for r in results}
@@ -743,8 +745,7 @@ def claim_judgements(results: Sequence[Result],
         return [loss[warm, dim, s] - loss[pda, dim, s] for s in seeds[dim]]
 
     def gated(difference: Difference, runs: Sequence[str], *at: int) -> Difference:
-        why = step_gate(runs, tunings, *(f"p={d}" for d in at)) if tunings else ""
-        return replace(difference, withheld=why) if why else difference
+        return step_gated(difference, runs, tunings or {}, *(f"p={d}" for d in at))
 
     pairs = list(itertools.pairwise(dims))
     lower = {"higher_is_better": False}
