@@ -9,6 +9,9 @@ and arms of :mod:`~fedpub.simulations.reproductions.pda_dpmd_linear_regression`)
 number is swept by the value of the 40 head features, 0.05·s (s = 1 is the paper's): the head block of the Hessian
 grows by s², and λ_max/λ_2 with it (at p = 1,000 about 4,750, 10,900, 36,300 and 138,000 at s = 1, 2, 4, 8; the
 measured ratio is in the table). A seed's θ*, active coordinates and label noise are the same at every s.
+``--epsilon 0.5`` runs the sweep at a second, smaller ε (fedpub issue 45, item 5: the papers' largest effects are
+at ε ≈ 0.5) as its own record, ``pda_dpmd_conditioning_eps0.5``; the draws, batches and noise directions are the
+same, only z is calibrated to the other ε.
 
 **Arms**: warm-start DP-SGD, PDA-DPMD, and PDA-DPMD with a mis-specified Hessian (its coordinates permuted: the same
 spectrum, the wrong directions; the control that removes the right directions and nothing else), all from the
@@ -25,13 +28,14 @@ run whose lr factor was tuned to its grid's low edge (its private step switched 
 Welch difference); the right Hessian beats the mis-specified one at every s (the control, paired).
 
     python -m fedpub.simulations.reproductions.pda_dpmd_conditioning [--scales 1,2,4,8] [--seeds 20]
-        [--tuning-draws 3] [--quick] [--out DIR]
+        [--tuning-draws 3] [--epsilon 1] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -79,8 +83,13 @@ POINTS = tuple(dict.fromkeys(SHARED_POINTS.values()))
 RUNS = (*ARMS, *(at_point(arm, owner) for arm, owner in POINTS))
 TITLE = "Seed 000, §3: PDA-DPMD's gain against the public Hessian's conditioning, at a fixed dimension"
 PAPER = ("Amid et al. 2022, \"Public data-assisted mirror descent for private model training\", §3, Figure 1b and "
-         "App. E: the synthetic linear regression, here at p = 1,000 with the head features' value "
-         "swept; ε = 1, δ = 1e-5.")
+         "App. E: the synthetic linear regression (the paper's at ε = 1, δ = 1e-5), here at p = 1,000 with the head "
+         "features' value swept.")
+
+
+def record_name(epsilon: float) -> str:
+    """The record's name: :data:`NAME` at the paper's ε, ``<NAME>_eps<ε>`` at another (its own page entry)."""
+    return NAME if epsilon == regression.EPSILON else f"{NAME}_eps{epsilon:g}"
 
 
 @dataclass(frozen=True)
@@ -108,12 +117,12 @@ class Level:
 
 
 def run_level(scale: float, seeds: int, grid: regression.Grid, *, dim: int, n_private: int, tuning_draws: int,
-              accountant: str) -> Level:
-    """Tune the arms on ``tuning_draws`` draws at head scale ``scale``, then the shared points, then run every test
-    seed."""
+              accountant: str, epsilon: float) -> Level:
+    """Tune the arms on ``tuning_draws`` draws at head scale ``scale`` and ``epsilon``, then the shared points, then
+    run every test seed."""
     draws = regression.validation_draws(dim, n_private, tuning_draws, head_scale=scale)
-    choices, tunings = regression.tune_on(draws, grid, accountant, ARMS)
-    shared, retuned = regression.shared_points(POINTS, draws, grid, accountant, choices)
+    choices, tunings = regression.tune_on(draws, grid, accountant, ARMS, epsilon)
+    shared, retuned = regression.shared_points(POINTS, draws, grid, accountant, choices, epsilon)
     choices |= shared
     tunings |= retuned
     losses: dict[str, dict[int, float]] = {run: {} for run in RUNS}
@@ -175,9 +184,9 @@ def _pm(values: Sequence[float]) -> str:
     return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.4f}"
 
 
-def table_markdown(levels: Sequence[Level]) -> str:
+def table_markdown(levels: Sequence[Level], title: str = TITLE) -> str:
     """Population loss per level (mean ± std over seeds), the gain, and each arm's tuned point."""
-    lines = [f"# {TITLE}", "", "Population (test) loss, mean ± std over seeds; 0.01 at θ*.", "",
+    lines = [f"# {title}", "", "Population (test) loss, mean ± std over seeds; 0.01 at θ*.", "",
              "| s | λ_max/λ_2 | warm DP-SGD | PDA-DPMD | mis-specified Hessian | PDA-DPMD at warm DP-SGD's epochs "
              "and C | mis-specified at PDA-DPMD's point | gain (warm − PDA) |", "|---|---|---|---|---|---|---|---|"]
     for level in sorted(levels, key=lambda level: level.condition):
@@ -193,7 +202,7 @@ def table_markdown(levels: Sequence[Level]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(path: Path, levels: Sequence[Level], dim: int) -> None:
+def plot(path: Path, levels: Sequence[Level], dim: int, epsilon: float) -> None:
     """The gain (warm − PDA-DPMD, mean ± std over seeds) against λ_max/λ_2."""
     ordered = sorted(levels, key=lambda level: level.condition)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -202,7 +211,7 @@ def plot(path: Path, levels: Sequence[Level], dim: int) -> None:
                 marker="o", capsize=3)
     ax.axhline(0.0, color="grey", linestyle="--", linewidth=1)
     ax.set(xscale="log", xlabel="λ_max/λ_2 of the public Hessian", ylabel="test loss: warm DP-SGD − PDA-DPMD",
-           title=f"PDA-DPMD's gain at p = {dim}, ε = {regression.EPSILON:g}")
+           title=f"PDA-DPMD's gain at p = {dim}, ε = {epsilon:g}")
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
@@ -224,10 +233,11 @@ def tuning_summary(levels: Sequence[Level], tuning_draws: int) -> str:
 
 
 def write_outputs(out: Path, levels: Sequence[Level], *, dim: int, seeds: int, tuning_draws: int, wall_time: float,
-                  command: str, quick: bool) -> list[str]:
+                  command: str, quick: bool, epsilon: float) -> list[str]:
     """table.md, figure.png, paired.json, comparison.md and claims.json; returns the claims' sentences."""
-    write_text_atomic(out / "table.md", table_markdown(levels))
-    plot(out / "figure.png", levels, dim)
+    name, title = record_name(epsilon), f"{TITLE}, ε = {epsilon:g}"
+    write_text_atomic(out / "table.md", table_markdown(levels, title))
+    plot(out / "figure.png", levels, dim, epsilon)
     judged, claims = claim_judgements(levels), regression.judged_claims(CLAIM_TEXTS, CLAIM_SIDES, SHARED_POINTS)
     lines = [judged[key].sentence(text, better, worse) for key, (text, better, worse, _) in claims.items()]
     values = {run: {level.cell: dict(level.losses[run]) for level in levels} for run in RUNS}
@@ -236,15 +246,16 @@ def write_outputs(out: Path, levels: Sequence[Level], *, dim: int, seeds: int, t
              for key in (base, regression.shared_key(base))}
     paired = [PairedClaim(text, better, worse, cells, role=roles[key])
               for key, (text, better, worse, _) in claims.items() if key in roles]
-    write_paired_json(out, NAME, "population (test) loss", False, values, paired)
+    write_paired_json(out, name, "population (test) loss", False, values, paired)
     tuning = tuning_summary(levels, tuning_draws)
     write_text_atomic(out / "comparison.md", "\n".join([
-        f"# {TITLE}", "", PAPER, "", f"p = {dim}, s = {', '.join(f'{level.scale:g}' for level in levels)}, {seeds} "
-        f"seeds, wall time {wall_time:.0f} s. Population (test) loss, lower is better.", "", RULE, "", *lines, "",
+        f"# {title}", "", PAPER, "", f"p = {dim}, s = {', '.join(f'{level.scale:g}' for level in levels)}, "
+        f"ε = {epsilon:g}, δ = {regression.DELTA:g}, {seeds} seeds, wall time {wall_time:.0f} s. Population (test) "
+        "loss, lower is better.", "", RULE, "", *lines, "",
         "Paired per seed (the arms share each seed's draw, batches and noise):", "",
         *(paired_line(values, claim, higher_is_better=False) for claim in paired), "", tuning, ""]))
     write_claims_json(out, ReproductionRecord(
-        NAME, "000", TITLE, PAPER, command, quick, seeds, wall_time, tuning, RULE,
+        name, "000", title, PAPER, command, quick, seeds, wall_time, tuning, RULE,
         tuple(ClaimRecord.of(text, better, worse, judged[key], figure)
               for key, (text, better, worse, figure) in claims.items()),
         ("table.md", "comparison.md"), ("figure.png",)))
@@ -254,19 +265,19 @@ def write_outputs(out: Path, levels: Sequence[Level], *, dim: int, seeds: int, t
 def run(scales: Sequence[float], seeds: int, out: Path, grid: regression.Grid = regression.DEFAULT_GRID, *,
         dim: int = DIM, n_private: int = regression.N_PRIVATE, tuning_draws: int = TUNING_DRAWS,
         accountant: str = "pld", command: str = f"python -m fedpub.simulations.reproductions.{NAME}",
-        quick: bool = False) -> list[str]:
-    """Every level, then the outputs; prints progress."""
+        quick: bool = False, epsilon: float = regression.EPSILON) -> list[str]:
+    """Every level at ``epsilon`` (δ = 1e-5), then the outputs; prints progress."""
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     levels = []
     for scale in scales:
         tick = time.perf_counter()
         levels.append(run_level(scale, seeds, grid, dim=dim, n_private=n_private, tuning_draws=tuning_draws,
-                                accountant=accountant))
+                                accountant=accountant, epsilon=epsilon))
         print(f"s={scale:g} done in {time.perf_counter() - tick:.0f} s (κ ≈ {levels[-1].condition:.1f})", flush=True)
     wall_time = time.perf_counter() - started
     lines = write_outputs(out, levels, dim=dim, seeds=seeds, tuning_draws=tuning_draws, wall_time=wall_time,
-                          command=command, quick=quick)
+                          command=command, quick=quick, epsilon=epsilon)
     print("\n".join(lines))
     print(f"total wall time {wall_time:.1f} s; results in {out}")
     return lines
@@ -279,25 +290,32 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--seeds", type=int, default=SEEDS, help=f"test seeds per level (default {SEEDS})")
     parser.add_argument("--tuning-draws", type=int, default=TUNING_DRAWS,
                         help=f"draws the arms are tuned on, disjoint from the test seeds (default {TUNING_DRAWS})")
+    parser.add_argument("--epsilon", type=float, default=regression.EPSILON,
+                        help=f"ε of every arm (δ = {regression.DELTA:g}; default {regression.EPSILON:g}, the "
+                             "paper's); another ε is its own record, <name>_eps<ε>")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)})")
+                        help=f"output folder (default {default_out(NAME, False)}, quick: {default_out(NAME, True)}; "
+                             "at another ε the record's name in place of the last part)")
     parser.add_argument("--quick", action="store_true",
                         help="p = 250, s = 1 and 4, 600 private samples, the tiny grid, the RDP accountant, 3 seeds, "
                              "2 tuning draws: seconds, a check that the pipeline runs (its verdicts say nothing)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one is faster on a busy 2-core machine)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    out = args.out or default_out(NAME, args.quick)
+    if not math.isfinite(args.epsilon) or args.epsilon <= 0:
+        parser.error(f"--epsilon must be a finite number > 0, got {args.epsilon!r}")
+    out = args.out or default_out(record_name(args.epsilon), args.quick)
     module = f"python -m fedpub.simulations.reproductions.{NAME}"
+    at_epsilon = "" if args.epsilon == regression.EPSILON else f" --epsilon {args.epsilon:g}"
     if args.quick:
         run((1.0, 4.0), 3, out, regression.QUICK_GRID, dim=250, n_private=600, tuning_draws=2, accountant="rdp",
-            command=f"{module} --quick", quick=True)
+            command=f"{module} --quick{at_epsilon}", quick=True, epsilon=args.epsilon)
     else:
         scales = [float(v) for v in args.scales.split(",")]
         options = ("" if tuple(scales) == SCALES else f" --scales {args.scales}") + (
             "" if args.seeds == SEEDS else f" --seeds {args.seeds}") + (
-            "" if args.tuning_draws == TUNING_DRAWS else f" --tuning-draws {args.tuning_draws}")
-        run(scales, args.seeds, out, tuning_draws=args.tuning_draws, command=module + options)
+            "" if args.tuning_draws == TUNING_DRAWS else f" --tuning-draws {args.tuning_draws}") + at_epsilon
+        run(scales, args.seeds, out, tuning_draws=args.tuning_draws, command=module + options, epsilon=args.epsilon)
     return out
 
 

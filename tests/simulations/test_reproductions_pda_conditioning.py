@@ -95,3 +95,29 @@ def test_quick_mode_writes_its_claims_and_paired_values(tmp_path):
     assert set(paired["values"]) == set(conditioning.RUNS) and paired["seeds"] == [0, 1, 2]
     assert len(paired["values"]["pda_dpmd"]) == 2  # s = 1 and 4
     assert "2 draws disjoint from the test seeds" in record.tuning
+
+
+def test_another_epsilon_calibrates_every_tuned_and_shared_point_to_it():
+    draws = [(regression.prepare(250, "tune", 300), "tune")]
+    arms = ("warm_dp_sgd", "pda_dpmd")
+    for epsilon in (0.5, 1.0):
+        choices, _ = regression.tune_on(draws, regression.QUICK_GRID, "rdp", arms, epsilon)
+        shared, _ = regression.shared_points([("pda_dpmd", "warm_dp_sgd")], draws, regression.QUICK_GRID, "rdp",
+                                             choices, epsilon)  # across units: PDA-DPMD re-tuned at warm's point
+        for choice in (*choices.values(), *shared.values()):
+            assert choice.noise_multiplier == regression.noise_multiplier(choice.schedule, "rdp", epsilon)
+    schedule = choices["warm_dp_sgd"].schedule
+    assert regression.noise_multiplier(schedule, "rdp", 0.5) > 1.5 * regression.noise_multiplier(schedule, "rdp", 1.0)
+
+
+def test_a_second_epsilon_is_its_own_record_and_a_bad_one_is_refused(tmp_path, capsys):
+    out = conditioning.main(["--quick", "--epsilon", "0.5", "--out", str(tmp_path / "out")])
+    record = read_claims_json(out / "claims.json")
+    assert record.name == "pda_dpmd_conditioning_eps0.5" and record.command.endswith("--quick --epsilon 0.5")
+    assert "ε = 0.5, δ = 1e-05" in (out / "comparison.md").read_text()
+    assert json.loads((out / "paired.json").read_text())["name"] == record.name
+    for bad in ("0", "nan", "-1"):
+        with pytest.raises(SystemExit):
+            conditioning.main(["--quick", "--epsilon", bad, "--out", str(tmp_path / "bad")])
+        assert "--epsilon must be a finite number > 0" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
