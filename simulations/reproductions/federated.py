@@ -381,8 +381,9 @@ def run_ahead(base: Mapping[str, Any], specs: Sequence[RunSpec], jobs: int) -> N
     def ended(outcome: JobOutcome) -> None:
         spec = specs[outcome.index]
         print(f"{spec.name} seed {spec.seed}: {outcome.status} in {outcome.seconds:.0f} s", flush=True)
-        if outcome.status != "finished":
-            failed.append(f"{spec.name} seed {spec.seed} ({outcome.status}: {outcome.error_kind} {outcome.error})")
+        if outcome.status != "finished":  # a stopped run has no error to name
+            why = " ".join(part for part in (outcome.error_kind, outcome.error) if part)
+            failed.append(f"{spec.name} seed {spec.seed} ({outcome.status}{': ' + why if why else ''})")
 
     stopped = run_jobs([spec.config(base) for spec in specs], jobs, started=lambda index: None, ended=ended)
     if stopped or failed:

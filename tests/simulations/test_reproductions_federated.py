@@ -43,6 +43,7 @@ from fedpub.simulations.reproductions.row_cache import RowCache
 from fedpub.simulations.reproductions.results_record import VERDICTS, read_claims_json
 from fedpub.simulations.run.run_dir import RunDirectory, RunDirectoryError
 from fedpub.simulations.run.session import RunInterrupted
+from fedpub.simulations.tools.sweep_jobs import JobOutcome
 from fedpub.simulations.reproductions.tuning import Axis
 
 MODULES = [adadps_dense, adadps_stackoverflow, budget_schedule_table2, dope_table7, dope_table7_cnn, pda_dpmd_federated,
@@ -160,6 +161,24 @@ def test_tuning_at_every_epsilon_gives_each_epsilons_test_runs_its_own_values(tm
     assert "3 points × 2 seeds" not in federated._tuning_text(placed, tunings, "", quick=False)
     assert "6 points × 2 seeds (100, 101; a point's score is their mean) = 12 runs" in federated._tuning_text(
         placed, tunings, "", quick=False)
+
+
+def test_runs_that_did_not_finish_are_named_with_their_error_and_a_stopped_one_without_an_empty_one(
+    tmp_path, monkeypatch, capsys
+):
+    """The worker pool is a stand-in that reports one run failed and one stopped by a signal (no error)."""
+    def fake_run_jobs(configs, jobs, started, ended):
+        ended(JobOutcome(0, "failed", 2.0, error_kind="ValueError", error="client.lr must be > 0"))
+        ended(JobOutcome(1, "interrupted", 1.0))
+        return True
+
+    monkeypatch.setattr(federated, "run_jobs", fake_run_jobs)
+    specs = [federated.RunSpec({}, 2.0, seed, f"run{seed}", tmp_path) for seed in (0, 1)]
+    with pytest.raises(federated.RunsDidNotFinish) as stopped:
+        federated.run_ahead({}, specs, jobs=2)
+    assert str(stopped.value) == ("runs did not finish: run0 seed 0 (failed: ValueError client.lr must be > 0); "
+                                  "run1 seed 1 (interrupted)")
+    assert "run1 seed 1: interrupted in 1 s" in capsys.readouterr().out
 
 
 def test_with_jobs_each_grid_extension_runs_ahead_in_one_batch_and_the_search_finds_its_runs_finished(
