@@ -24,14 +24,16 @@ averaged in at weight k/(m+k) without recentering.
 updates clipped around zero (``recenter.clip_around_center: false``), the public mean still added at DOPE's weight.
 
 **The design and its cost.** ε = 2 only: the probe established the gate at ε = 2 alone, and every further ε
-doubles the cost. Every arm tunes the same 2 × 2 grid (:data:`~.federated.GATE_SIZE_RATES`: client lr × server
-lr, the latter scaling the noise with the signal, issue 36 item 2) on the validation users (``data.validation``:
-10 % of the private users held out of N, never trained on), extended once past its edges (``max_extensions=1``: a
-2 × 2 grid's best is always on an edge, so every arm ends on a 3 × 3 grid: 9 points), each point the mean of two
-tuning seeds (100, 101); the public-only control's learning rate and epochs likewise. Then every arm runs with its
-tuned values on 3 test seeds; the claims are judged on the test users (the first 1,000 test clients, paired by seed) by
-:mod:`fedpub.simulations.reproductions.judge`. 3 × 9 × 2 = 54 tuning runs and 9 test runs, not counting the
-control: with ``--jobs 2`` about 40 minutes on 2 cores, up to about an hour shared with other work. The probe runs
+doubles the cost. The four arms tune jointly on one union grid (fedpub issue 45: :data:`~.federated.GATE_SIZE_RATES`,
+client lr × server lr, the latter scaling the noise with the signal, issue 36 item 2) on the validation users
+(``data.validation``: 10 % of the private users held out of N, never trained on), an axis extended past an edge for
+one arm extended for all, once (``max_extensions=1``), each point the mean of three tuning seeds (100–102, disjoint
+from the test seeds); the public-only control's learning rate and epochs likewise. Then every arm runs with its
+tuned values on the test seeds, and each claim's better arm again at its control's tuned values (the shared point);
+the claims are judged on the test users (the first 1,000 test clients, paired by seed) by
+:mod:`fedpub.simulations.reproductions.judge`. Measured with ``--seeds 10 --jobs 2`` (the grid extended to 3 × 4:
+12 points): 144 tuning runs, 40 test and 40 shared-point runs, 70 public-only trainings, 6,413 s on 2 cores shared
+with one other reproduction. The probe runs
 behind these choices (DOPE at ε = 2, full size, two at a time on 2 shared cores: 52–56 s a run, 0.33 s a round,
 the first two 105–111 s, right after generating the data): validation accuracy 0.754 and 0.677 on tuning seeds
 100 and 101 at client lr 0.1 / server lr 1.0 (the gate probe's values), 0.558 and 0.459 at 0.3 / 3.0, 0.515 at
@@ -44,8 +46,8 @@ The tuning runs are reported and are not counted in ε.
 private arm: the default style is learnt to 95 % from 100 writers by the small CNN centrally). The regime probe
 on an NVIDIA H200 passed it with the small CNN on 10,000 writers in a hard style, 500 users a round, ε = 2
 (``simulations/configs/public_emnist_gate_cnn.yaml``: DP-FedAvg 0.862, public-only 0.840, one seed): a run there
-is about 100 s on the H200 and 21 min on 2 CPU cores, so this design (84 runs) would take about 2.5 h on one
-H200 and 30 h on 2 cores.
+is about 100 s on the H200 and 21 min on 2 CPU cores: :mod:`.dope_table7_cnn` plans this design there (120 runs,
+about 3.5 h of one H200 in resumable slices, 40 h on 2 cores).
 """
 
 from __future__ import annotations
