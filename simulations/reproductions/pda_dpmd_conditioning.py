@@ -184,7 +184,7 @@ def _pm(values: Sequence[float]) -> str:
     return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.4f}"
 
 
-def table_markdown(levels: Sequence[Level], title: str = TITLE) -> str:
+def table_markdown(levels: Sequence[Level], title: str) -> str:
     """Population loss per level (mean ± std over seeds), the gain, and each arm's tuned point."""
     lines = [f"# {title}", "", "Population (test) loss, mean ± std over seeds; 0.01 at θ*.", "",
              "| s | λ_max/λ_2 | warm DP-SGD | PDA-DPMD | mis-specified Hessian | PDA-DPMD at warm DP-SGD's epochs "
