@@ -10,9 +10,11 @@ paper's own figure for each, its tuning axes) and its ``main(argv)`` calls :func
    never extended: a check that the pipeline and its gates run, its verdicts say nothing about the paper);
 2. tunes every strategy **fairly** (fedpub issues 36 and 45): each tunes the client lr and what scales the noise
    against the signal (the server lr or the clip norm), over grids of one size (an equal budget;
-   :class:`FederatedReproduction` refuses otherwise); the strategies that tune the same axes tune **jointly** on
-   one union grid (:func:`~.tuning.tune_jointly`: an edge extended for one is extended for all, so no arm ends on
-   a grid of its own), extended past an edge at most :attr:`~FederatedReproduction.max_extensions` times, at every
+   :class:`FederatedReproduction` refuses otherwise); the strategies that tune the same axes and that a claim
+   compares (directly or through another such arm) tune **jointly** on one union grid (:func:`~.tuning.tune_jointly`:
+   an edge extended for one is extended for all, so no arm of a claim ends on a grid of its own; arms no claim
+   compares tune apart even where their axes share a name, as DP-FedAdam's Adam rate and DP-FedAvg's server lr),
+   extended past an edge at most :attr:`~FederatedReproduction.max_extensions` times, at every
    ε of the sweep (each ε's test runs take its own values), each grid point scored as the mean over the
    :attr:`~FederatedReproduction.tuning_seeds` (three, outside the test seeds) of the validation users' headline metric
    (``val_accuracy``: the base must hold ``data.validation``), never the test users; these runs are the tuning
@@ -268,6 +270,8 @@ class PlacedSweep:
     max_extensions: int
     tuning_seeds: tuple[int, ...] = (TUNING_SEED,)
     follows: Mapping[str, str] = field(default_factory=dict)
+    compared: tuple[tuple[str, str], ...] = ()
+    """The pairs of strategies a claim compares (better, worse): those that tune the same axes tune jointly."""
 
     @property
     def tuning_epsilons(self) -> tuple[float | None, ...]:
@@ -292,7 +296,8 @@ def place(repro: FederatedReproduction, out: Path, quick: bool, seeds: int | Non
         axes = {label: tuple(Axis(a.name, a.values[:2 if i == 0 else 1], a.scale) for i, a in enumerate(grid))
                 for label, grid in axes.items()}
     return PlacedSweep(base, strategies, epsilons, test_seeds, axes, 0 if quick else repro.max_extensions,
-                       tuple(repro.tuning_seeds)[:1] if quick else tuple(repro.tuning_seeds), dict(repro.follows))
+                       tuple(repro.tuning_seeds)[:1] if quick else tuple(repro.tuning_seeds), dict(repro.follows),
+                       tuple((claim.better, claim.worse) for claim in repro.claims))
 
 
 def _quick_data(tiny: Mapping[str, Any], overrides: Mapping[str, Any], out: Path) -> dict[str, Any]:
@@ -404,25 +409,31 @@ def _tuning_spec(placed: PlacedSweep, out: Path, label: str, epsilon: float | No
 
 
 def _joint_groups(placed: PlacedSweep) -> list[tuple[tuple[str, ...], list[Axis]]]:
-    """The strategies that tune the same axes (by name), each group with its union grid: every value any of them
-    starts from, per axis."""
-    by_names: dict[tuple[str, ...], list[str]] = {}
-    for label, axes in placed.axes.items():
-        by_names.setdefault(tuple(a.name for a in axes), []).append(label)
+    """The strategies that tune jointly, each group with its union grid (every value any of them starts from, per
+    axis): those that tune the same axes (by name) and that a claim compares, directly or through another such
+    strategy (:attr:`PlacedSweep.compared`); every other strategy is a group of its own."""
+    def axis_names(label: str) -> tuple[str, ...]:
+        return tuple(a.name for a in placed.axes[label])
+
+    group_of = {label: (label,) for label in placed.axes}
+    for a, b in placed.compared:
+        if a in placed.axes and b in placed.axes and group_of[a] != group_of[b] and axis_names(a) == axis_names(b):
+            merged = tuple(label for label in placed.axes if label in group_of[a] + group_of[b])
+            group_of.update(dict.fromkeys(merged, merged))
     groups = []
-    for names, labels in by_names.items():
+    for labels in dict.fromkeys(group_of.values()):
         union = [Axis(name, tuple(sorted({v for label in labels for v in placed.axes[label][i].values})),
-                      placed.axes[labels[0]][i].scale) for i, name in enumerate(names)]
-        groups.append((tuple(labels), union))
+                      placed.axes[labels[0]][i].scale) for i, name in enumerate(axis_names(labels[0]))]
+        groups.append((labels, union))
     return groups
 
 
 def _tune(placed: PlacedSweep, out: Path, jobs: int = 1) -> dict[TuningKey, Tuning]:
-    """Every strategy tuned on the validation users at every ε (see the module docstring), jointly with those that
-    tune the same axes, a point's score the mean over the tuning seeds. With ``jobs`` > 1 each grid's runs go that
-    many at once (:func:`run_ahead`) before the search reads them: every group's and ε's initial grid together, then
-    the points each round of edge extensions adds (:func:`_unfinished`), so that the search itself finds every run
-    finished."""
+    """Every strategy tuned on the validation users at every ε (see the module docstring), jointly with those of its
+    group (:func:`_joint_groups`), a point's score the mean over the tuning seeds. With ``jobs`` > 1 each grid's
+    runs go that many at once (:func:`run_ahead`) before the search reads them: every group's and ε's initial grid
+    together, then the points each round of edge extensions adds (:func:`_unfinished`), so that the search itself
+    finds every run finished."""
     groups = _joint_groups(placed)
     scored: dict[tuple[str, float | None, tuple[tuple[str, float], ...]], float] = {}
 
@@ -474,7 +485,7 @@ def _tuning_text(placed: PlacedSweep, tunings: Mapping[TuningKey, Tuning], contr
     groups = "; ".join(", ".join(f"`{label}`" for label in labels) for labels, _ in _joint_groups(placed))
     parts = ["Every arm tuned the same way (client lr and the server lr or clip norm, grids of one size)"
              + (" at every ε of the sweep" if placed.epsilons else "")
-             + f", the arms that tune the same axes jointly on one union grid ({groups})."]
+             + f", the arms of a claim that tune the same axes jointly on one union grid ({groups})."]
     parts += [f"`{label}`{f' at ε = {eps:g}' if eps is not None else ''}: {t.markdown()}"
               for (label, eps), t in tunings.items()]
     if control:

@@ -220,10 +220,12 @@ def test_with_jobs_each_grid_extension_runs_ahead_in_one_batch_and_the_search_fi
     assert federated._tune(placed, tmp_path, jobs=2) == tunings and len(batches) == 2  # all finished: none ahead
 
 
-def test_the_arms_that_tune_the_same_axes_tune_on_one_union_grid(tmp_path, monkeypatch):
-    """Issue 45: a's optimum lies past the client lr grid's top edge, b's past its bottom; tuned jointly both grids
-    grow both ways and end equal (with equal budgets), while c, which tunes the clip norm, is a group of its own."""
-    optimum = {"a": 1.0, "b": 0.01, "c": 0.1}
+def test_the_arms_of_a_claim_that_tune_the_same_axes_tune_on_one_union_grid(tmp_path, monkeypatch):
+    """Issue 45: a's optimum lies past the client lr grid's top edge, b's past its bottom; a claim compares them, so
+    tuned jointly both grids grow both ways and end equal (with equal budgets), while c, which tunes the clip norm,
+    and d, which tunes a's axes but no claim compares with a or b (DP-FedAdam's Adam rate beside DP-FedAvg's server
+    lr), are groups of their own."""
+    optimum = {"a": 1.0, "b": 0.01, "c": 0.1, "d": 0.1}
 
     def fake_run_one(base, spec):
         label = spec.name.split("__")[0]
@@ -232,15 +234,20 @@ def test_the_arms_that_tune_the_same_axes_tune_on_one_union_grid(tmp_path, monke
 
     monkeypatch.setattr(federated, "run_one", fake_run_one)
     lr, server, clip = Axis("client.lr", (0.1, 0.3)), Axis(SERVER_LR.name, (1.0,)), Axis("strategy.clip_norm", (1.0,))
-    placed = PlacedSweep(base={}, strategies={"a": {}, "b": {}, "c": {}}, epsilons=(2.0,), seeds=(0,),
-                         axes={"a": (lr, server), "b": (lr, server), "c": (lr, clip)}, max_extensions=2)
+    placed = PlacedSweep(base={}, strategies={"a": {}, "b": {}, "c": {}, "d": {}}, epsilons=(2.0,), seeds=(0,),
+                         axes={"a": (lr, server), "b": (lr, server), "c": (lr, clip), "d": (lr, server)},
+                         max_extensions=2, compared=(("a", "c"), ("b", "a")))
     tunings = federated._tune(placed, tmp_path)
-    a, b, c = (tunings[label, 2.0] for label in "abc")
+    a, b, c, d = (tunings[label, 2.0] for label in "abcd")
     assert a.grid == b.grid and a.grid["client.lr"] == pytest.approx((0.1 / 9, 0.1 / 3, 0.1, 0.3, 0.9, 2.7))
     assert a.evaluations == b.evaluations == 6 and a.best["client.lr"] == pytest.approx(0.9)
     assert b.best["client.lr"] == pytest.approx(0.1 / 9)
-    assert c.grid["client.lr"] == pytest.approx((0.1 / 3, 0.1, 0.3))  # its own group: only its own edge grew
-    assert "jointly on one union grid (`a`, `b`; `c`)" in federated._tuning_text(placed, tunings, "", quick=False)
+    assert c.grid["client.lr"] == d.grid["client.lr"] == pytest.approx((0.1 / 3, 0.1, 0.3))  # only its own edge
+    assert "claim that tune the same axes jointly on one union grid (`a`, `b`; `c`; `d`)" in federated._tuning_text(
+        placed, tunings, "", quick=False)
+    assert [labels for labels, _ in federated._joint_groups(place(adadps_stackoverflow.REPRODUCTION, tmp_path, False))
+            ] == [("dp_fedavg", "adadps_public_rmsprop"), ("dp_fedadam",), ("adadps_token_frequency",),
+                  ("dp_fedavg_anti_aligned",), ("adadps_token_frequency_anti_aligned",)]
 
 
 def test_a_reproduction_bounds_its_edge_extensions_and_quick_mode_never_extends(tmp_path):
