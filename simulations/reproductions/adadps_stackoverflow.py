@@ -39,7 +39,8 @@ ones), where dividing each step by token frequency slows the words that carry th
 DP-FedAvg beats AdaDPS there (probe: DP-FedAvg at lr 10, server lr 3, clip 3: 0.608). A full run with ``--seeds 10
 --jobs 2``: 6 tuned arms × 27 points × 3 tuning seeds before any extension, 70 test runs and 10 at the shared point,
 about 570 runs (over 1,000 if most grids extend twice) of about 17 s each (one checkpoint a run: at one every 5
-rounds each ledger priced ε at a new round count, 21 s): 1-2.5 hours of 2 cores. Not on the results page (fedpub
+rounds each ledger priced ε at a new round count, 21 s), 5 a minute with each worker's start (71 runs in 859 s):
+about 2 hours of 2 cores, 3.5 with the extensions. Not on the results page (fedpub
 issue 45): its earlier record was withdrawn, and seed 002 is reproduced where its mechanism can act by
 :mod:`.adadps_dense`.
 
