@@ -12,7 +12,13 @@ q(0) = 0: at the origin only θ₁ has a gradient). The figure's M = 0.5, R₁ =
 population minimum is in the basin at +M; the basin at −M is a local minimum (once θ₁ is in it, ℓ₂ < 0 holds θ₁
 at its inner edge), so **which basin the first steps choose is final**. The **strongly convex control** drops the
 gate and the floors: ℓ = ½(θ₁ − d₁)² + P·‖θ₂ − d₂‖²/(2r²), where what is chosen early is forgotten and the last
-steps' noise is what stays.
+steps' noise is what stays. Its Figure-4 arms post-train for the same T_pub − t public steps as the two-basin arms,
+which on a convex loss bring the model to the public optimum (θ₂ in one step at lr r²/P, θ₁ to within 13 % of its
+gap in 200 steps, 2 % in 400): the all-post-training arm ends near public-only's model whatever private training
+did (fedpub issue 45 asked for a "limited" post-training). The paper's budget is not limited in
+that sense: its pretraining "converges to a good basin" after about half of T_pub (§3, Figure 4: little gain after
+t = 100 of 200), so its post-training of T_pub − t ≥ T_pub/2 epochs would converge too on a convex loss; a shorter
+one would be a length the paper does not give, and that length alone would decide the convex comparison.
 
 **Training.** DP-SGD on the private examples (one example = one user): Poisson batches of rate q, per-example
 clipping to C, noise N(0, z_t²C²I) on the sum, division by the expected batch; z calibrated by fedpub's accountant
