@@ -408,22 +408,28 @@ def _tuning_spec(placed: PlacedSweep, out: Path, label: str, epsilon: float | No
     return RunSpec(_with_values(placed.strategies[label], point), epsilon, seed, name, out / "tuning")
 
 
+def _same_axes(placed: PlacedSweep, a: str, b: str) -> bool:
+    """Whether strategies ``a`` and ``b`` both tune, and tune axes of the same names in the same order: a claim
+    between two such arms tunes them jointly (:func:`_joint_groups`) and is judged at a shared point too
+    (:func:`_shared_point_claims`)."""
+    return a in placed.axes and b in placed.axes and \
+        [x.name for x in placed.axes[a]] == [x.name for x in placed.axes[b]]
+
+
 def _joint_groups(placed: PlacedSweep) -> list[tuple[tuple[str, ...], list[Axis]]]:
     """The strategies that tune jointly, each group with its union grid (every value any of them starts from, per
     axis): those that tune the same axes (by name) and that a claim compares, directly or through another such
     strategy (:attr:`PlacedSweep.compared`); every other strategy is a group of its own."""
-    def axis_names(label: str) -> tuple[str, ...]:
-        return tuple(a.name for a in placed.axes[label])
-
     group_of = {label: (label,) for label in placed.axes}
     for a, b in placed.compared:
-        if a in placed.axes and b in placed.axes and group_of[a] != group_of[b] and axis_names(a) == axis_names(b):
+        if _same_axes(placed, a, b) and group_of[a] != group_of[b]:
             merged = tuple(label for label in placed.axes if label in group_of[a] + group_of[b])
             group_of.update(dict.fromkeys(merged, merged))
     groups = []
     for labels in dict.fromkeys(group_of.values()):
-        union = [Axis(name, tuple(sorted({v for label in labels for v in placed.axes[label][i].values})),
-                      placed.axes[labels[0]][i].scale) for i, name in enumerate(axis_names(labels[0]))]
+        first = placed.axes[labels[0]]
+        union = [Axis(axis.name, tuple(sorted({v for label in labels for v in placed.axes[label][i].values})),
+                      axis.scale) for i, axis in enumerate(first)]
         groups.append((labels, union))
     return groups
 
@@ -529,14 +535,10 @@ def _shared_point_claims(claims: Sequence[Claim], placed: PlacedSweep) -> tuple[
     """Every claim, each followed, where its two arms tune the same axes, by the claim judged with ``better`` run at
     ``worse``'s tuned values (:func:`at_point`; fedpub issue 45, item 1): there the difference is the mechanism's
     alone, not the distance between two tuned points. (A control that follows an arm already runs at its point.)"""
-    def same_axes(a: str, b: str) -> bool:
-        return a in placed.axes and b in placed.axes and \
-            [x.name for x in placed.axes[a]] == [x.name for x in placed.axes[b]]
-
     found: list[Claim] = []
     for claim in claims:
         found.append(claim)
-        if same_axes(claim.better, claim.worse):
+        if _same_axes(placed, claim.better, claim.worse):
             found.append(replace(claim, text=f"{claim.text} — both at {claim.worse}'s tuned values",
                                  better=at_point(claim.better, claim.worse)))
     return tuple(found)
